@@ -1,0 +1,132 @@
+import CRdKafka
+public import Logging
+public import ServiceLifecycle
+
+/// A member of a Kafka consumer group with manual offset commits.
+///
+/// Herald commits explicitly: nothing is committed until ``commit(_:)`` is called, so a message
+/// is acknowledged only after its results are published. `run()` keeps the member alive and,
+/// on graceful shutdown, leaves the group cleanly.
+public final class KafkaConsumer: Service, Sendable {
+    private let client: RDKafkaClient
+
+    /// Creates the consumer and subscribes to `topics` in group `groupID`.
+    public init(configuration: KafkaConfiguration, groupID: String, topics: [String], logger: Logger) throws {
+        var logger = logger
+        logger[metadataKey: "kafka.group.id"] = "\(groupID)"
+        self.client = try RDKafkaClient(
+            kind: .consumer,
+            configuration: configuration,
+            properties: [
+                "group.id": groupID,
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "auto.offset.reset": "earliest",
+            ],
+            logger: logger
+        )
+        try client.immediate { handle in
+            // Messages are served by rd_kafka_consumer_poll, not the main queue.
+            rd_kafka_poll_set_consumer(handle)
+            let list = rd_kafka_topic_partition_list_new(Int32(topics.count))
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            for topic in topics {
+                rd_kafka_topic_partition_list_add(list, topic, RD_KAFKA_PARTITION_UA)
+            }
+            let error = rd_kafka_subscribe(handle, list)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                throw KafkaError.subscription(String(cString: rd_kafka_err2str(error)))
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the first message, then takes whatever else is already
+    /// fetched, up to `maxMessages`. Returns an empty array when nothing arrived.
+    public func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
+        let timeoutMilliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let logger = client.logger
+        return try await client.blocking { handle in
+            var messages: [KafkaMessage] = []
+            var wait = timeoutMilliseconds
+            while messages.count < maxMessages, let raw = rd_kafka_consumer_poll(handle, wait) {
+                defer { rd_kafka_message_destroy(raw) }
+                wait = 0
+                let error = raw.pointee.err
+                guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                    logger.warning(
+                        "consumer error",
+                        metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"]
+                    )
+                    continue
+                }
+                messages.append(KafkaMessage(raw))
+            }
+            var fatal = [CChar](repeating: 0, count: 512)
+            let fatalError = rd_kafka_fatal_error(handle, &fatal, fatal.count)
+            if fatalError != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.subscription("fatal: \(String(nulTerminated: fatal))")
+            }
+            return messages
+        }
+    }
+
+    /// Commits `offsets` (for each partition, the offset of the next message to read) and
+    /// waits for the broker's answer.
+    public func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
+        guard !offsets.isEmpty else { return }
+        try await client.blocking { handle in
+            let list = rd_kafka_topic_partition_list_new(Int32(offsets.count))
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            for (partition, offset) in offsets {
+                rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
+            }
+            let error = rd_kafka_commit(handle, list, 0)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR || error == RD_KAFKA_RESP_ERR__NO_OFFSET else {
+                throw KafkaError.commit(String(cString: rd_kafka_err2str(error)))
+            }
+        }
+    }
+
+    /// Keeps the member alive until graceful shutdown or cancellation, then leaves the group.
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await client.destroy { handle in
+            _ = rd_kafka_consumer_close(handle)
+        }
+    }
+}
+
+extension KafkaMessage {
+    /// Copies a consumed rd_kafka_message_t into Swift values.
+    fileprivate init(_ raw: UnsafeMutablePointer<rd_kafka_message_t>) {
+        let message = raw.pointee
+        let topic = message.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+        let key = message.key.map { Array(UnsafeRawBufferPointer(start: $0, count: message.key_len)) }
+        let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) }
+        var headers: [KafkaHeader] = []
+        var rawHeaders: OpaquePointer?
+        if rd_kafka_message_headers(raw, &rawHeaders) == RD_KAFKA_RESP_ERR_NO_ERROR, let rawHeaders {
+            var index = 0
+            var name: UnsafePointer<CChar>?
+            var headerValue: UnsafeRawPointer?
+            var size = 0
+            while rd_kafka_header_get_all(rawHeaders, index, &name, &headerValue, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                headers.append(
+                    KafkaHeader(
+                        key: name.map { String(cString: $0) } ?? "",
+                        value: headerValue.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) }
+                    )
+                )
+                index += 1
+            }
+        }
+        self.init(
+            topic: topic,
+            partition: message.partition,
+            offset: message.offset,
+            key: key,
+            value: value,
+            headers: headers
+        )
+    }
+}

@@ -1,0 +1,187 @@
+import CRdKafka
+import Dispatch
+import Logging
+import Synchronization
+
+/// A librdkafka handle with the thread its blocking calls run on.
+///
+/// Every call that can block (poll, commit, flush, close, destroy) goes through ``blocking(_:)``,
+/// which runs it on this client's own serial dispatch queue and never on Swift's cooperative pool.
+final class RDKafkaClient: Sendable {
+    enum Kind {
+        case consumer
+        case producer
+    }
+
+    /// The rd_kafka_t pointer, nil once destroyed. Guarded by the mutex; C calls that use it run
+    /// on `queue`, which is serial, so `destroy` cannot race with another call.
+    private let handle: Mutex<RDKafkaHandle?>
+    private let queue: DispatchQueue
+    /// Retained for the handle's lifetime as librdkafka's opaque; released after destroy.
+    private let context: Unmanaged<RDKafkaClientContext>
+    let logger: Logger
+
+    init(kind: Kind, configuration: KafkaConfiguration, properties: [String: String], logger: Logger) throws {
+        guard let conf = rd_kafka_conf_new() else { throw KafkaError.clientCreation("rd_kafka_conf_new failed") }
+        var all = configuration.properties
+        all["bootstrap.servers"] = configuration.bootstrapServers
+        for (name, value) in properties where all[name] == nil { all[name] = value }
+        var errorText = [CChar](repeating: 0, count: 512)
+        for (name, value) in all.sorted(by: { $0.key < $1.key }) {
+            if rd_kafka_conf_set(conf, name, value, &errorText, errorText.count) != RD_KAFKA_CONF_OK {
+                rd_kafka_conf_destroy(conf)
+                // The value is left out on purpose: it may be a password.
+                throw KafkaError.configuration("property \(name): \(String(nulTerminated: errorText))")
+            }
+        }
+        let context = Unmanaged.passRetained(RDKafkaClientContext(logger: logger))
+        rd_kafka_conf_set_opaque(conf, context.toOpaque())
+        rd_kafka_conf_set_log_cb(conf, rdKafkaLog)
+        rd_kafka_conf_set_error_cb(conf, rdKafkaError)
+        if kind == .producer {
+            rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR)
+            rd_kafka_conf_set_background_event_cb(conf, rdKafkaBackgroundEvent)
+        }
+        let type = kind == .consumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER
+        // On success rd_kafka_new owns conf; on failure the caller still does.
+        guard let pointer = rd_kafka_new(type, conf, &errorText, errorText.count) else {
+            rd_kafka_conf_destroy(conf)
+            context.release()
+            throw KafkaError.clientCreation(String(nulTerminated: errorText))
+        }
+        self.handle = Mutex(RDKafkaHandle(pointer: pointer))
+        self.context = context
+        self.queue = DispatchQueue(label: "herald.rdkafka.\(kind)")
+        self.logger = logger
+    }
+
+    deinit {
+        if let handle = handle.withLock({ $0.take() }) {
+            rd_kafka_destroy(handle.pointer)
+        }
+        context.release()
+    }
+
+    /// Runs a blocking librdkafka call on this client's queue; throws once the client is destroyed.
+    func blocking<Value: Sendable>(
+        _ body: @escaping @Sendable (OpaquePointer) throws -> Value
+    ) async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                guard let handle = self.handle.withLock({ $0 }) else {
+                    continuation.resume(throwing: KafkaError.closed())
+                    return
+                }
+                continuation.resume(with: Result { try body(handle.pointer) })
+            }
+        }
+    }
+
+    /// Runs a non-blocking librdkafka call right here; throws once the client is destroyed.
+    func immediate<Value>(_ body: (OpaquePointer) throws -> Value) throws -> Value {
+        guard let handle = handle.withLock({ $0 }) else { throw KafkaError.closed() }
+        return try body(handle.pointer)
+    }
+
+    /// Runs `finalCall` (close or flush) and then destroys the handle, on the blocking queue.
+    func destroy(after finalCall: @escaping @Sendable (OpaquePointer) -> Void) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                if let handle = self.handle.withLock({ $0.take() }) {
+                    finalCall(handle.pointer)
+                    rd_kafka_destroy(handle.pointer)
+                }
+                continuation.resume()
+            }
+        }
+    }
+}
+
+/// The rd_kafka_t pointer as a value that may cross threads.
+///
+/// `@unchecked Sendable` is sound because librdkafka's handle is thread-safe for every call
+/// Herald makes, and destruction is serialised on the client's queue after `take()`.
+struct RDKafkaHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// What librdkafka's callbacks need, reached through the handle's opaque pointer.
+final class RDKafkaClientContext: Sendable {
+    let logger: Logger
+
+    init(logger: Logger) {
+        self.logger = logger
+    }
+
+    static func from(_ handle: OpaquePointer?) -> RDKafkaClientContext? {
+        guard let handle, let opaque = rd_kafka_opaque(handle) else { return nil }
+        return Unmanaged<RDKafkaClientContext>.fromOpaque(opaque).takeUnretainedValue()
+    }
+}
+
+/// librdkafka's log lines (syslog levels) go to the client's logger.
+private let rdKafkaLog: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
+    handle, level, facility, text in
+    guard let context = RDKafkaClientContext.from(handle), let text else { return }
+    let swiftLevel: Logger.Level =
+        switch level {
+        case ...3: .error
+        case 4: .warning
+        case 5, 6: .info
+        default: .debug
+        }
+    context.logger.log(
+        level: swiftLevel,
+        "\(String(cString: text))",
+        metadata: ["kafka.facility": "\(facility.map { String(cString: $0) } ?? "")"]
+    )
+}
+
+/// Client-level errors (broker down, all brokers down…): informational, librdkafka recovers.
+private let rdKafkaError: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
+    handle, code, reason, _ in
+    guard let context = RDKafkaClientContext.from(handle) else { return }
+    let error = rd_kafka_resp_err_t(code)
+    context.logger.warning(
+        "librdkafka error",
+        metadata: [
+            "kafka.error": "\(String(cString: rd_kafka_err2name(error)))",
+            "kafka.reason": "\(reason.map { String(cString: $0) } ?? "")",
+        ]
+    )
+}
+
+/// Delivery reports arrive on librdkafka's background thread; each message's opaque is the
+/// retained ``DeliveryReport`` its sender awaits.
+private let rdKafkaBackgroundEvent: @convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutableRawPointer?) -> Void = {
+    _, event, _ in
+    guard let event else { return }
+    defer { rd_kafka_event_destroy(event) }
+    guard rd_kafka_event_type(event) == RD_KAFKA_EVENT_DR else { return }
+    while let message = rd_kafka_event_message_next(event) {
+        guard let opaque = message.pointee._private else { continue }
+        let report = Unmanaged<DeliveryReport>.fromOpaque(opaque).takeRetainedValue()
+        let error = message.pointee.err
+        if error == RD_KAFKA_RESP_ERR_NO_ERROR {
+            report.continuation.resume()
+        } else {
+            report.continuation.resume(throwing: KafkaError.delivery(String(cString: rd_kafka_err2str(error))))
+        }
+    }
+}
+
+/// The continuation of one `send`, handed to librdkafka as the message's opaque.
+final class DeliveryReport: Sendable {
+    let continuation: CheckedContinuation<Void, any Error>
+
+    init(_ continuation: CheckedContinuation<Void, any Error>) {
+        self.continuation = continuation
+    }
+}
+
+extension String {
+    /// Reads a NUL-terminated C string out of a buffer librdkafka filled in.
+    init(nulTerminated buffer: [CChar]) {
+        self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

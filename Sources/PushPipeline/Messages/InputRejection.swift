@@ -1,0 +1,82 @@
+/// Why an input message cannot be processed: the `herald-error` code and a detail for humans.
+public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The stable codes of the contract's push.dlq `herald-error` header.
+    public enum Code: String, Sendable, Hashable {
+        case invalidJSON = "invalid_json"
+        case schemaViolation = "schema_violation"
+        case payloadTooLarge = "payload_too_large"
+        case invalidToken = "invalid_token"
+    }
+
+    public var code: Code
+    /// What is wrong, naming the field; never echoes a whole token.
+    public var detail: String
+
+    public init(_ code: Code, _ detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+
+    public var description: String { "\(code.rawValue): \(detail)" }
+}
+
+/// Turns a Kafka value into a JSON object, or says why it is not one.
+enum JSONObjectDecoder {
+    static func decode(_ value: [UInt8]?) throws(InputRejection) -> JSONValue {
+        guard let value, !value.isEmpty else { throw InputRejection(.invalidJSON, "empty value") }
+        guard String(validating: value, as: UTF8.self) != nil else {
+            throw InputRejection(.invalidJSON, "value is not UTF-8")
+        }
+        let document: JSONValue
+        do {
+            document = try JSONParser.parse(value)
+        } catch {
+            throw InputRejection(.invalidJSON, error.description)
+        }
+        guard case .object = document else { throw InputRejection(.invalidJSON, "value is not a JSON object") }
+        return document
+    }
+}
+
+/// Typed access to the fields of a JSON object, each failure a schema violation naming the field.
+struct FieldReader {
+    let object: JSONValue
+
+    func string(_ name: String, bytes range: ClosedRange<Int>, required: Bool) throws(InputRejection) -> String? {
+        guard let value = object[name], value != .null else {
+            if required { throw InputRejection(.schemaViolation, "\(name) is required") }
+            return nil
+        }
+        guard case .string(let text) = value else { throw InputRejection(.schemaViolation, "\(name) must be a string") }
+        try Self.check(text, name: name, bytes: range)
+        return text
+    }
+
+    func integer(_ name: String) throws(InputRejection) -> Int64? {
+        guard let value = object[name], value != .null else { return nil }
+        guard case .number(let text) = value, let integer = Int64(text) else {
+            throw InputRejection(.schemaViolation, "\(name) must be an integer")
+        }
+        return integer
+    }
+
+    static func check(_ text: String, name: String, bytes range: ClosedRange<Int>) throws(InputRejection) {
+        let count = text.utf8.count
+        guard range.contains(count) else {
+            throw InputRejection(.schemaViolation, "\(name) must be \(range.lowerBound)..\(range.upperBound) bytes")
+        }
+        guard !text.utf8.contains(0) else { throw InputRejection(.schemaViolation, "\(name) contains NUL") }
+    }
+}
+
+extension JSONValue {
+    /// Whether any string (or member name) anywhere in the value contains NUL.
+    var containsNUL: Bool {
+        switch self {
+        case .string(let text): text.utf8.contains(0)
+        case .array(let elements): elements.contains { $0.containsNUL }
+        case .object(let members): members.contains { $0.0.utf8.contains(0) || $0.1.containsNUL }
+        case .null, .bool, .number: false
+        }
+    }
+}

@@ -1,0 +1,96 @@
+public import APNSCore
+
+/// A validated push.requests event.
+public struct NotificationEvent: Sendable, Hashable {
+    /// The idempotency key, 1..128 bytes.
+    public var id: String
+    /// Distinct user IDs in first-seen order.
+    public var userIDs: [String]
+    /// The app's bundle ID.
+    public var topic: String
+    public var pushType: APNSPushType
+    public var priority: APNSPriority
+    /// UNIX seconds; 0 means "try once, do not store"; nil sends no header.
+    public var expiration: Int64?
+    public var collapseID: String?
+    /// When set, only tokens of this environment.
+    public var environment: APNSEnvironment?
+    /// The payload as Herald sends it (compact JSON).
+    public var payload: [UInt8]
+
+    /// Validates a push.requests value against the contract.
+    public init(json value: [UInt8]?) throws(InputRejection) {
+        let fields = FieldReader(object: try JSONObjectDecoder.decode(value))
+        let object = fields.object
+        id = try fields.string("id", bytes: 1...128, required: true)!
+
+        guard case .array(let users)? = object["user_ids"] else {
+            throw InputRejection(.schemaViolation, "user_ids must be an array of strings")
+        }
+        guard (1...1000).contains(users.count) else {
+            throw InputRejection(.schemaViolation, "user_ids must hold 1..1000 entries")
+        }
+        var seen = Set<String>()
+        var userIDs: [String] = []
+        for user in users {
+            guard case .string(let userID) = user else {
+                throw InputRejection(.schemaViolation, "user_ids must be an array of strings")
+            }
+            try FieldReader.check(userID, name: "user_ids[]", bytes: 1...256)
+            if seen.insert(userID).inserted { userIDs.append(userID) }
+        }
+        self.userIDs = userIDs
+
+        topic = try fields.string("topic", bytes: 1...255, required: true)!
+
+        let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
+        if let pushTypeText {
+            guard let pushType = APNSPushType(rawValue: pushTypeText) else {
+                throw InputRejection(.schemaViolation, "push_type \(pushTypeText) is not one of the supported types")
+            }
+            self.pushType = pushType
+        } else {
+            pushType = .alert
+        }
+
+        if let priorityValue = try fields.integer("priority") {
+            guard let priority = APNSPriority(rawValue: Int(priorityValue)) else {
+                throw InputRejection(.schemaViolation, "priority must be 1, 5 or 10")
+            }
+            self.priority = priority
+        } else {
+            priority = pushType.defaultPriority
+        }
+
+        expiration = try fields.integer("expiration")
+        if let expiration, expiration < 0 {
+            throw InputRejection(.schemaViolation, "expiration must be >= 0")
+        }
+        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false)
+
+        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
+            guard let environment = APNSEnvironment(rawValue: environmentText) else {
+                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
+            }
+            self.environment = environment
+        } else {
+            environment = nil
+        }
+
+        guard let payload = object["payload"], case .object = payload else {
+            throw InputRejection(.schemaViolation, "payload must be a JSON object")
+        }
+        guard case .object? = payload["aps"] else {
+            throw InputRejection(.schemaViolation, "payload.aps must be a JSON object")
+        }
+        guard !payload.containsNUL else { throw InputRejection(.schemaViolation, "payload contains NUL") }
+        let bytes = payload.serialized()
+        guard bytes.count <= pushType.maximumPayloadSize else {
+            throw InputRejection(
+                .payloadTooLarge,
+                "payload is \(bytes.count) bytes; the limit for \(pushType.rawValue) is \(pushType.maximumPayloadSize)"
+            )
+        }
+        self.payload = bytes
+    }
+}

