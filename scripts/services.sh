@@ -31,6 +31,15 @@ alive() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
 }
 
+# True while the PID in $RUN/NAME.pid exists and is not a zombie. Unlike alive() it does not
+# read the command line, which is briefly empty while a just-started process execs.
+running() {
+  local pid
+  pid="$(cat "$RUN/$1.pid" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [[ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]]
+}
+
 pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1; }
 
 # Runs a command as the PostgreSQL user (herald-pg when we are root), from inside $PGBASE.
@@ -52,7 +61,7 @@ wait_tcp() {
   local port="$1" name="$2"
   for _ in $(seq 200); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    alive "$name" "" || { log "$name exited; see $RUN/$name.log"; return 1; }
+    running "$name" || { log "$name exited; see $RUN/$name.log"; return 1; }
     sleep 0.1
   done
   log "$name not listening on $port after 20 s"

@@ -18,6 +18,12 @@ public final class NotificationPipeline: Service, Sendable {
     private let logger: Logger
     private let tracker = Mutex(OffsetTracker())
     private let isStopping = Atomic(false)
+    private let consuming = Atomic(false)
+    /// What the pipeline did so far.
+    public let metrics = PipelineMetrics()
+
+    /// True while the consume loop runs and its last poll succeeded.
+    public var isConsuming: Bool { consuming.load(ordering: .relaxed) }
 
     public init(
         configuration: PipelineConfiguration,
@@ -47,10 +53,18 @@ public final class NotificationPipeline: Service, Sendable {
                 while !isStopping.load(ordering: .relaxed) {
                     let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
                     if room > 0 {
-                        let messages = try await source.poll(
-                            maxMessages: min(room, configuration.pollBatchSize),
-                            timeout: .milliseconds(100)
-                        )
+                        let messages: [KafkaMessage]
+                        do {
+                            messages = try await source.poll(
+                                maxMessages: min(room, configuration.pollBatchSize),
+                                timeout: .milliseconds(100)
+                            )
+                        } catch {
+                            consuming.store(false, ordering: .relaxed)
+                            throw error
+                        }
+                        consuming.store(true, ordering: .relaxed)
+                        metrics.recordConsumed(messages.count)
                         let consumedAt = clock.now
                         for message in messages {
                             tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
@@ -71,6 +85,7 @@ public final class NotificationPipeline: Service, Sendable {
                 }
             }
             await commitFinished()
+            consuming.store(false, ordering: .relaxed)
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
         }
@@ -82,6 +97,7 @@ public final class NotificationPipeline: Service, Sendable {
         do {
             try await source.commit(offsets)
             tracker.withLock { $0.markCommitted(offsets) }
+            metrics.recordCommit()
         } catch {
             // Not fatal: the same offsets (or later ones) are committed on the next round.
             logger.warning("offset commit failed", metadata: ["error": "\(error)"])
@@ -192,6 +208,7 @@ public final class NotificationPipeline: Service, Sendable {
                         value: unregistered.json()
                     )
                 )
+                metrics.recordUnregisteredPublished()
             }
         }
         let result = DeliveryResult(
@@ -247,6 +264,7 @@ public final class NotificationPipeline: Service, Sendable {
         try await publishReliably(
             KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(result.eventID.utf8), value: result.json())
         )
+        metrics.recordResult(result.status)
     }
 
     /// Sends the original record to push.dlq with the reason headers of the contract.
@@ -276,6 +294,7 @@ public final class NotificationPipeline: Service, Sendable {
                 headers: headers
             )
         )
+        metrics.recordDeadLetter()
     }
 
     /// Publishes, retrying with backoff until the broker acknowledges or the task is cancelled:

@@ -49,6 +49,15 @@ final class RDKafkaClient: Sendable {
             context.release()
             throw KafkaError.clientCreation(String(nulTerminated: errorText))
         }
+        if kind == .producer {
+            // Delivery reports are posted to the main queue; forwarding it to the background
+            // queue lets librdkafka's own thread run the callback, so no Swift thread polls.
+            let main = rd_kafka_queue_get_main(pointer)
+            let background = rd_kafka_queue_get_background(pointer)
+            rd_kafka_queue_forward(main, background)
+            rd_kafka_queue_destroy(main)
+            rd_kafka_queue_destroy(background)
+        }
         self.handle = Mutex(RDKafkaHandle(pointer: pointer))
         self.context = context
         self.queue = DispatchQueue(label: "herald.rdkafka.\(kind)")

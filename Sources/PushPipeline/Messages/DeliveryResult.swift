@@ -2,7 +2,7 @@ public import APNSCore
 
 /// One push.results message: the outcome for one device (or one user without devices).
 public struct DeliveryResult: Sendable, Hashable {
-    public enum Status: String, Sendable, Hashable {
+    public enum Status: String, Sendable, Hashable, CaseIterable {
         case delivered
         case unregistered
         case rejected

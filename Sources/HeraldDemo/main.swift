@@ -1,0 +1,141 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import KafkaTransport
+import Logging
+
+/// The demo's client side: makes a provider key, registers sample devices, publishes sample
+/// events and prints what Herald reported on its result topics.
+@main
+struct HeraldDemo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald-demo",
+        abstract: "Drives the Herald demo (see scripts/demo.sh).",
+        subcommands: [MakeKey.self, Publish.self]
+    )
+}
+
+struct MakeKey: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Write a new ES256 provider key as a .p8 (PKCS#8 PEM) file.")
+
+    @Argument(help: "Where to write the key.") var path: String
+
+    func run() throws {
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+}
+
+struct Publish: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Register sample devices, publish sample events and summarise Herald's results."
+    )
+
+    @Option(help: "Kafka bootstrap servers.") var brokers: String
+    @Option(help: "The app's bundle ID.") var bundleID = "com.example.shop"
+    @Option(help: "How many notification events to publish.") var events = 20
+    @Option(help: "A device token the mock APNs reports as unregistered (410).") var unregisteredToken: String
+    @Option(help: "Seconds to wait for all results.") var timeout = 90
+
+    func run() async throws {
+        var logger = Logger(label: "herald-demo")
+        logger.logLevel = .error
+        let kafka = KafkaConfiguration(
+            bootstrapServers: brokers,
+            properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"]
+        )
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+
+        // alice: an iPhone (production) and an iPad (sandbox); bob: one iPhone whose app was
+        // deleted (APNs answers 410); carol: no device at all.
+        let devices: [(user: String, token: String, environment: String)] = [
+            ("alice", Self.token(seed: 1), "production"),
+            ("alice", Self.token(seed: 2), "sandbox"),
+            ("bob", unregisteredToken, "production"),
+        ]
+        for device in devices {
+            try await producer.send(
+                KafkaOutgoingMessage(
+                    topic: "push.tokens",
+                    key: Array(device.token.utf8),
+                    value: Self.json([
+                        "action": "register", "user_id": device.user, "token": device.token, "topic": bundleID,
+                        "environment": device.environment, "timestamp": "2026-11-01T09:00:00Z",
+                    ])
+                )
+            )
+        }
+        print("registered \(devices.count) devices for alice and bob; carol has none")
+        // Registrations and events travel on different topics: give Herald a moment to store them.
+        try await Task.sleep(for: .seconds(3))
+
+        for index in 1...events {
+            try await producer.send(
+                KafkaOutgoingMessage(
+                    topic: "push.requests",
+                    key: Array("order-\(index)".utf8),
+                    value: Self.json([
+                        "id": "order-\(index)-shipped", "user_ids": ["alice", "bob", "carol"], "topic": bundleID,
+                        "collapse_id": "order-\(index)",
+                        "payload": ["aps": ["alert": ["title": "Shipped", "body": "Order \(index) is on its way"]]],
+                    ])
+                )
+            )
+        }
+        try await producer.send(
+            KafkaOutgoingMessage(topic: "push.requests", key: Array("broken".utf8), value: Array("{this is not json".utf8))
+        )
+        print("published \(events) events for alice, bob and carol, and 1 malformed message")
+
+        let reader = try KafkaConsumer(
+            configuration: kafka,
+            groupID: "herald-demo-\(UUID().uuidString)",
+            topics: ["push.results", "push.unregistered", "push.dlq"],
+            logger: logger
+        )
+        // alice has 2 devices, bob 1 (unregistered after the first 410), carol 0: 4 results per event.
+        let expectedResults = events * 4
+        var records: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while ContinuousClock.now < deadline,
+            records.filter({ $0.topic == "push.results" }).count < expectedResults
+                || !records.contains(where: { $0.topic == "push.dlq" })
+        {
+            records += try await reader.poll(maxMessages: 1000, timeout: .milliseconds(250))
+        }
+        Self.printSummary(records: records, expectedResults: expectedResults)
+    }
+
+    static func printSummary(records: [KafkaMessage], expectedResults: Int) {
+        let results = records.filter { $0.topic == "push.results" }.compactMap { record -> [String: Any]? in
+            record.value.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+        }
+        print("\n== Herald results (push.results: \(results.count) of \(expectedResults) expected)")
+        var byUserAndStatus: [String: Int] = [:]
+        for result in results {
+            let key = "\(result["user_id"] as? String ?? "?")\t\(result["status"] as? String ?? "?")"
+            byUserAndStatus[key, default: 0] += 1
+        }
+        print("user\tstatus\tcount")
+        for (key, count) in byUserAndStatus.sorted(by: { $0.key < $1.key }) {
+            print("\(key)\t\(count)")
+        }
+        let latencies = results.compactMap { $0["latency_ms"] as? Int }.sorted()
+        if !latencies.isEmpty {
+            print("latency_ms: median \(latencies[latencies.count / 2]), max \(latencies.last!)")
+        }
+        let unregistered = records.filter { $0.topic == "push.unregistered" }.count
+        print("push.unregistered events: \(unregistered)")
+        for deadLetter in records.filter({ $0.topic == "push.dlq" }) {
+            let error = deadLetter.headers.first { $0.key == "herald-error" }?.value.map { String(decoding: $0, as: UTF8.self) }
+            print("push.dlq: herald-error=\(error ?? "?")")
+        }
+    }
+
+    static func token(seed: UInt8) -> String {
+        String(repeating: String(format: "%02x", seed), count: 32)
+    }
+
+    static func json(_ object: [String: Any]) -> [UInt8] {
+        Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data())
+    }
+}

@@ -1,0 +1,80 @@
+public import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+public import ServiceLifecycle
+
+/// Serves `/health/live`, `/health/ready` and `/metrics` over HTTP/1.1 on HERALD_HTTP_PORT.
+public final class HealthServer: Service, Sendable {
+    private let host: String
+    private let port: Int
+    private let readiness: @Sendable () async -> Bool
+    private let metrics: @Sendable () -> String
+    private let logger: Logger
+
+    /// - Parameters:
+    ///   - readiness: whether Herald can do its job now (database, consumer, APNs).
+    ///   - metrics: the Prometheus text exposition.
+    public init(
+        host: String = "0.0.0.0",
+        port: Int,
+        readiness: @escaping @Sendable () async -> Bool,
+        metrics: @escaping @Sendable () -> String,
+        logger: Logger
+    ) {
+        self.host = host
+        self.port = port
+        self.readiness = readiness
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                        wrappingChannelSynchronously: channel
+                    )
+                }
+            }
+        logger.info("health and metrics endpoint listening", metadata: ["http.port": "\(port)"])
+        try await withGracefulShutdownHandler {
+            try await withThrowingDiscardingTaskGroup { group in
+                try await server.executeThenClose { connections in
+                    for try await connection in connections {
+                        group.addTask { await self.serve(connection) }
+                    }
+                }
+            }
+        } onGracefulShutdown: {
+            server.channel.close(promise: nil)
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        try? await connection.executeThenClose { inbound, outbound in
+            for try await part in inbound {
+                guard case .head(let request) = part else { continue }
+                let (status, body) = await answer(path: request.uri)
+                var headers = HTTPHeaders()
+                headers.add(name: "content-type", value: "text/plain; version=0.0.4; charset=utf-8")
+                headers.add(name: "content-length", value: String(body.utf8.count))
+                try await outbound.write(.head(HTTPResponseHead(version: request.version, status: status, headers: headers)))
+                try await outbound.write(.body(.byteBuffer(ByteBuffer(string: body))))
+                try await outbound.write(.end(nil))
+            }
+        }
+    }
+
+    private func answer(path: String) async -> (HTTPResponseStatus, String) {
+        switch path.split(separator: "?").first.map(String.init) ?? path {
+        case "/health/live": (.ok, "live\n")
+        case "/health/ready": await readiness() ? (.ok, "ready\n") : (.serviceUnavailable, "not ready\n")
+        case "/metrics": (.ok, metrics())
+        default: (.notFound, "not found\n")
+        }
+    }
+}

@@ -1,0 +1,116 @@
+public import APNSHTTP2
+public import DeviceTokenStore
+import Foundation
+import KafkaTransport
+public import Logging
+import NIOPosix
+import NIOSSL
+import PostgresNIO
+import PushPipeline
+public import ServiceLifecycle
+import UnixSignals
+
+/// Builds Herald's services from a configuration: the wiring `herald run` and the tests share.
+public enum HeraldApplication {
+    /// Applies the schema migrations and returns.
+    public static func migrate(configuration: HeraldConfiguration, logger: Logger) async throws {
+        try await withTokenStore(postgresURL: configuration.postgresURL, logger: logger) { store in
+            try await store.migrate()
+        }
+    }
+
+    /// Runs `body` with a registry connected to `postgresURL`, for one-off work outside the service.
+    public static func withTokenStore<Result: Sendable>(
+        postgresURL: PostgresURL,
+        logger: Logger,
+        _ body: (PostgresDeviceTokenStore) async throws -> Result
+    ) async throws -> Result {
+        let client = PostgresClient(configuration: postgresConfiguration(postgresURL), backgroundLogger: logger)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            return try await body(PostgresDeviceTokenStore(client: client, logger: logger))
+        }
+    }
+
+    /// Runs Herald until SIGTERM or SIGINT: migrations first when configured, then the services.
+    public static func run(configuration: HeraldConfiguration, logger: Logger) async throws {
+        if configuration.migrateOnStart {
+            try await migrate(configuration: configuration, logger: logger)
+        }
+        try await makeServiceGroup(configuration: configuration, logger: logger).run()
+    }
+
+    /// The services in dependency order; the group shuts them down in reverse, so the pipeline
+    /// drains before the consumer leaves the group and the producer flushes.
+    public static func makeServiceGroup(
+        configuration: HeraldConfiguration,
+        apnsOverride: APNSClientConfiguration? = nil,
+        logger: Logger
+    ) throws -> ServiceGroup {
+        guard let apnsConfiguration = apnsOverride ?? configuration.apns else {
+            throw ConfigurationError(
+                "no APNs credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID (or HERALD_APNS_CERT_PATH)"
+            )
+        }
+        let postgres = PostgresClient(
+            configuration: postgresConfiguration(configuration.postgresURL),
+            backgroundLogger: logger
+        )
+        let store = PostgresDeviceTokenStore(client: postgres, logger: logger)
+        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, logger: logger)
+        let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
+        let topics = configuration.pipeline.topics
+        let consumer = try KafkaConsumer(
+            configuration: configuration.kafka,
+            groupID: configuration.consumerGroup,
+            topics: [topics.requests, topics.tokens],
+            logger: logger
+        )
+        let pipeline = NotificationPipeline(
+            configuration: configuration.pipeline,
+            source: consumer,
+            publisher: producer,
+            store: store,
+            apns: apns,
+            logger: logger
+        )
+        let health = HealthServer(
+            port: configuration.httpPort,
+            readiness: {
+                guard pipeline.isConsuming else { return false }
+                return (try? await postgres.query("SELECT 1", logger: logger)) != nil
+            },
+            metrics: { pipeline.metrics.prometheusText() },
+            logger: logger
+        )
+        var groupConfiguration = ServiceGroupConfiguration(
+                services: [
+                    .init(service: postgres),
+                    .init(service: apns),
+                    .init(service: producer),
+                    .init(service: consumer),
+                    .init(service: pipeline),
+                    .init(service: health),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                cancellationSignals: [],
+                logger: logger
+            )
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+        return ServiceGroup(configuration: groupConfiguration)
+    }
+
+    static func postgresConfiguration(_ url: PostgresURL) -> PostgresClient.Configuration {
+        var configuration = PostgresClient.Configuration(
+            host: url.host,
+            port: url.port,
+            username: url.username,
+            password: url.password,
+            database: url.database,
+            tls: url.requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
+        )
+        configuration.options.maximumConnections = 20
+        return configuration
+    }
+}

@@ -1,0 +1,221 @@
+public import APNSHTTP2
+import APNSCore
+import Foundation
+public import KafkaTransport
+public import Logging
+public import PushPipeline
+
+/// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4).
+public struct HeraldConfiguration: Sendable {
+    public var kafka: KafkaConfiguration
+    public var consumerGroup: String
+    public var pipeline: PipelineConfiguration
+    public var postgresURL: PostgresURL
+    /// nil when no APNs credential is configured (only `herald migrate` can run then).
+    public var apns: APNSClientConfiguration?
+    public var shutdownGracePeriod: Duration
+    public var httpPort: Int
+    public var logLevel: Logger.Level
+    public var logFormat: LogFormat
+    /// Whether `herald run` applies migrations before it starts consuming.
+    public var migrateOnStart: Bool
+
+    public enum LogFormat: String, Sendable {
+        case json
+        case text
+    }
+
+    /// Reads the configuration. A value in `environment` wins over the same key in the file
+    /// named by HERALD_CONFIG_FILE (lines `KEY=VALUE`, `#` comments).
+    public init(environment: [String: String]) throws(ConfigurationError) {
+        var values = environment
+        if let path = environment["HERALD_CONFIG_FILE"] {
+            for (key, value) in try Self.readConfigFile(path) where values[key] == nil {
+                values[key] = value
+            }
+        }
+        let reader = ValueReader(values: values)
+
+        kafka = KafkaConfiguration(
+            bootstrapServers: reader["HERALD_KAFKA_BROKERS"] ?? "127.0.0.1:9092",
+            properties: Self.librdkafkaProperties(values)
+        )
+        consumerGroup = reader["HERALD_KAFKA_GROUP"] ?? "herald"
+
+        var pipeline = PipelineConfiguration()
+        pipeline.topics.requests = reader["HERALD_TOPIC_REQUESTS"] ?? pipeline.topics.requests
+        pipeline.topics.tokens = reader["HERALD_TOPIC_TOKENS"] ?? pipeline.topics.tokens
+        pipeline.topics.results = reader["HERALD_TOPIC_RESULTS"] ?? pipeline.topics.results
+        pipeline.topics.unregistered = reader["HERALD_TOPIC_UNREGISTERED"] ?? pipeline.topics.unregistered
+        pipeline.topics.deadLetters = reader["HERALD_TOPIC_DLQ"] ?? pipeline.topics.deadLetters
+        pipeline.retry = RetryPolicy(
+            maxAttempts: try reader.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
+            deliveryDeadline: .seconds(try reader.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
+        )
+        self.pipeline = pipeline
+
+        postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
+        apns = try Self.apnsConfiguration(reader)
+        shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
+        httpPort = try reader.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
+        let levelText = reader["HERALD_LOG_LEVEL"] ?? "info"
+        guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
+            throw ConfigurationError("HERALD_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        logLevel = level
+        guard let format = LogFormat(rawValue: (reader["HERALD_LOG_FORMAT"] ?? "json").lowercased()) else {
+            throw ConfigurationError("HERALD_LOG_FORMAT must be json or text")
+        }
+        logFormat = format
+        migrateOnStart = try reader.boolean("HERALD_MIGRATE_ON_START", default: false)
+    }
+
+    /// Variables that map to librdkafka properties: HERALD_KAFKA_SESSION_TIMEOUT_MS →
+    /// session.timeout.ms. BROKERS and GROUP have their own meaning.
+    static func librdkafkaProperties(_ values: [String: String]) -> [String: String] {
+        let prefix = "HERALD_KAFKA_"
+        var properties: [String: String] = [:]
+        for (key, value) in values where key.hasPrefix(prefix) {
+            let name = key.dropFirst(prefix.count)
+            guard name != "BROKERS", name != "GROUP", !name.isEmpty else { continue }
+            properties[name.lowercased().replacingOccurrences(of: "_", with: ".")] = value
+        }
+        return properties
+    }
+
+    private static func apnsConfiguration(_ reader: ValueReader) throws(ConfigurationError) -> APNSClientConfiguration? {
+        let authentication: APNSClientConfiguration.Authentication
+        if let keyPath = reader["HERALD_APNS_KEY_PATH"] {
+            guard let keyID = reader["HERALD_APNS_KEY_ID"], let teamID = reader["HERALD_APNS_TEAM_ID"] else {
+                throw ConfigurationError("HERALD_APNS_KEY_PATH needs HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID")
+            }
+            let pem: String
+            do {
+                pem = try String(contentsOfFile: keyPath, encoding: .utf8)
+            } catch {
+                throw ConfigurationError("cannot read the APNs key HERALD_APNS_KEY_PATH=\(keyPath)")
+            }
+            do {
+                authentication = .token(try ProviderTokenCredentials(keyID: keyID, teamID: teamID, p8PEM: pem))
+            } catch {
+                throw ConfigurationError("HERALD_APNS_KEY_PATH=\(keyPath) is not a PKCS#8 P-256 (.p8) key")
+            }
+        } else if let certificatePath = reader["HERALD_APNS_CERT_PATH"] {
+            guard FileManager.default.isReadableFile(atPath: certificatePath) else {
+                throw ConfigurationError("cannot read the APNs certificate HERALD_APNS_CERT_PATH=\(certificatePath)")
+            }
+            authentication = .certificate(pkcs12Path: certificatePath, password: reader["HERALD_APNS_CERT_PASSWORD"])
+        } else {
+            return nil
+        }
+        var configuration = APNSClientConfiguration(authentication: authentication)
+        do {
+            if let url = reader["HERALD_APNS_PRODUCTION_URL"] {
+                configuration.production = try .init(url: url)
+            }
+            if let url = reader["HERALD_APNS_SANDBOX_URL"] {
+                configuration.sandbox = try .init(url: url)
+            }
+        } catch {
+            throw ConfigurationError("\(error)")
+        }
+        if let caPath = reader["HERALD_APNS_CA_PATH"] {
+            guard FileManager.default.isReadableFile(atPath: caPath) else {
+                throw ConfigurationError("cannot read HERALD_APNS_CA_PATH=\(caPath)")
+            }
+            configuration.additionalTrustRootsPEMPath = caPath
+        }
+        if reader["HERALD_APNS_CONNECTIONS"] != nil {
+            configuration.connectionsPerEndpoint = try reader.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
+        }
+        return configuration
+    }
+
+    private static func readConfigFile(_ path: String) throws(ConfigurationError) -> [String: String] {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigurationError("cannot read HERALD_CONFIG_FILE=\(path)")
+        }
+        var values: [String: String] = [:]
+        for line in text.split(whereSeparator: \.isNewline) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty, !trimmed.hasPrefix("#") else { continue }
+            guard let equals = trimmed.firstIndex(of: "=") else {
+                throw ConfigurationError("HERALD_CONFIG_FILE=\(path): expected KEY=VALUE lines")
+            }
+            values[String(trimmed[..<equals])] = String(trimmed[trimmed.index(after: equals)...])
+        }
+        return values
+    }
+}
+
+/// A configuration problem, worded as the one line `herald` prints before exiting with code 2.
+public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+
+    public init(_ message: String) {
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// Reads typed values; empty strings count as unset.
+private struct ValueReader {
+    let values: [String: String]
+
+    subscript(key: String) -> String? {
+        guard let value = values[key], !value.isEmpty else { return nil }
+        return value
+    }
+
+    func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        guard let text = self[key] else { return defaultValue }
+        guard let value = Int(text), range.contains(value) else {
+            throw ConfigurationError("\(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return value
+    }
+
+    func boolean(_ key: String, default defaultValue: Bool) throws(ConfigurationError) -> Bool {
+        guard let text = self[key]?.lowercased() else { return defaultValue }
+        switch text {
+        case "1", "true", "yes": return true
+        case "0", "false", "no": return false
+        default: throw ConfigurationError("\(key) must be true or false")
+        }
+    }
+}
+
+/// `postgres://user:password@host:port/database`, split into what postgres-nio needs.
+public struct PostgresURL: Sendable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    /// `?sslmode=disable`: connect without TLS (local and test servers). Otherwise TLS is used
+    /// when the server offers it.
+    public var requiresNoTLS: Bool
+
+    public init(_ text: String) throws(ConfigurationError) {
+        guard let components = URLComponents(string: text),
+            components.scheme == "postgres" || components.scheme == "postgresql",
+            let host = components.host, !host.isEmpty
+        else {
+            throw ConfigurationError("HERALD_POSTGRES_URL must look like postgres://user:pass@host:port/db")
+        }
+        self.host = host
+        self.port = components.port ?? 5432
+        self.username = components.user ?? "postgres"
+        self.password = components.password
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        self.database = path.isEmpty ? "herald" : path
+        self.requiresNoTLS = components.queryItems?.contains { $0.name == "sslmode" && $0.value == "disable" } ?? false
+    }
+
+    /// The URL without its password, for logs.
+    public var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
+}

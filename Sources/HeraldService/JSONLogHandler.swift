@@ -1,0 +1,75 @@
+import Foundation
+public import Logging
+
+/// One JSON object per line on standard error: `ts`, `level`, `msg`, `label`, then metadata.
+public struct JSONLogHandler: LogHandler {
+    public var logLevel: Logger.Level
+    public var metadata: Logger.Metadata = [:]
+    private let label: String
+
+    public init(label: String, level: Logger.Level) {
+        self.label = label
+        self.logLevel = level
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var object: [(String, String)] = [
+            ("ts", Self.timestamp()),
+            ("level", event.level.rawValue),
+            ("msg", "\(event.message)"),
+            ("label", label),
+        ]
+        let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
+        for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
+            object.append((key, "\(value)"))
+        }
+        var line = "{"
+        for (index, (key, value)) in object.enumerated() {
+            if index > 0 { line += "," }
+            line += Self.quoted(key) + ":" + Self.quoted(value)
+        }
+        line += "}\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    private static func timestamp() -> String {
+        Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+    }
+
+    private static func quoted(_ text: String) -> String {
+        var result = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where scalar.value < 0x20: result += String(format: "\\u%04x", scalar.value)
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result + "\""
+    }
+}
+
+extension HeraldConfiguration {
+    /// Installs the configured log format and level for the whole process.
+    public func bootstrapLogging() {
+        let level = logLevel
+        switch logFormat {
+        case .json: LoggingSystem.bootstrap { JSONLogHandler(label: $0, level: level) }
+        case .text:
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Crypto
+import Foundation
+import KafkaTransport
+import Logging
+import MockAPNS
+import ServiceLifecycle
+
+/// Where the real services of the integration tests are: `scripts/services.sh start` writes
+/// these variables and the test command exports them.
+enum TestEnvironment {
+    static let brokers = variable("HERALD_KAFKA_BROKERS")
+    static let postgresURL = variable("HERALD_POSTGRES_URL")
+    static let tansuBinary = variable("HERALD_TANSU_BIN")
+    static let tansuURL = variable("HERALD_TANSU_URL")
+
+    private static func variable(_ name: String) -> String {
+        guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
+            fatalError("\(name) is not set: run the tests through scripts/test.sh, which starts the services")
+        }
+        return value
+    }
+
+    /// Librdkafka settings for Tansu: its first group join waits half of session.timeout.ms.
+    static let kafkaProperties = ["session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"]
+
+    static var kafka: KafkaConfiguration {
+        KafkaConfiguration(bootstrapServers: brokers, properties: kafkaProperties)
+    }
+
+    /// Creates a topic with Tansu's own CLI (Herald never creates topics).
+    static func createTopic(_ name: String, partitions: Int = 3) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tansuBinary)
+        process.arguments = ["topic", "create", name, "--broker", tansuURL, "--partitions", String(partitions)]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw TestFailure("tansu topic create \(name) exited with \(process.terminationStatus)")
+        }
+    }
+
+    static func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("herald-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Unique topic names for one test, created on the broker.
+struct TestTopics {
+    let requests: String
+    let tokens: String
+    let results: String
+    let unregistered: String
+    let deadLetters: String
+
+    init(partitions: Int = 3) throws {
+        let prefix = "t\(UUID().uuidString.prefix(8).lowercased())"
+        requests = "\(prefix).push.requests"
+        tokens = "\(prefix).push.tokens"
+        results = "\(prefix).push.results"
+        unregistered = "\(prefix).push.unregistered"
+        deadLetters = "\(prefix).push.dlq"
+        for topic in [requests, tokens, results, unregistered, deadLetters] {
+            try TestEnvironment.createTopic(topic, partitions: partitions)
+        }
+    }
+
+    /// The HERALD_TOPIC_* variables that point Herald at these topics.
+    var environment: [String: String] {
+        [
+            "HERALD_TOPIC_REQUESTS": requests,
+            "HERALD_TOPIC_TOKENS": tokens,
+            "HERALD_TOPIC_RESULTS": results,
+            "HERALD_TOPIC_UNREGISTERED": unregistered,
+            "HERALD_TOPIC_DLQ": deadLetters,
+        ]
+    }
+}
+
+/// A provider key as Apple issues it, written as a `.p8` file, and the mock's public half.
+struct TestProviderKey {
+    let keyID = "KEY1234567"
+    let teamID = "TEAM123456"
+    let privateKey = P256.Signing.PrivateKey()
+    let path: String
+
+    init(directory: URL) throws {
+        path = directory.appendingPathComponent("AuthKey.p8").path
+        try privateKey.pemRepresentation.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+}
+
+/// Reads every record of some topics with a fresh consumer group until a condition holds.
+struct TopicReader {
+    let consumer: KafkaConsumer
+
+    init(topics: [String]) throws {
+        consumer = try KafkaConsumer(
+            configuration: TestEnvironment.kafka,
+            groupID: "reader-\(UUID().uuidString)",
+            topics: topics,
+            logger: Logger(label: "test.reader")
+        )
+    }
+
+    /// Polls until `done(records so far)` is true or `timeout` passes; returns all records read.
+    func read(
+        timeout: Duration,
+        until done: ([KafkaMessage]) -> Bool
+    ) async throws -> [KafkaMessage] {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        var records: [KafkaMessage] = []
+        while clock.now < deadline, !done(records) {
+            records += try await consumer.poll(maxMessages: 1000, timeout: .milliseconds(200))
+        }
+        return records
+    }
+}
+
+extension KafkaMessage {
+    /// The value parsed as a JSON object.
+    var json: [String: Any]? {
+        guard let value else { return nil }
+        return (try? JSONSerialization.jsonObject(with: Data(value))) as? [String: Any]
+    }
+
+    func header(_ key: String) -> String? {
+        headers.first { $0.key == key }?.value.map { String(decoding: $0, as: UTF8.self) }
+    }
+}
+
+/// Runs `body` with services running in the background, then shuts them down gracefully.
+func withRunningServices<Result: Sendable>(
+    _ group: ServiceGroup,
+    _ body: () async throws -> Result
+) async throws -> Result {
+    try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        do {
+            let result = try await body()
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+            return result
+        } catch {
+            await group.triggerGracefulShutdown()
+            try? await tasks.waitForAll()
+            throw error
+        }
+    }
+}

@@ -1,0 +1,149 @@
+import APNSCore
+import DeviceTokenStore
+import Foundation
+import KafkaTransport
+import PushPipeline
+import Synchronization
+
+/// Hands out a fixed list of messages once and records commits.
+final class FakeSource: MessageSource {
+    private let pending: Mutex<[KafkaMessage]>
+    private let commits = Mutex<[[KafkaTopicPartition: Int64]]>([])
+
+    init(_ messages: [KafkaMessage]) {
+        pending = Mutex(messages)
+    }
+
+    func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
+        let batch = pending.withLock { messages in
+            let batch = Array(messages.prefix(maxMessages))
+            messages.removeFirst(batch.count)
+            return batch
+        }
+        if batch.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+        return batch
+    }
+
+    func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
+        commits.withLock { $0.append(offsets) }
+    }
+
+    /// The last committed offset per partition.
+    var committed: [KafkaTopicPartition: Int64] {
+        commits.withLock { $0.reduce(into: [:]) { merged, commit in merged.merge(commit) { _, new in new } } }
+    }
+}
+
+/// Records what was published; can refuse the first sends to exercise retries.
+final class FakePublisher: MessagePublisher {
+    private let sent = Mutex<[KafkaOutgoingMessage]>([])
+    private let failuresLeft: Atomic<Int>
+
+    init(failFirst failures: Int = 0) {
+        failuresLeft = Atomic(failures)
+    }
+
+    func send(_ message: KafkaOutgoingMessage) async throws {
+        if failuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
+            throw FakeError.unavailable
+        }
+        sent.withLock { $0.append(message) }
+    }
+
+    func messages(on topic: String) -> [KafkaOutgoingMessage] {
+        sent.withLock { $0.filter { $0.topic == topic } }
+    }
+
+    func jsonObjects(on topic: String) -> [[String: Any]] {
+        messages(on: topic).compactMap { message in
+            message.value.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+        }
+    }
+}
+
+enum FakeError: Error {
+    case unavailable
+}
+
+/// An in-memory registry following the same ordering rule as PostgreSQL's.
+final class FakeStore: DeviceTokenStore {
+    private struct Row {
+        var userID: String
+        var environment: APNSEnvironment
+        var registeredAt: Date
+        var unregisteredAt: Date?
+    }
+
+    private let rows = Mutex<[String: Row]>([:])
+    private let lookupFailuresLeft: Atomic<Int>
+
+    init(failFirstLookups failures: Int = 0) {
+        lookupFailuresLeft = Atomic(failures)
+    }
+
+    func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
+        if lookupFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
+        return rows.withLock { rows in
+            var result: [String: [DeviceToken]] = [:]
+            for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
+                let parts = key.split(separator: "|")
+                guard String(parts[0]) == topic, userIDs.contains(row.userID),
+                    environment == nil || environment == row.environment
+                else { continue }
+                result[row.userID, default: []].append(DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment))
+            }
+            return result
+        }
+    }
+
+    @discardableResult
+    func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
+        switch update.action {
+        case .register:
+            return rows.withLock { rows in
+                let key = "\(update.topic)|\(update.token)"
+                if let row = rows[key], !(update.timestamp > row.registeredAt && (row.unregisteredAt.map { update.timestamp > $0 } ?? true)) {
+                    return false
+                }
+                rows[key] = Row(userID: update.userID ?? "", environment: update.environment, registeredAt: update.timestamp)
+                return true
+            }
+        case .unregister:
+            return try await markUnregistered(topic: update.topic, token: update.token, at: update.timestamp)
+        }
+    }
+
+    func markUnregistered(topic: String, token: String, at time: Date) async throws -> Bool {
+        rows.withLock { rows in
+            let key = "\(topic)|\(token)"
+            guard var row = rows[key], time > row.registeredAt, row.unregisteredAt.map({ time > $0 }) ?? true else { return false }
+            row.unregisteredAt = time
+            rows[key] = row
+            return true
+        }
+    }
+}
+
+/// Answers from a script per token and records every request.
+final class FakeAPNS: APNSClientProtocol {
+    private let scripts: Mutex<[String: [APNSResponse]]>
+    private let requests = Mutex<[(APNSRequest, APNSEnvironment)]>([])
+
+    /// `scripts[token]` is the sequence of answers; after it runs out, 200.
+    init(scripts: [String: [APNSResponse]] = [:]) {
+        self.scripts = Mutex(scripts)
+    }
+
+    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
+        requests.withLock { $0.append((request, environment)) }
+        let scripted = scripts.withLock { scripts -> APNSResponse? in
+            guard var answers = scripts[request.deviceToken], !answers.isEmpty else { return nil }
+            let answer = answers.removeFirst()
+            scripts[request.deviceToken] = answers
+            return answer
+        }
+        return scripted ?? APNSResponse(status: 200, apnsID: request.apnsID)
+    }
+
+    var sent: [(APNSRequest, APNSEnvironment)] { requests.withLock { $0 } }
+}

@@ -1,0 +1,174 @@
+import APNSCore
+import DeviceTokenStore
+import Foundation
+import KafkaTransport
+import Logging
+import PushPipeline
+import ServiceLifecycle
+import ServiceLifecycleTestKit
+import Testing
+
+@Suite(.timeLimit(.minutes(1)))
+struct NotificationPipelineTests {
+    static let alicePhone = String(repeating: "a1", count: 32)
+    static let alicePad = String(repeating: "a2", count: 32)
+    static let bobPhone = String(repeating: "b1", count: 32)
+
+    static func request(_ offset: Int64, _ json: String, partition: Int32 = 0) -> KafkaMessage {
+        KafkaMessage(topic: "push.requests", partition: partition, offset: offset, key: Array("k".utf8), value: Array(json.utf8))
+    }
+
+    static func event(_ id: String, users: [String] = ["alice", "bob", "carol"]) -> String {
+        let list = users.map { "\"\($0)\"" }.joined(separator: ",")
+        return #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
+    }
+
+    static func registeredStore(failFirstLookups: Int = 0) async throws -> FakeStore {
+        let store = FakeStore(failFirstLookups: failFirstLookups)
+        let registered = Date(timeIntervalSince1970: 1_700_000_000)
+        for (user, token, environment) in [("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
+                                           ("bob", bobPhone, .production)] {
+            try await store.apply(TokenRegistryUpdate(action: .register, userID: user, token: token, topic: "com.example.shop",
+                                                      environment: environment, timestamp: registered))
+        }
+        return store
+    }
+
+    /// Runs the pipeline until `done` holds, then shuts it down gracefully.
+    static func run(
+        source: FakeSource,
+        publisher: FakePublisher,
+        store: FakeStore,
+        apns: FakeAPNS,
+        until done: @escaping @Sendable () -> Bool
+    ) async throws {
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
+        configuration.commitInterval = .milliseconds(10)
+        let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
+                                            store: store, apns: apns, logger: Logger(label: "test"))
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await pipeline.run() }
+                while !done() { try await Task.sleep(for: .milliseconds(5)) }
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test func oneResultPerDeviceAndNoDevicesPerUserWithout() async throws {
+        let source = FakeSource([Self.request(0, Self.event("e1")), Self.request(1, Self.event("e2"))])
+        let publisher = FakePublisher()
+        let apns = FakeAPNS()
+        try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(), apns: apns) {
+            publisher.messages(on: "push.results").count == 8 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 2
+        }
+        let results = publisher.jsonObjects(on: "push.results")
+        #expect(results.filter { $0["status"] as? String == "delivered" }.count == 6)
+        let noDevices = results.filter { $0["status"] as? String == "no_devices" }
+        #expect(noDevices.count == 2 && noDevices.allSatisfy { $0["user_id"] as? String == "carol" && $0["token"] is NSNull })
+        #expect(apns.sent.count == 6)
+        #expect(apns.sent.filter { $0.1 == .sandbox }.map(\.0.deviceToken) == [Self.alicePad, Self.alicePad])
+        #expect(Set(apns.sent.map(\.0.apnsID)).count == 6)
+        #expect(publisher.messages(on: "push.results").allSatisfy { $0.key == Array("e1".utf8) || $0.key == Array("e2".utf8) })
+    }
+
+    @Test func retriesOn503And429ThenDeliversAndRejectsBadDeviceToken() async throws {
+        let apns = FakeAPNS(scripts: [
+            Self.alicePhone: [APNSResponse(status: 503, reason: .serviceUnavailable), APNSResponse(status: 429, reason: .tooManyRequests)],
+            Self.bobPhone: [APNSResponse(status: 400, reason: .badDeviceToken)],
+            Self.alicePad: Array(repeating: APNSResponse(status: 500, reason: .internalServerError), count: 5),
+        ])
+        let source = FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
+        let publisher = FakePublisher()
+        try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(), apns: apns) {
+            publisher.messages(on: "push.results").count == 3
+        }
+        let byToken = Dictionary(uniqueKeysWithValues: publisher.jsonObjects(on: "push.results").map { ($0["token"] as? String ?? "", $0) })
+        #expect(byToken[Self.alicePhone]?["status"] as? String == "delivered")
+        #expect(byToken[Self.alicePhone]?["attempts"] as? Int == 3)
+        #expect(byToken[Self.bobPhone]?["status"] as? String == "rejected")
+        #expect(byToken[Self.bobPhone]?["reason"] as? String == "BadDeviceToken")
+        #expect(byToken[Self.bobPhone]?["attempts"] as? Int == 1)
+        #expect(byToken[Self.alicePad]?["status"] as? String == "failed")
+        #expect(byToken[Self.alicePad]?["attempts"] as? Int == 3)
+        #expect(byToken[Self.alicePad]?["apns_status"] as? Int == 500)
+    }
+
+    @Test func unregisteredMarksTheTokenOnceAndPublishesTheEvent() async throws {
+        let apns = FakeAPNS(scripts: [Self.bobPhone: [APNSResponse(status: 410, reason: .unregistered, timestampMilliseconds: 1_800_000_000_000)]])
+        let store = try await Self.registeredStore()
+        let source = FakeSource([Self.request(0, Self.event("e1", users: ["bob"]))])
+        let publisher = FakePublisher()
+        try await Self.run(source: source, publisher: publisher, store: store, apns: apns) {
+            publisher.messages(on: "push.results").count == 1 && publisher.messages(on: "push.unregistered").count == 1
+        }
+        #expect(publisher.jsonObjects(on: "push.results").first?["status"] as? String == "unregistered")
+        let event = try #require(publisher.jsonObjects(on: "push.unregistered").first)
+        #expect(event["token"] as? String == Self.bobPhone)
+        #expect(event["unregistered_at"] as? String == "2027-01-15T08:00:00.000Z")
+        #expect(event["event_id"] as? String == "e1")
+        #expect(try await store.activeTokens(topic: "com.example.shop", userIDs: ["bob"], environment: nil).isEmpty)
+    }
+
+    @Test func badMessagesAreDeadLetteredWithHeadersAndDoNotStopTheRest() async throws {
+        let source = FakeSource([
+            Self.request(0, "{oops"),
+            Self.request(1, Self.event("e1", users: ["carol"])),
+            KafkaMessage(topic: "push.tokens", partition: 0, offset: 0, key: nil, value: Array(#"{"action":"register","user_id":"u","token":"zz","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)),
+        ])
+        let publisher = FakePublisher(failFirst: 2)
+        try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(failFirstLookups: 2), apns: FakeAPNS()) {
+            publisher.messages(on: "push.dlq").count == 2 && publisher.messages(on: "push.results").count == 1
+                && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 2
+                && source.committed[KafkaTopicPartition(topic: "push.tokens", partition: 0)] == 1
+        }
+        let deadLetters = publisher.messages(on: "push.dlq")
+        let invalidJSON = try #require(deadLetters.first { $0.value == Array("{oops".utf8) })
+        func header(_ message: KafkaOutgoingMessage, _ key: String) -> String? {
+            message.headers.first { $0.key == key }?.value.map { String(decoding: $0, as: UTF8.self) }
+        }
+        #expect(header(invalidJSON, "herald-error") == "invalid_json")
+        #expect(header(invalidJSON, "herald-source-topic") == "push.requests")
+        #expect(header(invalidJSON, "herald-source-partition") == "0")
+        #expect(header(invalidJSON, "herald-source-offset") == "0")
+        #expect(invalidJSON.key == Array("k".utf8))
+        let invalidToken = try #require(deadLetters.first { header($0, "herald-source-topic") == "push.tokens" })
+        #expect(header(invalidToken, "herald-error") == "invalid_token")
+    }
+}
+
+@Suite struct OffsetTrackerTests {
+    let partition = KafkaTopicPartition(topic: "t", partition: 0)
+
+    @Test func commitsOnlyBelowTheLowestUnfinishedOffset() {
+        var tracker = OffsetTracker()
+        for offset in 10..<15 { tracker.start(partition, offset: Int64(offset)) }
+        tracker.finish(partition, offset: 10)
+        tracker.finish(partition, offset: 12)
+        #expect(tracker.committableOffsets()[partition] == 11)
+        tracker.markCommitted([partition: 11])
+        #expect(tracker.committableOffsets().isEmpty, "nothing new to commit")
+        tracker.finish(partition, offset: 11)
+        tracker.finish(partition, offset: 13)
+        tracker.finish(partition, offset: 14)
+        #expect(tracker.committableOffsets()[partition] == 15)
+        #expect(tracker.inFlightCount == 0)
+    }
+}
+
+@Suite struct RetryPolicyTests {
+    @Test func backoffDoublesUpToTheCapWithFullJitter() {
+        let policy = RetryPolicy(initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2))
+        #expect(policy.backoffCeiling(afterAttempt: 1) == .milliseconds(100))
+        #expect(policy.backoffCeiling(afterAttempt: 2) == .milliseconds(200))
+        #expect(policy.backoffCeiling(afterAttempt: 4) == .milliseconds(800))
+        #expect(policy.backoffCeiling(afterAttempt: 6) == .seconds(2))
+        #expect(policy.backoffCeiling(afterAttempt: 60) == .seconds(2))
+        var generator = SystemRandomNumberGenerator()
+        let waits = (0..<200).map { _ in policy.backoff(afterAttempt: 3, using: &generator) }
+        #expect(waits.allSatisfy { $0 >= .zero && $0 <= .milliseconds(400) })
+        #expect(Set(waits).count > 100, "jittered, not fixed")
+    }
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite on real parts: installs what is missing, starts a throw-away PostgreSQL
+# and the Tansu broker (scripts/services.sh), builds, runs unit and integration tests, stops
+# the services again. Extra arguments go to `swift test` (e.g. --filter WalkingSkeleton).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="/opt/swift/usr/bin:$PATH"
+
+scripts/services.sh start
+trap 'scripts/services.sh stop' EXIT
+# shellcheck disable=SC1091
+source .local/run/services.env
+
+swift build --build-tests
+swift test --skip-build "$@"
