@@ -43,7 +43,7 @@ struct WalkingSkeletonTests {
             let caBundle = directory.appendingPathComponent("ca-bundle.pem").path
             let bundleText =
                 try String(contentsOfFile: directory.appendingPathComponent("production-ca.pem").path, encoding: .utf8)
-                + String(contentsOfFile: directory.appendingPathComponent("sandbox-ca.pem").path, encoding: .utf8)
+                + "\n" + String(contentsOfFile: directory.appendingPathComponent("sandbox-ca.pem").path, encoding: .utf8)
             try bundleText.write(toFile: caBundle, atomically: true, encoding: .utf8)
 
             var environment = topics.environment
