@@ -30,6 +30,24 @@ enum Migrations {
                     ON push.device_tokens (topic, user_id) WHERE unregistered_at IS NULL
                 """,
             ]
-        )
+        ),
+        Migration(
+            version: 2,
+            name: "delivery ledger",
+            sql: [
+                """
+                CREATE TABLE IF NOT EXISTS push.deliveries (
+                    event_id text NOT NULL,
+                    token text NOT NULL,
+                    user_id text NOT NULL,
+                    result text NOT NULL,
+                    unregistered_event text NULL,
+                    recorded_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (event_id, token)
+                )
+                """,
+                "CREATE INDEX IF NOT EXISTS deliveries_recorded_at ON push.deliveries (recorded_at)",
+            ]
+        ),
     ]
 }

@@ -6,8 +6,8 @@ public import PostgresNIO
 /// The registry in PostgreSQL (`push.device_tokens`), through a postgres-nio client that the
 /// caller runs as a service.
 public struct PostgresDeviceTokenStore: DeviceTokenStore {
-    private let client: PostgresClient
-    private let logger: Logger
+    let client: PostgresClient
+    let logger: Logger
 
     public init(client: PostgresClient, logger: Logger) {
         self.client = client
@@ -91,18 +91,21 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
     }
 
     public func markUnregistered(topic: String, token: String, at time: Date) async throws -> Bool {
-        let rows = try await client.query(
-            """
-            UPDATE push.device_tokens
-            SET unregistered_at = \(time), updated_at = now()
-            WHERE topic = \(topic) AND token = \(token)
-              AND \(time) > registered_at
-              AND (unregistered_at IS NULL OR \(time) > unregistered_at)
-            RETURNING 1
-            """,
-            logger: logger
-        )
-        return try await rows.collect().count > 0
+        try await client.query(Self.markUnregisteredQuery(topic: topic, token: token, at: time), logger: logger)
+            .collect().count > 0
+    }
+
+    /// Sets `unregistered_at` when `time` is later than both the registration and any earlier
+    /// unregistration (the contract's ordering rule); returns a row only when it changed.
+    static func markUnregisteredQuery(topic: String, token: String, at time: Date) -> PostgresQuery {
+        """
+        UPDATE push.device_tokens
+        SET unregistered_at = \(time), updated_at = now()
+        WHERE topic = \(topic) AND token = \(token)
+          AND \(time) > registered_at
+          AND (unregistered_at IS NULL OR \(time) > unregistered_at)
+        RETURNING 1
+        """
     }
 }
 

@@ -72,6 +72,7 @@ public enum HeraldApplication {
             source: consumer,
             publisher: producer,
             store: store,
+            ledger: store,
             apns: apns,
             logger: logger
         )

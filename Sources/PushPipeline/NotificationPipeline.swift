@@ -9,16 +9,25 @@ import Synchronization
 /// Herald's core loop: reads push.requests and push.tokens, delivers each notification to every
 /// active device of its users, publishes one result per device, dead-letters bad input, and
 /// commits a partition's offset only below messages whose results are all published.
+///
+/// Every terminal outcome is recorded in the delivery ledger before it is published, so a
+/// redelivered event republishes the recorded results instead of pushing again.
 public final class NotificationPipeline: Service, Sendable {
     private let configuration: PipelineConfiguration
     private let source: any MessageSource
     private let publisher: any MessagePublisher
     private let store: any DeviceTokenStore
+    private let ledger: any DeliveryLedger
     private let sender: NotificationSender
     private let logger: Logger
     private let tracker = Mutex(OffsetTracker())
+    /// (event, token) deliveries in progress in this process, so a duplicate event waits for the
+    /// first copy's outcome instead of pushing twice.
+    private let claimedDeliveries = Mutex(Set<String>())
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
+    private let completions: AsyncStream<Void>
+    private let completionSignal: AsyncStream<Void>.Continuation
     /// What the pipeline did so far.
     public let metrics = PipelineMetrics()
 
@@ -30,6 +39,7 @@ public final class NotificationPipeline: Service, Sendable {
         source: any MessageSource,
         publisher: any MessagePublisher,
         store: any DeviceTokenStore,
+        ledger: any DeliveryLedger,
         apns: any APNSClientProtocol,
         logger: Logger
     ) {
@@ -37,14 +47,15 @@ public final class NotificationPipeline: Service, Sendable {
         self.source = source
         self.publisher = publisher
         self.store = store
+        self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
         self.logger = logger
+        (completions, completionSignal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Consumes until graceful shutdown, then lets in-flight messages finish (the service group's
     /// grace period bounds this), commits what finished and returns.
     public func run() async throws {
-        let (completions, completionSignal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         try await withGracefulShutdownHandler {
             try await withThrowingDiscardingTaskGroup { group in
                 var completionWaiter = completions.makeAsyncIterator()
@@ -53,27 +64,19 @@ public final class NotificationPipeline: Service, Sendable {
                 while !isStopping.load(ordering: .relaxed) {
                     let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
                     if room > 0 {
-                        let messages: [KafkaMessage]
-                        do {
-                            messages = try await source.poll(
-                                maxMessages: min(room, configuration.pollBatchSize),
-                                timeout: .milliseconds(100)
-                            )
-                        } catch {
-                            consuming.store(false, ordering: .relaxed)
-                            throw error
-                        }
-                        consuming.store(true, ordering: .relaxed)
-                        metrics.recordConsumed(messages.count)
+                        let messages = try await poll(maxMessages: min(room, configuration.pollBatchSize))
                         let consumedAt = clock.now
+                        var requests: [KafkaMessage] = []
                         for message in messages {
                             tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
-                            group.addTask {
-                                if await self.process(message, consumedAt: consumedAt) {
-                                    self.tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
-                                }
-                                completionSignal.yield()
+                            if message.topic == configuration.topics.tokens {
+                                group.addTask { await self.processTokenUpdate(message) }
+                            } else {
+                                requests.append(message)
                             }
+                        }
+                        if !requests.isEmpty {
+                            group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
                         }
                     } else {
                         _ = await completionWaiter.next()
@@ -88,6 +91,19 @@ public final class NotificationPipeline: Service, Sendable {
             consuming.store(false, ordering: .relaxed)
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
+            self.completionSignal.yield()
+        }
+    }
+
+    private func poll(maxMessages: Int) async throws -> [KafkaMessage] {
+        do {
+            let messages = try await source.poll(maxMessages: maxMessages, timeout: .milliseconds(100))
+            consuming.store(true, ordering: .relaxed)
+            metrics.recordConsumed(messages.count)
+            return messages
+        } catch {
+            consuming.store(false, ordering: .relaxed)
+            throw error
         }
     }
 
@@ -104,64 +120,109 @@ public final class NotificationPipeline: Service, Sendable {
         }
     }
 
-    /// Handles one message; returns false when it was interrupted and must not be acknowledged.
-    private func process(_ message: KafkaMessage, consumedAt: ContinuousClock.Instant) async -> Bool {
+    /// Marks a message whose results are all published; its offset may now be committed.
+    private func finish(_ message: KafkaMessage) {
+        tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
+        completionSignal.yield()
+    }
+
+    private func processTokenUpdate(_ message: KafkaMessage) async {
         do {
-            if message.topic == configuration.topics.tokens {
-                try await processTokenUpdate(message)
-            } else {
-                try await processNotification(message, consumedAt: consumedAt)
+            let update: TokenRegistryUpdate
+            do {
+                update = try TokenRegistryUpdate(json: message.value)
+            } catch {
+                try await deadLetter(message, error)
+                return finish(message)
             }
-            return true
+            let applied = try await withStoreRetry { try await self.store.apply(update) }
+            logger.debug(
+                "token update",
+                metadata: [
+                    "push.token": "\(DeviceTokenText.redacted(update.token))",
+                    "push.action": "\(update.action.rawValue)",
+                    "push.applied": "\(applied)",
+                ]
+            )
+            finish(message)
         } catch {
-            return false
+            // Cancelled: left unfinished, so it is redelivered.
         }
     }
 
-    private func processTokenUpdate(_ message: KafkaMessage) async throws(CancellationError) {
-        let update: TokenRegistryUpdate
-        do {
-            update = try TokenRegistryUpdate(json: message.value)
-        } catch {
-            return try await deadLetter(message, error)
+    /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
+    /// with one query per app and one ledger query, then delivers each event.
+    private func processRequests(_ messages: [KafkaMessage], consumedAt: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { group in
+            var events: [(KafkaMessage, NotificationEvent)] = []
+            for message in messages {
+                do throws(InputRejection) {
+                    events.append((message, try NotificationEvent(json: message.value)))
+                } catch {
+                    group.addTask {
+                        if (try? await self.deadLetter(message, error)) != nil { self.finish(message) }
+                    }
+                }
+            }
+            guard !events.isEmpty, let batch = try? await resolve(events.map(\.1)) else { return }
+            for (message, event) in events {
+                group.addTask {
+                    let tokens = batch.tokens[event.topic] ?? [:]
+                    let recorded = batch.recorded[event.id] ?? [:]
+                    if (try? await self.deliver(event, tokens: tokens, recorded: recorded, consumedAt: consumedAt)) != nil {
+                        self.finish(message)
+                    }
+                }
+            }
         }
-        let applied = try await withStoreRetry { try await self.store.apply(update) }
-        logger.debug(
-            "token update",
-            metadata: [
-                "push.token": "\(DeviceTokenText.redacted(update.token))",
-                "push.action": "\(update.action.rawValue)",
-                "push.applied": "\(applied)",
-            ]
-        )
     }
 
-    private func processNotification(
-        _ message: KafkaMessage,
+    private struct ResolvedBatch: Sendable {
+        /// Active devices by app, then user.
+        var tokens: [String: [String: [DeviceToken]]] = [:]
+        /// Recorded outcomes by event, then token.
+        var recorded: [String: [String: RecordedDelivery]] = [:]
+    }
+
+    private func resolve(_ events: [NotificationEvent]) async throws(CancellationError) -> ResolvedBatch {
+        var batch = ResolvedBatch()
+        for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
+            let users = Array(Set(topicEvents.flatMap(\.userIDs)))
+            batch.tokens[topic] = try await withStoreRetry {
+                try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
+            }
+        }
+        let eventIDs = Array(Set(events.map(\.id)))
+        batch.recorded = try await withStoreRetry { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
+        return batch
+    }
+
+    /// Delivers one event to all its users' devices; returns once every result is published.
+    private func deliver(
+        _ event: NotificationEvent,
+        tokens: [String: [DeviceToken]],
+        recorded: [String: RecordedDelivery],
         consumedAt: ContinuousClock.Instant
     ) async throws(CancellationError) {
-        let event: NotificationEvent
-        do {
-            event = try NotificationEvent(json: message.value)
-        } catch {
-            return try await deadLetter(message, error)
-        }
-        let tokensByUser = try await withStoreRetry {
-            try await self.store.activeTokens(topic: event.topic, userIDs: event.userIDs, environment: event.environment)
-        }
         let finished = await withTaskGroup(of: Bool.self) { group in
             for userID in event.userIDs {
-                let devices = tokensByUser[userID] ?? []
-                if devices.isEmpty {
+                // Recorded outcomes are republished whatever the registry says now (a 410 may
+                // have unregistered the device since); only unrecorded devices are sent to.
+                let outcomes = recorded.values.filter { $0.userID == userID }
+                let devices = (tokens[userID] ?? []).filter {
+                    (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
+                }
+                if devices.isEmpty && outcomes.isEmpty {
                     group.addTask {
                         let result = self.noDevicesResult(event: event, userID: userID, consumedAt: consumedAt)
                         return (try? await self.publish(result)) != nil
                     }
                 }
+                for outcome in outcomes {
+                    group.addTask { (try? await self.republish(outcome)) != nil }
+                }
                 for device in devices {
-                    group.addTask {
-                        (try? await self.deliver(event, to: device, consumedAt: consumedAt)) != nil
-                    }
+                    group.addTask { (try? await self.deliverOnce(event, to: device, consumedAt: consumedAt)) != nil }
                 }
             }
             return await group.allSatisfy { $0 }
@@ -169,8 +230,45 @@ public final class NotificationPipeline: Service, Sendable {
         if !finished { throw CancellationError() }
     }
 
-    /// Sends to one device, records a 410, and publishes the result.
-    private func deliver(
+    /// Claims (event, token) in this process; a copy of the event already delivering it makes
+    /// this one wait and then republish that copy's recorded outcome.
+    private func deliverOnce(
+        _ event: NotificationEvent,
+        to device: DeviceToken,
+        consumedAt: ContinuousClock.Instant
+    ) async throws(CancellationError) {
+        let key = event.id + "/" + device.token
+        var waited = false
+        while !claimedDeliveries.withLock({ $0.insert(key).inserted }) {
+            waited = true
+            do { try await Task.sleep(for: .milliseconds(20)) } catch { throw CancellationError() }
+        }
+        defer { _ = claimedDeliveries.withLock { $0.remove(key) } }
+        if waited {
+            let recorded = try await withStoreRetry { try await self.ledger.recordedDeliveries(eventIDs: [event.id]) }
+            if let outcome = recorded[event.id]?[device.token] {
+                return try await republish(outcome)
+            }
+        }
+        try await send(event, to: device, consumedAt: consumedAt)
+    }
+
+    /// Publishes an outcome recorded earlier, unchanged.
+    private func republish(_ outcome: RecordedDelivery) async throws(CancellationError) {
+        if let unregistered = outcome.unregisteredEvent {
+            try await publishReliably(
+                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered)
+            )
+        }
+        try await publishReliably(
+            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(outcome.eventID.utf8), value: outcome.result)
+        )
+        metrics.recordRepublished()
+    }
+
+    /// Sends to one device, records the outcome (and a 410's registry mark) in the ledger at once,
+    /// then publishes what was recorded.
+    private func send(
         _ event: NotificationEvent,
         to device: DeviceToken,
         consumedAt: ContinuousClock.Instant
@@ -187,30 +285,6 @@ public final class NotificationPipeline: Service, Sendable {
             payload: event.payload
         )
         let outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
-        if outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            let at = Date(timeIntervalSince1970: Double(millis) / 1000)
-            let marked = try await withStoreRetry {
-                try await self.store.markUnregistered(topic: event.topic, token: device.token, at: at)
-            }
-            if marked {
-                let unregistered = UnregisteredTokenEvent(
-                    token: device.token,
-                    topic: event.topic,
-                    userID: device.userID,
-                    environment: device.environment,
-                    unregisteredAtMilliseconds: millis,
-                    eventID: event.id
-                )
-                try await publishReliably(
-                    KafkaOutgoingMessage(
-                        topic: configuration.topics.unregistered,
-                        key: Array(device.token.utf8),
-                        value: unregistered.json()
-                    )
-                )
-                metrics.recordUnregisteredPublished()
-            }
-        }
         let result = DeliveryResult(
             eventID: event.id,
             userID: device.userID,
@@ -225,6 +299,28 @@ public final class NotificationPipeline: Service, Sendable {
             latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
             completedAtMilliseconds: Self.epochMilliseconds()
         )
+        var mark: UnregisterMark?
+        var unregisteredEvent: [UInt8]?
+        if outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
+            mark = UnregisterMark(topic: event.topic, token: device.token, at: Date(timeIntervalSince1970: Double(millis) / 1000))
+            unregisteredEvent = UnregisteredTokenEvent(
+                token: device.token,
+                topic: event.topic,
+                userID: device.userID,
+                environment: device.environment,
+                unregisteredAtMilliseconds: millis,
+                eventID: event.id
+            ).json()
+        }
+        let delivery = RecordedDelivery(
+            eventID: event.id,
+            token: device.token,
+            userID: device.userID,
+            result: result.json(),
+            unregisteredEvent: unregisteredEvent
+        )
+        let registryMark = mark
+        let recorded = try await withStoreRetry { try await self.ledger.record(delivery, marking: registryMark) }
         if outcome.status != .delivered {
             logger.info(
                 "notification not delivered",
@@ -236,7 +332,16 @@ public final class NotificationPipeline: Service, Sendable {
                 ]
             )
         }
-        try await publish(result)
+        if let unregistered = recorded.unregisteredEvent {
+            try await publishReliably(
+                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(device.token.utf8), value: unregistered)
+            )
+            metrics.recordUnregisteredPublished()
+        }
+        try await publishReliably(
+            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(event.id.utf8), value: recorded.result)
+        )
+        metrics.recordResult(outcome.status)
     }
 
     private func noDevicesResult(

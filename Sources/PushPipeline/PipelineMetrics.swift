@@ -6,6 +6,7 @@ public final class PipelineMetrics: Sendable {
     private let deadLettered = Atomic<Int>(0)
     private let unregisteredPublished = Atomic<Int>(0)
     private let commits = Atomic<Int>(0)
+    private let republished = Atomic<Int>(0)
     private let results = Mutex<[DeliveryResult.Status: Int]>([:])
 
     public init() {}
@@ -14,6 +15,7 @@ public final class PipelineMetrics: Sendable {
     func recordDeadLetter() { deadLettered.add(1, ordering: .relaxed) }
     func recordUnregisteredPublished() { unregisteredPublished.add(1, ordering: .relaxed) }
     func recordCommit() { commits.add(1, ordering: .relaxed) }
+    func recordRepublished() { republished.add(1, ordering: .relaxed) }
     func recordResult(_ status: DeliveryResult.Status) { results.withLock { $0[status, default: 0] += 1 } }
 
     /// Results published so far with `status`.
@@ -35,6 +37,8 @@ public final class PipelineMetrics: Sendable {
             "herald_unregistered_published_total \(unregisteredPublished.load(ordering: .relaxed))",
             "# TYPE herald_offset_commits_total counter",
             "herald_offset_commits_total \(commits.load(ordering: .relaxed))",
+            "# TYPE herald_results_republished_total counter",
+            "herald_results_republished_total \(republished.load(ordering: .relaxed))",
             "# TYPE herald_results_total counter",
         ]
         for status in DeliveryResult.Status.allCases {

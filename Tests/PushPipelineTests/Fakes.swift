@@ -65,8 +65,8 @@ enum FakeError: Error {
     case unavailable
 }
 
-/// An in-memory registry following the same ordering rule as PostgreSQL's.
-final class FakeStore: DeviceTokenStore {
+/// An in-memory registry and ledger following the same rules as PostgreSQL's.
+final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private struct Row {
         var userID: String
         var environment: APNSEnvironment
@@ -75,6 +75,7 @@ final class FakeStore: DeviceTokenStore {
     }
 
     private let rows = Mutex<[String: Row]>([:])
+    private let deliveries = Mutex<[String: RecordedDelivery]>([:])
     private let lookupFailuresLeft: Atomic<Int>
 
     init(failFirstLookups failures: Int = 0) {
@@ -122,6 +123,38 @@ final class FakeStore: DeviceTokenStore {
             return true
         }
     }
+}
+
+extension FakeStore {
+    func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
+        deliveries.withLock { deliveries in
+            var result: [String: [String: RecordedDelivery]] = [:]
+            for delivery in deliveries.values where eventIDs.contains(delivery.eventID) {
+                result[delivery.eventID, default: [:]][delivery.token] = delivery
+            }
+            return result
+        }
+    }
+
+    func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery {
+        var stored = delivery
+        if let mark {
+            let marked = try await markUnregistered(topic: mark.topic, token: mark.token, at: mark.at)
+            if !marked { stored.unregisteredEvent = nil }
+        }
+        return deliveries.withLock { deliveries in
+            let key = delivery.eventID + "/" + delivery.token
+            if let existing = deliveries[key] { return existing }
+            deliveries[key] = stored
+            return stored
+        }
+    }
+
+    func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
+        0
+    }
+
+    var recordedCount: Int { deliveries.withLock { $0.count } }
 }
 
 /// Answers from a script per token and records every request.

@@ -46,7 +46,7 @@ struct NotificationPipelineTests {
         configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
         configuration.commitInterval = .milliseconds(10)
         let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
-                                            store: store, apns: apns, logger: Logger(label: "test"))
+                                            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }
@@ -72,6 +72,27 @@ struct NotificationPipelineTests {
         #expect(apns.sent.filter { $0.1 == .sandbox }.map(\.0.deviceToken) == [Self.alicePad, Self.alicePad])
         #expect(Set(apns.sent.map(\.0.apnsID)).count == 6)
         #expect(publisher.messages(on: "push.results").allSatisfy { $0.key == Array("e1".utf8) || $0.key == Array("e2".utf8) })
+    }
+
+    @Test func redeliveredAndDuplicatedEventsRepublishTheRecordedOutcomeWithoutPushingAgain() async throws {
+        let store = try await Self.registeredStore()
+        let apns = FakeAPNS(scripts: [Self.bobPhone: [APNSResponse(status: 410, reason: .unregistered, timestampMilliseconds: 1_800_000_000_000)]])
+        let first = FakePublisher()
+        try await Self.run(source: FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))]), publisher: first,
+                           store: store, apns: apns) {
+            first.messages(on: "push.results").count == 3
+        }
+        #expect(apns.sent.count == 3)
+        // The same event again (a redelivery after a crash), twice in one batch.
+        let again = FakePublisher()
+        let copies = [Self.request(5, Self.event("e1", users: ["alice", "bob"])), Self.request(6, Self.event("e1", users: ["alice", "bob"]))]
+        try await Self.run(source: FakeSource(copies), publisher: again, store: store, apns: apns) {
+            again.messages(on: "push.results").count == 6
+        }
+        #expect(apns.sent.count == 3, "no second push")
+        let firstResults = Set(first.messages(on: "push.results").map(\.value))
+        #expect(Set(again.messages(on: "push.results").map(\.value)) == firstResults, "republished unchanged")
+        #expect(again.messages(on: "push.unregistered").map(\.value) == Array(repeating: first.messages(on: "push.unregistered").first?.value, count: 2))
     }
 
     @Test func retriesOn503And429ThenDeliversAndRejectsBadDeviceToken() async throws {

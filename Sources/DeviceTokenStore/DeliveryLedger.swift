@@ -1,0 +1,50 @@
+public import Foundation
+
+/// A terminal outcome exactly as it was published, so a redelivered event republishes the same
+/// records instead of pushing again.
+public struct RecordedDelivery: Sendable, Hashable {
+    public var eventID: String
+    public var token: String
+    /// The user the device belonged to when the outcome was recorded.
+    public var userID: String
+    /// The push.results value.
+    public var result: [UInt8]
+    /// The push.unregistered value, present only when this outcome marked the token unregistered.
+    public var unregisteredEvent: [UInt8]?
+
+    public init(eventID: String, token: String, userID: String, result: [UInt8], unregisteredEvent: [UInt8]? = nil) {
+        self.eventID = eventID
+        self.token = token
+        self.userID = userID
+        self.result = result
+        self.unregisteredEvent = unregisteredEvent
+    }
+}
+
+/// A 410 to apply to the registry together with recording its outcome.
+public struct UnregisterMark: Sendable, Hashable {
+    public var topic: String
+    public var token: String
+    /// APNs' timestamp.
+    public var at: Date
+
+    public init(topic: String, token: String, at: Date) {
+        self.topic = topic
+        self.token = token
+        self.at = at
+    }
+}
+
+/// The idempotency ledger: every terminal (event, token) outcome, recorded as soon as it is known.
+public protocol DeliveryLedger: Sendable {
+    /// The recorded outcomes of these events, by event ID and then token.
+    func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]]
+
+    /// Records an outcome unless one is already recorded for (event, token), and returns the one
+    /// that stands. With `mark`, the token is marked unregistered in the same transaction and
+    /// `unregisteredEvent` is kept only if that mark changed the row.
+    func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery
+
+    /// Deletes outcomes recorded before `date`; returns how many.
+    func pruneDeliveries(recordedBefore date: Date) async throws -> Int
+}

@@ -1,0 +1,109 @@
+public import Foundation
+import Logging
+import PostgresNIO
+
+extension PostgresDeviceTokenStore: DeliveryLedger {
+    public func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
+        guard !eventIDs.isEmpty else { return [:] }
+        var deliveries: [String: [String: RecordedDelivery]] = [:]
+        let rows = try await client.execute(RecordedDeliveriesStatement(eventIDs: eventIDs), logger: logger)
+        for try await (eventID, token, userID, result, unregisteredEvent) in rows {
+            deliveries[eventID, default: [:]][token] = RecordedDelivery(
+                eventID: eventID,
+                token: token,
+                userID: userID,
+                result: Array(result.utf8),
+                unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
+            )
+        }
+        return deliveries
+    }
+
+    public func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery {
+        let logger = self.logger
+        return try await client.withTransaction(logger: logger) { connection in
+            var unregisteredEvent: [UInt8]?
+            if let mark {
+                let marked = try await connection.query(
+                    Self.markUnregisteredQuery(topic: mark.topic, token: mark.token, at: mark.at),
+                    logger: logger
+                ).collect()
+                if !marked.isEmpty { unregisteredEvent = delivery.unregisteredEvent }
+            }
+            let result = String(decoding: delivery.result, as: UTF8.self)
+            let event = unregisteredEvent.map { String(decoding: $0, as: UTF8.self) }
+            let inserted = try await connection.query(
+                """
+                INSERT INTO push.deliveries (event_id, token, user_id, result, unregistered_event)
+                VALUES (\(delivery.eventID), \(delivery.token), \(delivery.userID), \(result), \(event))
+                ON CONFLICT (event_id, token) DO NOTHING
+                RETURNING 1
+                """,
+                logger: logger
+            ).collect()
+            if !inserted.isEmpty {
+                return RecordedDelivery(
+                    eventID: delivery.eventID,
+                    token: delivery.token,
+                    userID: delivery.userID,
+                    result: delivery.result,
+                    unregisteredEvent: unregisteredEvent
+                )
+            }
+            // Another delivery of the same event recorded first: its outcome stands.
+            for try await (userID, existing, existingEvent) in try await connection.query(
+                """
+                SELECT user_id, result, unregistered_event FROM push.deliveries
+                WHERE event_id = \(delivery.eventID) AND token = \(delivery.token)
+                """,
+                logger: logger
+            ).decode((String, String, String?).self) {
+                return RecordedDelivery(
+                    eventID: delivery.eventID,
+                    token: delivery.token,
+                    userID: userID,
+                    result: Array(existing.utf8),
+                    unregisteredEvent: existingEvent.map { Array($0.utf8) }
+                )
+            }
+            return delivery
+        }
+    }
+
+    public func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
+        var total = 0
+        while true {
+            // Small batches keep each delete's locks and WAL short.
+            let deleted = try await client.query(
+                """
+                DELETE FROM push.deliveries WHERE ctid IN (
+                    SELECT ctid FROM push.deliveries WHERE recorded_at < \(date) LIMIT 5000)
+                RETURNING 1
+                """,
+                logger: logger
+            ).collect().count
+            total += deleted
+            if deleted < 5000 { return total }
+        }
+    }
+}
+
+/// Every recorded outcome of a batch of events, in one round trip.
+struct RecordedDeliveriesStatement: PostgresPreparedStatement {
+    static let sql = """
+        SELECT event_id, token, user_id, result, unregistered_event FROM push.deliveries WHERE event_id = ANY($1)
+        """
+    typealias Row = (String, String, String, String, String?)
+
+    var eventIDs: [String]
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(eventIDs)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        try row.decode(Row.self)
+    }
+}
