@@ -5,6 +5,8 @@ public import Foundation
 public struct RecordedDelivery: Sendable, Hashable {
     public var eventID: String
     public var token: String
+    /// The event's bundle ID.
+    public var topic: String
     /// The user the device belonged to when the outcome was recorded.
     public var userID: String
     /// The push.results value.
@@ -12,9 +14,17 @@ public struct RecordedDelivery: Sendable, Hashable {
     /// The push.unregistered value, present only when this outcome marked the token unregistered.
     public var unregisteredEvent: [UInt8]?
 
-    public init(eventID: String, token: String, userID: String, result: [UInt8], unregisteredEvent: [UInt8]? = nil) {
+    public init(
+        eventID: String,
+        token: String,
+        topic: String,
+        userID: String,
+        result: [UInt8],
+        unregisteredEvent: [UInt8]? = nil
+    ) {
         self.eventID = eventID
         self.token = token
+        self.topic = topic
         self.userID = userID
         self.result = result
         self.unregisteredEvent = unregisteredEvent

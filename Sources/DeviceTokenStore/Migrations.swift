@@ -39,6 +39,7 @@ enum Migrations {
                 CREATE TABLE IF NOT EXISTS push.deliveries (
                     event_id text NOT NULL,
                     token text NOT NULL,
+                    topic text NOT NULL,
                     user_id text NOT NULL,
                     result text NOT NULL,
                     unregistered_event text NULL,

@@ -7,10 +7,11 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         guard !eventIDs.isEmpty else { return [:] }
         var deliveries: [String: [String: RecordedDelivery]] = [:]
         let rows = try await client.execute(RecordedDeliveriesStatement(eventIDs: eventIDs), logger: logger)
-        for try await (eventID, token, userID, result, unregisteredEvent) in rows {
+        for try await (eventID, token, topic, userID, result, unregisteredEvent) in rows {
             deliveries[eventID, default: [:]][token] = RecordedDelivery(
                 eventID: eventID,
                 token: token,
+                topic: topic,
                 userID: userID,
                 result: Array(result.utf8),
                 unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
@@ -34,8 +35,8 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
             let event = unregisteredEvent.map { String(decoding: $0, as: UTF8.self) }
             let inserted = try await connection.query(
                 """
-                INSERT INTO push.deliveries (event_id, token, user_id, result, unregistered_event)
-                VALUES (\(delivery.eventID), \(delivery.token), \(delivery.userID), \(result), \(event))
+                INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event)
+                VALUES (\(delivery.eventID), \(delivery.token), \(delivery.topic), \(delivery.userID), \(result), \(event))
                 ON CONFLICT (event_id, token) DO NOTHING
                 RETURNING 1
                 """,
@@ -45,22 +46,24 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
                 return RecordedDelivery(
                     eventID: delivery.eventID,
                     token: delivery.token,
+                    topic: delivery.topic,
                     userID: delivery.userID,
                     result: delivery.result,
                     unregisteredEvent: unregisteredEvent
                 )
             }
             // Another delivery of the same event recorded first: its outcome stands.
-            for try await (userID, existing, existingEvent) in try await connection.query(
+            for try await (topic, userID, existing, existingEvent) in try await connection.query(
                 """
-                SELECT user_id, result, unregistered_event FROM push.deliveries
+                SELECT topic, user_id, result, unregistered_event FROM push.deliveries
                 WHERE event_id = \(delivery.eventID) AND token = \(delivery.token)
                 """,
                 logger: logger
-            ).decode((String, String, String?).self) {
+            ).decode((String, String, String, String?).self) {
                 return RecordedDelivery(
                     eventID: delivery.eventID,
                     token: delivery.token,
+                    topic: topic,
                     userID: userID,
                     result: Array(existing.utf8),
                     unregisteredEvent: existingEvent.map { Array($0.utf8) }
@@ -91,9 +94,10 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
 /// Every recorded outcome of a batch of events, in one round trip.
 struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     static let sql = """
-        SELECT event_id, token, user_id, result, unregistered_event FROM push.deliveries WHERE event_id = ANY($1)
+        SELECT event_id, token, topic, user_id, result, unregistered_event FROM push.deliveries
+        WHERE event_id = ANY($1)
         """
-    typealias Row = (String, String, String, String, String?)
+    typealias Row = (String, String, String, String, String, String?)
 
     var eventIDs: [String]
 

@@ -208,7 +208,7 @@ public final class NotificationPipeline: Service, Sendable {
             for userID in event.userIDs {
                 // Recorded outcomes are republished whatever the registry says now (a 410 may
                 // have unregistered the device since); only unrecorded devices are sent to.
-                let outcomes = recorded.values.filter { $0.userID == userID }
+                let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
                 let devices = (tokens[userID] ?? []).filter {
                     (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
                 }
@@ -315,6 +315,7 @@ public final class NotificationPipeline: Service, Sendable {
         let delivery = RecordedDelivery(
             eventID: event.id,
             token: device.token,
+            topic: event.topic,
             userID: device.userID,
             result: result.json(),
             unregisteredEvent: unregisteredEvent

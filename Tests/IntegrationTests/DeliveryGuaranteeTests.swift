@@ -1,0 +1,60 @@
+import Foundation
+import HeraldService
+import KafkaTransport
+import MockAPNS
+import Testing
+
+/// The idempotency ledger on real parts: reading every event again must push nothing twice and
+/// republish exactly the recorded results, 410 events included.
+@Suite(.timeLimit(.minutes(5)))
+struct DeliveryGuaranteeTests {
+    @Test func readingEverythingAgainPushesNothingTwiceAndRepublishesIdenticalResults() async throws {
+        let gone = TestDevice(user: "u-2", token: TestDevice.randomToken(), environment: "production")
+        let testbed = try HeraldTestbed(unregisteredTokens: [gone.token: 1_900_000_000_000])
+        let topics = testbed.topics
+        try await testbed.withMocks {
+            let users = ["u-1", "u-2"]
+            let devices = TestDevice.twoPerUser(users) + [gone]
+            try await testbed.register(devices)
+            let eventCount = 20
+
+            // First pass, then a second Herald in a new consumer group that reads everything again.
+            let reader = try TopicReader(topics: [topics.results, topics.unregistered])
+            var records: [KafkaMessage] = []
+            for pass in 1...2 {
+                let configuration = try await testbed.heraldConfiguration(group: "herald-pass\(pass)-\(UUID().uuidString)")
+                let herald = try HeraldApplication.makeServiceGroup(configuration: configuration, logger: testbed.logger)
+                let before = records
+                records += try await withRunningServices(herald) {
+                    if pass == 1 {
+                        try await testbed.waitForActiveTokens(users: users, count: devices.count)
+                        for index in 0..<eventCount {
+                            try await testbed.publishEvent(id: "\(testbed.bundleID)-event-\(index)", users: users)
+                        }
+                    }
+                    return try await reader.read(timeout: .seconds(120)) { read in
+                        (before + read).filter { $0.topic == topics.results }.count >= pass * eventCount * devices.count
+                    }
+                }
+            }
+            records += try await reader.read(timeout: .seconds(2)) { _ in false }
+
+            // One push per (event, device) that was still registered; the gone device got one 410.
+            for device in devices where device.token != gone.token {
+                #expect(testbed.pushCounts(device).right == eventCount)
+            }
+            #expect(testbed.production.repeatedAPNSIDCount == 0 && testbed.sandbox.repeatedAPNSIDCount == 0)
+
+            // Every (event, device) has exactly one distinct outcome, published once per pass.
+            let results = records.filter { $0.topic == topics.results }.compactMap(ResultRecord.init)
+            let byKey = Dictionary(grouping: results, by: \.key)
+            #expect(byKey.count == eventCount * devices.count)
+            #expect(byKey.values.allSatisfy { $0.count == 2 && Set($0.map(\.value)).count == 1 })
+            let goneOutcomes = results.filter { $0.token == gone.token }
+            #expect(goneOutcomes.contains { $0.status == "unregistered" })
+            // The token was unregistered by the first 410 it met; its event is republished with it.
+            let unregistered = records.filter { $0.topic == topics.unregistered }
+            #expect(unregistered.count == 2 && Set(unregistered.map(\.value)).count == 1)
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import Crypto
+import DeviceTokenStore
+import Foundation
+import HeraldService
+import KafkaTransport
+import Logging
+import MockAPNS
+import ServiceLifecycle
+
+/// One test's world on the real services: its own topics, bundle ID and provider key, two mock
+/// APNs servers (production and sandbox), and the HERALD_* configuration pointing at them.
+final class HeraldTestbed: Sendable {
+    let topics: TestTopics
+    let bundleID = "com.example.shop.\(UUID().uuidString.prefix(8).lowercased())"
+    let key: TestProviderKey
+    let production: MockAPNSServer
+    let sandbox: MockAPNSServer
+    let directory: URL
+    let logger: Logger
+    let producer: KafkaProducer
+
+    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:]) throws {
+        let directory = try TestEnvironment.temporaryDirectory()
+        let key = try TestProviderKey(directory: directory)
+        let logger = Logger(label: "test")
+        self.directory = directory
+        self.key = key
+        topics = try TestTopics(partitions: partitions)
+        func mock(_ name: String) -> MockAPNSServer {
+            MockAPNSServer(
+                configuration: MockAPNSConfiguration(
+                    caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,
+                    providerKeys: [key.keyID: key.privateKey.publicKey],
+                    teamID: key.teamID,
+                    unregisteredTokens: unregisteredTokens
+                ),
+                logger: logger
+            )
+        }
+        self.logger = logger
+        production = mock("production")
+        sandbox = mock("sandbox")
+        producer = try KafkaProducer(configuration: TestEnvironment.kafka, logger: logger)
+    }
+
+    /// Runs `body` while both mock APNs servers serve.
+    func withMocks<Result: Sendable>(_ body: () async throws -> Result) async throws -> Result {
+        try await withRunningServices(ServiceGroup(services: [production, sandbox], logger: logger), body)
+    }
+
+    /// Herald's environment for this testbed (call inside `withMocks`); `group` names the
+    /// consumer group, so two instances can share one or read everything again.
+    func heraldEnvironment(group: String) async throws -> [String: String] {
+        let productionPort = try await production.listeningPort()
+        let sandboxPort = try await sandbox.listeningPort()
+        let bundle = directory.appendingPathComponent("ca-bundle.pem").path
+        let pems = try ["production", "sandbox"].map {
+            try String(contentsOfFile: directory.appendingPathComponent("\($0)-ca.pem").path, encoding: .utf8)
+        }
+        try pems.joined(separator: "\n").write(toFile: bundle, atomically: true, encoding: .utf8)
+        var environment = topics.environment
+        environment["HERALD_KAFKA_BROKERS"] = TestEnvironment.brokers
+        environment["HERALD_KAFKA_GROUP"] = group
+        environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "6000"
+        environment["HERALD_KAFKA_HEARTBEAT_INTERVAL_MS"] = "1000"
+        environment["HERALD_POSTGRES_URL"] = TestEnvironment.postgresURL
+        environment["HERALD_APNS_KEY_PATH"] = key.path
+        environment["HERALD_APNS_KEY_ID"] = key.keyID
+        environment["HERALD_APNS_TEAM_ID"] = key.teamID
+        environment["HERALD_APNS_PRODUCTION_URL"] = "https://127.0.0.1:\(productionPort)"
+        environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
+        environment["HERALD_APNS_CA_PATH"] = bundle
+        environment["HERALD_HTTP_PORT"] = "0"
+        return environment
+    }
+
+    /// Herald's configuration (migrations applied), as `herald run` would read it.
+    func heraldConfiguration(group: String) async throws -> HeraldConfiguration {
+        let configuration = try HeraldConfiguration(environment: try await heraldEnvironment(group: group))
+        try await HeraldApplication.migrate(configuration: configuration, logger: logger)
+        return configuration
+    }
+
+    /// Registers devices through push.tokens and waits until PostgreSQL has them all.
+    func register(_ devices: [TestDevice]) async throws {
+        for device in devices {
+            try await producer.send(
+                KafkaOutgoingMessage(
+                    topic: topics.tokens,
+                    key: Array(device.token.utf8),
+                    value: Array(
+                        """
+                        {"action":"register","user_id":"\(device.user)","token":"\(device.token)","topic":"\(bundleID)",
+                         "environment":"\(device.environment)","timestamp":"2026-11-21T10:00:00Z"}
+                        """.utf8
+                    )
+                )
+            )
+        }
+    }
+
+    /// Waits until PostgreSQL has `count` active tokens of `users` for this testbed's app.
+    func waitForActiveTokens(users: [String], count: Int) async throws {
+        try await HeraldApplication.withTokenStore(postgresURL: try PostgresURL(TestEnvironment.postgresURL), logger: logger) { store in
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(60)
+            while clock.now < deadline {
+                let tokens = try await store.activeTokens(topic: bundleID, userIDs: users, environment: nil)
+                if tokens.values.map(\.count).reduce(0, +) >= count { return }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            throw TestFailure("the token registrations did not reach PostgreSQL within 60 s")
+        }
+    }
+
+    /// Publishes one notification event for `users`.
+    func publishEvent(id: String, users: [String]) async throws {
+        let list = users.map { "\"\($0)\"" }.joined(separator: ",")
+        try await producer.send(
+            KafkaOutgoingMessage(
+                topic: topics.requests,
+                key: Array(id.utf8),
+                value: Array(
+                    """
+                    {"id":"\(id)","user_ids":[\(list)],"topic":"\(bundleID)","collapse_id":"c-\(id)",
+                     "payload":{"aps":{"alert":{"title":"Shipped","body":"Order \(id)"}}}}
+                    """.utf8
+                )
+            )
+        )
+    }
+
+    /// How many pushes `device` received at its own environment's mock, and at the other one.
+    func pushCounts(_ device: TestDevice) -> (right: Int, wrong: Int) {
+        let (right, wrong) = device.environment == "sandbox" ? (sandbox, production) : (production, sandbox)
+        return (right.pushCount(token: device.token), wrong.pushCount(token: device.token))
+    }
+}
+
+/// A device registered in a test.
+struct TestDevice: Sendable {
+    var user: String
+    var token: String
+    var environment: String
+
+    /// `users` × (one production and one sandbox device).
+    static func twoPerUser(_ users: [String]) -> [TestDevice] {
+        users.flatMap { user in
+            ["production", "sandbox"].map { TestDevice(user: user, token: randomToken(), environment: $0) }
+        }
+    }
+
+    static func randomToken() -> String {
+        (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+}
+
+/// A push.results record, decoded.
+struct ResultRecord: Hashable {
+    var eventID: String
+    var token: String?
+    var status: String
+    var value: [UInt8]
+
+    init?(_ message: KafkaMessage) {
+        guard let json = message.json, let eventID = json["event_id"] as? String, let status = json["status"] as? String,
+            let value = message.value
+        else { return nil }
+        self.eventID = eventID
+        self.token = json["token"] as? String
+        self.status = status
+        self.value = value
+    }
+
+    var key: String { "\(eventID)|\(token ?? "-")" }
+}
