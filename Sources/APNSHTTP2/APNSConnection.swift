@@ -1,0 +1,217 @@
+import APNSCore
+import Logging
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// Where a connection gets its provider tokens; ``ProviderTokenManager`` in production, a scripted
+/// source in tests.
+protocol APNSProviderTokenSource: Sendable {
+    func currentToken() async throws -> String
+    func replaceExpired(_ token: String) async throws -> Bool
+}
+
+extension ProviderTokenManager: APNSProviderTokenSource {}
+
+/// One HTTP/2 connection to an APNs endpoint: a `Sendable` face for the loop-bound
+/// ``APNSConnectionHandler``, plus the connection's own provider-token manager.
+///
+/// Each connection signs and refreshes its own token (a token kept per connection), so a
+/// connection never sees its token change sooner than 20 minutes after it started using it,
+/// whatever other connections do; APNs answers TooManyProviderTokenUpdates otherwise.
+final class APNSConnection: APNSPooledConnection {
+    /// How often the connection asks its token manager whether the token is due for renewal.
+    static let tokenCheckInterval: Duration = .seconds(60)
+
+    let id: Int
+    let environment: APNSEnvironment
+    let tokenManager: (any APNSProviderTokenSource)?
+    private let channel: any Channel
+    private let handler: NIOLoopBound<APNSConnectionHandler>
+    private let logger: Logger
+    private let requestIDs = Atomic<UInt64>(0)
+
+    private init(
+        id: Int,
+        environment: APNSEnvironment,
+        tokenManager: (any APNSProviderTokenSource)?,
+        channel: any Channel,
+        handler: NIOLoopBound<APNSConnectionHandler>,
+        logger: Logger
+    ) {
+        self.id = id
+        self.environment = environment
+        self.tokenManager = tokenManager
+        self.channel = channel
+        self.handler = handler
+        self.logger = logger
+    }
+
+    /// Everything needed to open connections; built once per client.
+    struct Factory: Sendable {
+        var eventLoopGroup: any EventLoopGroup
+        var sslContext: NIOSSLContext
+        /// Makes a connection's token source: one per connection, so each keeps its own token.
+        var makeTokenSource: (@Sendable () -> any APNSProviderTokenSource)?
+        var connectTimeout: Duration
+        var pingInterval: Duration
+        var pingTimeout: Duration
+
+        /// Connects, completes TLS (ALPN h2) and waits for the server's first SETTINGS frame.
+        /// Returns the connection and the server's stream limit.
+        func connect(
+            id: Int,
+            environment: APNSEnvironment,
+            endpoint: APNSClientConfiguration.Endpoint,
+            logger: Logger,
+            onEvent: @escaping @Sendable (APNSConnectionEvent) -> Void
+        ) async throws -> (APNSConnection, streamLimit: Int) {
+            let tokenManager = makeTokenSource?()
+            let providerToken = try await tokenManager?.currentToken()
+
+            let handlerConfiguration = APNSConnectionHandler.Configuration(
+                authority: endpoint.authority,
+                handshakeTimeout: TimeAmount(connectTimeout),
+                pingInterval: TimeAmount(pingInterval),
+                pingTimeout: TimeAmount(pingTimeout)
+            )
+            let http2Configuration = {
+                var configuration = NIOHTTP2Handler.ConnectionConfiguration()
+                configuration.initialSettings = [
+                    HTTP2Setting(parameter: .enablePush, value: 0),
+                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                    HTTP2Setting(parameter: .maxHeaderListSize, value: HPACKDecoderDefaults.maxHeaderListSize),
+                ]
+                return configuration
+            }()
+            let sniHostname = endpoint.isIPAddress ? nil : endpoint.host
+            let sslContext = self.sslContext
+
+            let (channel, handler, ready) = try await ClientBootstrap(group: eventLoopGroup)
+                .connectTimeout(TimeAmount(connectTimeout))
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .connect(host: endpoint.host, port: endpoint.port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let ready = channel.eventLoop.makePromise(of: Int.self)
+                        let handler = APNSConnectionHandler(
+                            configuration: handlerConfiguration,
+                            providerToken: providerToken,
+                            readyPromise: ready,
+                            logger: logger,
+                            onEvent: onEvent
+                        )
+                        let pipeline = channel.pipeline.syncOperations
+                        try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniHostname))
+                        try pipeline.addHandler(
+                            NIOHTTP2Handler(mode: .client, connectionConfiguration: http2Configuration)
+                        )
+                        try pipeline.addHandler(handler)
+                        return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), ready.futureResult)
+                    }
+                }
+
+            let streamLimit: Int
+            do {
+                streamLimit = try await withTaskCancellationHandler {
+                    try await ready.get()
+                } onCancel: {
+                    channel.close(promise: nil)
+                }
+            } catch {
+                channel.close(promise: nil)
+                throw error
+            }
+            let connection = APNSConnection(
+                id: id,
+                environment: environment,
+                tokenManager: tokenManager,
+                channel: channel,
+                handler: handler,
+                logger: logger
+            )
+            return (connection, streamLimit)
+        }
+    }
+
+    /// Sends `request` on a new stream and waits for APNs' answer, the deadline or a failure.
+    func execute(_ request: APNSRequest, deadline: NIODeadline) async throws -> APNSStreamOutcome {
+        // An already-cancelled task would run its cancellation handler before the stream exists.
+        try Task.checkCancellation()
+        let requestID = requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let handler = self.handler
+        let eventLoop = channel.eventLoop
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                eventLoop.execute {
+                    handler.value.startStream(
+                        requestID: requestID,
+                        request: request,
+                        deadline: deadline,
+                        continuation: continuation
+                    )
+                }
+            }
+        } onCancel: {
+            eventLoop.execute { handler.value.cancelStream(requestID: requestID) }
+        }
+    }
+
+    /// Makes streams opened from now on carry `token`.
+    func installProviderToken(_ token: String) {
+        let handler = self.handler
+        channel.eventLoop.execute { handler.value.installProviderToken(token) }
+    }
+
+    /// Takes no new streams and closes when in-flight streams finished, at the latest after `timeout`.
+    func closeGracefully(within timeout: Duration) {
+        let handler = self.handler
+        channel.eventLoop.execute { handler.value.closeGracefully(within: TimeAmount(timeout)) }
+    }
+
+    /// Closes at once; in-flight streams fail with ``APNSTransportError/connectionFailed(_:)``.
+    func close() {
+        channel.close(promise: nil)
+    }
+
+    /// Runs until the channel closes (cancellation closes it), refreshing the provider token meanwhile.
+    func runUntilClosed() async {
+        let channel = self.channel
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { group in
+                if let tokenManager {
+                    group.addTask { await self.keepProviderTokenFresh(tokenManager) }
+                }
+                try? await channel.closeFuture.get()
+                group.cancelAll()
+            }
+        } onCancel: {
+            channel.close(promise: nil)
+        }
+    }
+
+    private func keepProviderTokenFresh(_ manager: any APNSProviderTokenSource) async {
+        var installed = try? await manager.currentToken()
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: Self.tokenCheckInterval)
+                let token = try await manager.currentToken()
+                if token != installed {
+                    installProviderToken(token)
+                    installed = token
+                    logger.debug("APNs provider token renewed")
+                }
+            } catch is CancellationError {
+                return
+            } catch {
+                logger.error("Signing an APNs provider token failed", metadata: [APNSLoggingKeys.error: "\(error)"])
+            }
+        }
+    }
+}
+
+/// HPACK defaults NIOHTTP2 uses when no setting is given.
+enum HPACKDecoderDefaults {
+    static let maxHeaderListSize = 16384
+}

@@ -1,0 +1,355 @@
+import APNSCore
+import NIOCore
+
+/// A connection the pool asks `run()` to open, after `delay` (exponential backoff after failures).
+struct APNSConnectionPlan: Sendable, Hashable {
+    var connectionID: Int
+    var environment: APNSEnvironment
+    var delay: Duration
+}
+
+/// What the pool needs to know about a connection.
+protocol APNSPooledConnection: Sendable {
+    var id: Int { get }
+    var environment: APNSEnvironment { get }
+}
+
+/// The connection pool's state: connections per environment with their stream budgets, and the
+/// FIFO queue of callers waiting for a stream. A value type behind a lock; every method returns
+/// what the caller must do (resume waiters, open or close connections) outside the lock.
+///
+/// Generic over the connection and the waiter's continuation so tests can drive it without sockets.
+struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continuation: Sendable> {
+    /// A caller waiting for a stream.
+    struct Waiter: Sendable {
+        let id: UInt64
+        let continuation: Continuation
+        var deadlineTimer: Scheduled<Void>?
+
+        init(id: UInt64, continuation: Continuation, deadlineTimer: Scheduled<Void>? = nil) {
+            self.id = id
+            self.continuation = continuation
+            self.deadlineTimer = deadlineTimer
+        }
+    }
+
+    /// Side effects to perform after the lock is released.
+    struct Actions: Sendable {
+        var leases: [(waiter: Waiter, connection: Connection)] = []
+        var failures: [(waiter: Waiter, error: APNSTransportError)] = []
+        var open: APNSConnectionPlan?
+        var close: [Connection] = []
+
+        static var none: Actions { Actions() }
+    }
+
+    enum LeaseAttempt {
+        case leased(Connection)
+        case mustWait
+        case failed(APNSTransportError)
+    }
+
+    enum EnqueueResult {
+        case leased(Connection)
+        case queued(open: APNSConnectionPlan?)
+        case failed(APNSTransportError)
+    }
+
+    private enum Phase: Equatable {
+        case connecting
+        case ready
+        /// GOAWAY received: in-flight streams finish, no new ones.
+        case draining
+    }
+
+    private struct Slot {
+        let id: Int
+        var phase: Phase
+        var connection: Connection?
+        var serverStreamLimit = 1
+        var inUse = 0
+        /// With token authentication APNs allows one stream until a request succeeded.
+        var verified: Bool
+        /// Whether any answer arrived on this connection (it works; resets the backoff).
+        var answered = false
+        /// Whether this connection already counted towards the backoff.
+        var countedAsFailure = false
+
+        /// The most streams this connection carried at once (for tests and diagnostics).
+        var peakInUse = 0
+
+        mutating func lease() {
+            inUse += 1
+            peakInUse = max(peakInUse, inUse)
+        }
+
+        var freeStreams: Int {
+            guard phase == .ready else { return 0 }
+            return (verified ? serverStreamLimit : min(1, serverStreamLimit)) - inUse
+        }
+    }
+
+    private struct Pool {
+        var slots: [Slot] = []
+        var waiters = CircularBuffer<Waiter>()
+        var consecutiveFailures = 0
+
+        var liveSlots: Int { slots.reduce(0) { $0 + ($1.phase == .draining ? 0 : 1) } }
+        var hasConnecting: Bool { slots.contains { $0.phase == .connecting } }
+        var hasReady: Bool { slots.contains { $0.phase == .ready } }
+
+        func index(of connectionID: Int) -> Int? {
+            slots.firstIndex { $0.id == connectionID }
+        }
+
+        /// The ready connection with the most free streams.
+        func bestSlot() -> Int? {
+            var best: Int?
+            var bestFree = 0
+            for index in slots.indices {
+                let free = slots[index].freeStreams
+                if free > bestFree {
+                    best = index
+                    bestFree = free
+                }
+            }
+            return best
+        }
+    }
+
+    private enum State {
+        case idle
+        case running
+        case shutDown
+    }
+
+    /// Backoff after the n-th consecutive connection failure: 100 ms doubling up to 30 s (before jitter).
+    static func backoff(afterFailures failures: Int) -> Duration {
+        guard failures > 0 else { return .zero }
+        let milliseconds = min(30_000, 100 << min(failures - 1, 20))
+        return .milliseconds(milliseconds)
+    }
+
+    private let connectionsPerEndpoint: Int
+    private let maximumWaiters: Int
+    private let requiresVerification: Bool
+    private var state = State.idle
+    private var pools = [Pool(), Pool()]
+    private var nextConnectionID = 0
+
+    init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool) {
+        self.connectionsPerEndpoint = max(1, connectionsPerEndpoint)
+        self.maximumWaiters = max(0, maximumWaiters)
+        self.requiresVerification = requiresVerification
+    }
+
+    private static func poolIndex(_ environment: APNSEnvironment) -> Int {
+        environment == .production ? 0 : 1
+    }
+
+    // MARK: Service lifecycle
+
+    /// Returns false when `run()` already ran.
+    mutating func startRunning() -> Bool {
+        guard case .idle = state else { return false }
+        state = .running
+        return true
+    }
+
+    /// Stops taking requests: returns the waiters to fail and the connections to close gracefully.
+    mutating func shutDown() -> (waiters: [Waiter], connections: [Connection]) {
+        guard state != .shutDown else { return ([], []) }
+        state = .shutDown
+        var waiters: [Waiter] = []
+        var connections: [Connection] = []
+        for index in pools.indices {
+            waiters.append(contentsOf: pools[index].waiters)
+            pools[index].waiters.removeAll()
+            connections.append(contentsOf: pools[index].slots.compactMap(\.connection))
+        }
+        return (waiters, connections)
+    }
+
+    var isShutDown: Bool { state == .shutDown }
+
+    /// What the pool holds for one environment: live (not draining) connections and the most
+    /// streams any of them carried at once.
+    func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int) {
+        let pool = pools[Self.poolIndex(environment)]
+        return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0)
+    }
+
+    // MARK: Leasing streams
+
+    /// The fast path: a free stream now, or `.mustWait` (also when others already wait: FIFO).
+    mutating func leaseIfAvailable(_ environment: APNSEnvironment) -> LeaseAttempt {
+        if state == .shutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        let poolIndex = Self.poolIndex(environment)
+        guard pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() else { return .mustWait }
+        pools[poolIndex].slots[slot].lease()
+        return .leased(pools[poolIndex].slots[slot].connection!)
+    }
+
+    /// Leases a stream if one is free, otherwise queues `waiter` (opening a connection when allowed).
+    mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
+        if state == .shutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        let poolIndex = Self.poolIndex(environment)
+        if pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
+            pools[poolIndex].slots[slot].lease()
+            return .leased(pools[poolIndex].slots[slot].connection!)
+        }
+        guard pools[poolIndex].waiters.count < maximumWaiters else {
+            return .failed(.overloaded("\(maximumWaiters) requests already wait for an APNs stream"))
+        }
+        pools[poolIndex].waiters.append(waiter)
+        return .queued(open: planConnectionIfNeeded(poolIndex, environment))
+    }
+
+    /// Stores the deadline timer of a queued waiter; false when it is no longer queued (cancel the timer).
+    mutating func attachDeadlineTimer(
+        _ timer: Scheduled<Void>,
+        toWaiter id: UInt64,
+        for environment: APNSEnvironment
+    )
+        -> Bool
+    {
+        let poolIndex = Self.poolIndex(environment)
+        guard let index = pools[poolIndex].waiters.firstIndex(where: { $0.id == id }) else { return false }
+        pools[poolIndex].waiters[index].deadlineTimer = timer
+        return true
+    }
+
+    /// Removes a waiter whose deadline passed or whose task was cancelled.
+    mutating func removeWaiter(_ id: UInt64, for environment: APNSEnvironment) -> Waiter? {
+        let poolIndex = Self.poolIndex(environment)
+        guard let index = pools[poolIndex].waiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return pools[poolIndex].waiters.remove(at: index)
+    }
+
+    /// A stream ended. `status` is APNs' answer, nil when there was none.
+    mutating func release(connectionID: Int, environment: APNSEnvironment, status: Int?) -> Actions {
+        let poolIndex = Self.poolIndex(environment)
+        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        pools[poolIndex].slots[slot].inUse -= 1
+        if status != nil {
+            if !pools[poolIndex].slots[slot].answered {
+                pools[poolIndex].slots[slot].answered = true
+                pools[poolIndex].consecutiveFailures = 0
+            }
+            if status == 200 { pools[poolIndex].slots[slot].verified = true }
+        }
+        if pools[poolIndex].waiters.isEmpty { return .none }
+        return serveWaiters(poolIndex)
+    }
+
+    // MARK: Connection events
+
+    /// The connection finished its handshake.
+    mutating func connectionReady(
+        _ connection: Connection,
+        streamLimit: Int
+    ) -> Actions {
+        if state == .shutDown { return Actions(close: [connection]) }
+        let poolIndex = Self.poolIndex(connection.environment)
+        guard let slot = pools[poolIndex].index(of: connection.id) else {
+            // Already reported closed while the handshake result travelled here.
+            return Actions(close: [connection])
+        }
+        pools[poolIndex].slots[slot].connection = connection
+        pools[poolIndex].slots[slot].serverStreamLimit = streamLimit
+        if pools[poolIndex].slots[slot].phase == .connecting {
+            pools[poolIndex].slots[slot].phase = .ready
+        }
+        return serveWaiters(poolIndex)
+    }
+
+    /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
+    mutating func streamLimitChanged(connectionID: Int, environment: APNSEnvironment, limit: Int) -> Actions {
+        let poolIndex = Self.poolIndex(environment)
+        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        pools[poolIndex].slots[slot].serverStreamLimit = limit
+        return serveWaiters(poolIndex)
+    }
+
+    /// GOAWAY: the connection drains; a replacement opens when there is demand.
+    mutating func connectionGoingAway(connectionID: Int, environment: APNSEnvironment) -> Actions {
+        let poolIndex = Self.poolIndex(environment)
+        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        let wasBusy = pools[poolIndex].slots[slot].inUse > 0
+        pools[poolIndex].slots[slot].phase = .draining
+        countFailureIfUnanswered(poolIndex, slot)
+        var actions = Actions()
+        if wasBusy || !pools[poolIndex].waiters.isEmpty {
+            actions.open = planConnectionIfNeeded(poolIndex, environment, evenWithoutWaiters: true)
+        }
+        return actions
+    }
+
+    /// The connection closed, or could not be opened (`failure` says why).
+    mutating func connectionClosed(
+        connectionID: Int,
+        environment: APNSEnvironment,
+        failure: String?
+    ) -> Actions {
+        let poolIndex = Self.poolIndex(environment)
+        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        let neverReady = pools[poolIndex].slots[slot].phase == .connecting
+        countFailureIfUnanswered(poolIndex, slot)
+        pools[poolIndex].slots.remove(at: slot)
+
+        var actions = Actions()
+        if neverReady && !pools[poolIndex].hasReady && !pools[poolIndex].hasConnecting {
+            // Nothing can serve the queue soon: fail it now (callers retry with their own backoff)
+            // rather than letting every waiter run into its deadline.
+            let detail = "cannot connect to APNs: \(failure ?? "connection closed during the handshake")"
+            while let waiter = pools[poolIndex].waiters.popFirst() {
+                actions.failures.append((waiter, .connectionFailed(detail)))
+            }
+            return actions
+        }
+        actions.open = planConnectionIfNeeded(poolIndex, environment)
+        return actions
+    }
+
+    // MARK: Helpers
+
+    private mutating func countFailureIfUnanswered(_ poolIndex: Int, _ slot: Int) {
+        guard !pools[poolIndex].slots[slot].answered, !pools[poolIndex].slots[slot].countedAsFailure else { return }
+        pools[poolIndex].slots[slot].countedAsFailure = true
+        pools[poolIndex].consecutiveFailures += 1
+    }
+
+    /// Hands free streams to waiters in FIFO order.
+    private mutating func serveWaiters(_ poolIndex: Int) -> Actions {
+        var actions = Actions()
+        while !pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
+            let waiter = pools[poolIndex].waiters.removeFirst()
+            pools[poolIndex].slots[slot].lease()
+            actions.leases.append((waiter, pools[poolIndex].slots[slot].connection!))
+        }
+        return actions
+    }
+
+    /// Plans a new connection when callers wait (or a draining one needs replacing) and the pool is
+    /// below its size. After failures only one connection attempt runs at a time, after a backoff.
+    private mutating func planConnectionIfNeeded(
+        _ poolIndex: Int,
+        _ environment: APNSEnvironment,
+        evenWithoutWaiters: Bool = false
+    ) -> APNSConnectionPlan? {
+        guard state == .running || state == .idle else { return nil }
+        guard evenWithoutWaiters || !pools[poolIndex].waiters.isEmpty else { return nil }
+        guard pools[poolIndex].liveSlots < connectionsPerEndpoint else { return nil }
+        let failures = pools[poolIndex].consecutiveFailures
+        if failures > 0 && pools[poolIndex].hasConnecting { return nil }
+        nextConnectionID += 1
+        pools[poolIndex].slots.append(
+            Slot(id: nextConnectionID, phase: .connecting, verified: !requiresVerification)
+        )
+        return APNSConnectionPlan(
+            connectionID: nextConnectionID,
+            environment: environment,
+            delay: Self.backoff(afterFailures: failures)
+        )
+    }
+}

@@ -1,0 +1,233 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHPACK
+
+extension MockAPNSServer {
+    /// What the server sends back for one request.
+    struct Answer: Sendable {
+        var status: Int
+        var apnsID: String
+        /// The error reason; `nil` for 200.
+        var reason: String?
+        /// When APNs learnt the token is no longer valid (410 only), milliseconds since 1970.
+        var unregisteredAt: Int64?
+
+        /// `{"reason":…}` (plus `timestamp` for 410); `nil` for 200.
+        var jsonBody: String? {
+            guard let reason else { return nil }
+            guard let unregisteredAt else { return #"{"reason":"\#(reason)"}"# }
+            return #"{"reason":"\#(reason)","timestamp":\#(unregisteredAt)}"#
+        }
+    }
+
+    /// The push types APNs accepts in `apns-push-type`.
+    static let knownPushTypes: Set<String> = [
+        "alert", "background", "voip", "complication", "fileprovider",
+        "mdm", "liveactivity", "location", "pushtotalk", "widgets",
+    ]
+    static let payloadLimit = 4096
+    static let voipPayloadLimit = 5120
+    static let maximumCollapseIDBytes = 64
+    static let devicePathPrefix = "/3/device/"
+
+    /// The request headers APNs looks at, read in one pass.
+    struct RequestHead {
+        var method: String?
+        var path: String?
+        var authorization: String?
+        var topic: String?
+        var pushType: String?
+        var priority: String?
+        var apnsID: String?
+        var collapseID: String?
+        var expiration: String?
+        var hasRepeatedAPNSHeader = false
+
+        init(_ headers: HPACKHeaders) {
+            for (name, value, _) in headers {
+                switch name {
+                case ":method": self.method = value
+                case ":path": self.path = value
+                case "authorization": self.authorization = value
+                case "apns-topic": Self.set(&self.topic, value, &self.hasRepeatedAPNSHeader)
+                case "apns-push-type": Self.set(&self.pushType, value, &self.hasRepeatedAPNSHeader)
+                case "apns-priority": Self.set(&self.priority, value, &self.hasRepeatedAPNSHeader)
+                case "apns-id": Self.set(&self.apnsID, value, &self.hasRepeatedAPNSHeader)
+                case "apns-collapse-id": Self.set(&self.collapseID, value, &self.hasRepeatedAPNSHeader)
+                case "apns-expiration": Self.set(&self.expiration, value, &self.hasRepeatedAPNSHeader)
+                default: break
+                }
+            }
+        }
+
+        private static func set(_ field: inout String?, _ value: String, _ isRepeated: inout Bool) {
+            if field != nil { isRepeated = true } else { field = value }
+        }
+    }
+
+    /// Decides the answer to one complete request, counts it and logs it.
+    ///
+    /// Checks run in Apple's order: method, path and device token, provider token, the `apns-*`
+    /// headers, the payload, then the token's registration.
+    func answer(headers: HPACKHeaders, payload: ByteBuffer, payloadLength: Int) -> Answer {
+        let head = RequestHead(headers)
+        // Echo the request's apns-id; a missing or malformed one gets a fresh UUID, as APNs does.
+        let requestedAPNSID = head.apnsID.flatMap { Encoding.isCanonicalUUID($0) ? $0 : nil }
+        let apnsID = requestedAPNSID ?? Encoding.randomLowercaseUUID()
+
+        var deviceToken: Substring = ""
+        if let path = head.path, path.hasPrefix(Self.devicePathPrefix) {
+            deviceToken = path.dropFirst(Self.devicePathPrefix.utf8.count)
+        }
+        let rejection = self.rejection(for: head, deviceToken: deviceToken, payloadLength: payloadLength)
+        let tokenKey = Encoding.asciiLowercased(deviceToken)
+        let requestedAPNSIDKey = requestedAPNSID.map { Encoding.asciiLowercased($0[...]) }
+
+        var loggedRequest: ReceivedRequest?
+        if self.configuration.requestLogLimit > 0 {
+            loggedRequest = ReceivedRequest(
+                token: String(deviceToken),
+                headers: headers.map { (name: $0.name, value: $0.value) },
+                payload: Array(payload.readableBytesView),
+                status: 0,
+                reason: nil,
+                apnsID: apnsID
+            )
+        }
+
+        let answer = self.ledger.withLockedValue { ledger -> Answer in
+            let answer: Answer
+            if let rejection {
+                answer = Answer(status: rejection.status, apnsID: apnsID, reason: rejection.rawValue)
+            } else if let millis = ledger.unregisteredTokens[tokenKey] {
+                answer = Answer(
+                    status: Rejection.unregistered.status,
+                    apnsID: apnsID,
+                    reason: Rejection.unregistered.rawValue,
+                    unregisteredAt: millis
+                )
+            } else {
+                answer = Answer(status: 200, apnsID: apnsID)
+                ledger.recordAccepted(token: tokenKey, requestedAPNSID: requestedAPNSIDKey)
+            }
+            ledger.countsByStatus[answer.status, default: 0] += 1
+            if var loggedRequest {
+                loggedRequest.status = answer.status
+                loggedRequest.reason = answer.reason
+                ledger.log(loggedRequest)
+            }
+            return answer
+        }
+
+        self.logger.trace(
+            "mock APNs answered",
+            metadata: [
+                "mock_apns.status": "\(answer.status)",
+                "mock_apns.token": "\(deviceToken)",
+                "mock_apns.apns_id": "\(answer.apnsID)",
+            ]
+        )
+        return answer
+    }
+
+    /// The rejection APNs would give before looking at the device's registration, if any.
+    private func rejection(for head: RequestHead, deviceToken: Substring, payloadLength: Int) -> Rejection? {
+        guard head.method == "POST" else { return .methodNotAllowed }
+        guard let path = head.path, path.hasPrefix(Self.devicePathPrefix) else { return .badPath }
+        guard !deviceToken.isEmpty else { return .missingDeviceToken }
+        guard Encoding.isEvenLengthHex(deviceToken) else { return .badDeviceToken }
+
+        if self.providerTokenVerifier.isEnabled,
+            let rejection = self.providerTokenVerifier.rejection(
+                forAuthorization: head.authorization,
+                nowSeconds: Int64(Date().timeIntervalSince1970)
+            )
+        {
+            return rejection
+        }
+
+        guard head.topic != nil else { return .missingTopic }
+        if let pushType = head.pushType, !Self.knownPushTypes.contains(pushType) { return .invalidPushType }
+        if let priority = head.priority, priority != "10", priority != "5", priority != "1" { return .badPriority }
+        if let apnsID = head.apnsID, !Encoding.isCanonicalUUID(apnsID) { return .badMessageId }
+        if let collapseID = head.collapseID, collapseID.utf8.count > Self.maximumCollapseIDBytes { return .badCollapseId }
+        if let expiration = head.expiration, Int64(expiration) == nil { return .badExpirationDate }
+        if head.hasRepeatedAPNSHeader { return .duplicateHeaders }
+
+        guard payloadLength > 0 else { return .payloadEmpty }
+        let limit = head.pushType == "voip" ? Self.voipPayloadLimit : Self.payloadLimit
+        guard payloadLength <= limit else { return .payloadTooLarge }
+        return nil
+    }
+}
+
+/// Counters, seen apns-ids, unregistered tokens and the request log, kept behind one lock.
+struct Ledger: Sendable {
+    var unregisteredTokens: [String: Int64] = [:]
+    var acceptedPushesByToken: [String: Int] = [:]
+    var totalAcceptedPushes = 0
+    var countsByStatus: [Int: Int] = [:]
+    var acceptedAPNSIDs: Set<String> = []
+    var repeatedAPNSIDCount = 0
+    private(set) var requestLog: RequestLog
+
+    init(requestLogLimit: Int) {
+        self.requestLog = RequestLog(capacity: requestLogLimit)
+    }
+
+    mutating func recordAccepted(token: String, requestedAPNSID: String?) {
+        self.acceptedPushesByToken[token, default: 0] += 1
+        self.totalAcceptedPushes += 1
+        if let requestedAPNSID, !self.acceptedAPNSIDs.insert(requestedAPNSID).inserted {
+            self.repeatedAPNSIDCount += 1
+        }
+    }
+
+    mutating func log(_ request: MockAPNSServer.ReceivedRequest) {
+        self.requestLog.append(request)
+    }
+
+    mutating func reset() {
+        self.acceptedPushesByToken.removeAll()
+        self.totalAcceptedPushes = 0
+        self.countsByStatus.removeAll()
+        self.acceptedAPNSIDs.removeAll()
+        self.repeatedAPNSIDCount = 0
+        self.requestLog.removeAll()
+    }
+}
+
+/// A fixed-capacity ring buffer holding the most recent requests, so logging stays O(1) per
+/// request even when the log is full.
+struct RequestLog: Sendable {
+    private var storage: [MockAPNSServer.ReceivedRequest] = []
+    /// Index of the oldest entry once `storage` is full.
+    private var oldestIndex = 0
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    mutating func append(_ request: MockAPNSServer.ReceivedRequest) {
+        guard self.capacity > 0 else { return }
+        if self.storage.count < self.capacity {
+            self.storage.append(request)
+        } else {
+            self.storage[self.oldestIndex] = request
+            self.oldestIndex = (self.oldestIndex + 1) % self.capacity
+        }
+    }
+
+    mutating func removeAll() {
+        self.storage.removeAll()
+        self.oldestIndex = 0
+    }
+
+    /// The entries, oldest first.
+    var inArrivalOrder: [MockAPNSServer.ReceivedRequest] {
+        Array(self.storage[self.oldestIndex...] + self.storage[..<self.oldestIndex])
+    }
+}

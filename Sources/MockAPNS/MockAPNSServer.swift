@@ -1,0 +1,288 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+
+/// An HTTP/2 + TLS server that answers like Apple's APNs provider API.
+///
+/// `run()` generates a throw-away CA and server certificate, binds, and serves until the task is
+/// cancelled or a graceful shutdown is triggered; then it closes every connection. The counters
+/// and the request log can be read at any time from any thread.
+public final class MockAPNSServer: Service, Sendable {
+    /// One request the server answered, as ``receivedRequests()`` reports it.
+    public struct ReceivedRequest: Sendable {
+        /// The device token from `:path`, as sent.
+        public var token: String
+        /// Every request header in arrival order, pseudo-headers (`:method`, `:path`…) included.
+        public var headers: [(name: String, value: String)]
+        /// The request body (only its first ``MockAPNSServer/maximumKeptPayloadBytes`` bytes).
+        public var payload: [UInt8]
+        /// The HTTP status the server answered.
+        public var status: Int
+        /// The `reason` of an error answer; `nil` for 200.
+        public var reason: String?
+        /// The `apns-id` the server answered with: the request's when it was a valid UUID,
+        /// otherwise a fresh lowercase one.
+        public var apnsID: String
+
+        /// The first value of the header `name` (lowercase), if present.
+        public func header(_ name: String) -> String? {
+            self.headers.first { $0.name == name }?.value
+        }
+    }
+
+    /// The most body bytes a request keeps for the log (the voip payload limit).
+    public static let maximumKeptPayloadBytes = 5120
+
+    let configuration: MockAPNSConfiguration
+    let logger: Logger
+    let providerTokenVerifier: ProviderTokenVerifier
+    let ledger: NIOLockedValueBox<Ledger>
+    private let lifecycle = NIOLockedValueBox(Lifecycle.notListening(hasStarted: false, waiters: [:]))
+    private let openConnections = NIOLockedValueBox(OpenConnections())
+
+    /// Creates a server; nothing happens until ``run()``.
+    public init(configuration: MockAPNSConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        self.providerTokenVerifier = ProviderTokenVerifier(
+            publicKeys: configuration.providerKeys,
+            teamID: configuration.teamID
+        )
+        var ledger = Ledger(requestLogLimit: max(0, configuration.requestLogLimit))
+        for (token, millis) in configuration.unregisteredTokens {
+            ledger.unregisteredTokens[Encoding.asciiLowercased(token[...])] = millis
+        }
+        self.ledger = NIOLockedValueBox(ledger)
+    }
+
+    // MARK: Running
+
+    /// Binds, serves until cancelled or gracefully shut down, then closes every connection.
+    public func run() async throws {
+        try self.lifecycle.withLockedValue { state in
+            guard case .notListening(hasStarted: false, let waiters) = state else {
+                throw MockAPNSServerError.alreadyStarted
+            }
+            state = .notListening(hasStarted: true, waiters: waiters)
+        }
+
+        let serverChannel: any Channel
+        do {
+            serverChannel = try await self.bind()
+        } catch {
+            self.logger.error("mock APNs failed to start", metadata: ["error": "\(error)"])
+            self.finishLifecycle(.failed(error))
+            throw error
+        }
+
+        let port = serverChannel.localAddress?.port ?? self.configuration.port
+        self.finishLifecycle(.listening(port: port))
+        self.logger.info(
+            "mock APNs listening",
+            metadata: ["mock_apns.host": "\(self.configuration.host)", "mock_apns.port": "\(port)"]
+        )
+
+        await withTaskCancellationOrGracefulShutdownHandler {
+            try? await serverChannel.closeFuture.get()
+        } onCancelOrGracefulShutdown: {
+            serverChannel.close(promise: nil)
+        }
+
+        let connections = self.openConnections.withLockedValue { open in
+            open.isClosed = true
+            return Array(open.channels.values)
+        }
+        for connection in connections { connection.close(promise: nil) }
+        for connection in connections { try? await connection.closeFuture.get() }
+
+        self.finishLifecycle(.stopped)
+        self.logger.info("mock APNs stopped", metadata: ["mock_apns.accepted": "\(self.totalAcceptedPushes)"])
+    }
+
+    /// The bound port; waits until ``run()`` has bound it. Throws when `run()` failed or stopped.
+    public func listeningPort() async throws -> Int {
+        let waiterID = self.nextWaiterID.withLockedValue { id in
+            id += 1
+            return id
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
+                let result: Result<Int, any Error>? = self.lifecycle.withLockedValue { state in
+                    switch state {
+                    case .listening(let port):
+                        return .success(port)
+                    case .failed(let error):
+                        return .failure(error)
+                    case .stopped:
+                        return .failure(MockAPNSServerError.stopped)
+                    case .notListening(let hasStarted, var waiters):
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        waiters[waiterID] = continuation
+                        state = .notListening(hasStarted: hasStarted, waiters: waiters)
+                        return nil
+                    }
+                }
+                if let result { continuation.resume(with: result) }
+            }
+        } onCancel: {
+            let continuation = self.lifecycle.withLockedValue { state -> CheckedContinuation<Int, any Error>? in
+                guard case .notListening(let hasStarted, var waiters) = state else { return nil }
+                let continuation = waiters.removeValue(forKey: waiterID)
+                state = .notListening(hasStarted: hasStarted, waiters: waiters)
+                return continuation
+            }
+            continuation?.resume(throwing: CancellationError())
+        }
+    }
+
+    private let nextWaiterID = NIOLockedValueBox<UInt64>(0)
+
+    private func bind() async throws -> any Channel {
+        let identity = try SelfSignedTLSIdentity(host: self.configuration.host)
+        if let path = self.configuration.caCertificatePath {
+            let url = URL(fileURLWithPath: path)
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(),
+                withIntermediateDirectories: true
+            )
+            try Data(identity.certificateAuthorityPEM.utf8).write(to: url, options: .atomic)
+        }
+
+        var tlsConfiguration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(identity.serverCertificate)],
+            privateKey: .privateKey(identity.serverPrivateKey)
+        )
+        tlsConfiguration.applicationProtocols = ["h2"]
+        tlsConfiguration.minimumTLSVersion = .tlsv12
+        let sslContext = try NIOSSLContext(configuration: tlsConfiguration)
+
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try self.configureConnection(channel, sslContext: sslContext)
+                }
+            }
+            .bind(host: self.configuration.host, port: self.configuration.port)
+            .get()
+    }
+
+    /// Sets up TLS and HTTP/2 on an accepted connection (runs on its event loop).
+    private func configureConnection(_ channel: any Channel, sslContext: NIOSSLContext) throws {
+        let isTracked = self.openConnections.withLockedValue { open in
+            guard !open.isClosed else { return false }
+            open.channels[ObjectIdentifier(channel)] = channel
+            return true
+        }
+        guard isTracked else {
+            channel.close(promise: nil)
+            return
+        }
+        channel.closeFuture.whenComplete { _ in
+            _ = self.openConnections.withLockedValue { $0.channels.removeValue(forKey: ObjectIdentifier(channel)) }
+        }
+
+        let pipeline = channel.pipeline.syncOperations
+        try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
+
+        var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
+        connectionConfiguration.initialSettings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: self.configuration.maxConcurrentStreams),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
+            HTTP2Setting(parameter: .initialWindowSize, value: 65_535),
+        ]
+        // A connection-level window far above one stream's so many concurrent pushes are not
+        // throttled by flow control (the payloads are at most 5 KiB each).
+        connectionConfiguration.targetWindowSize = 8 * 1024 * 1024
+        let streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
+
+        _ = try pipeline.configureHTTP2Pipeline(
+            mode: .server,
+            connectionConfiguration: connectionConfiguration,
+            streamConfiguration: streamConfiguration
+        ) { streamChannel in
+            streamChannel.eventLoop.makeCompletedFuture {
+                try streamChannel.pipeline.syncOperations.addHandler(APNSStreamHandler(server: self))
+            }
+        }
+        try pipeline.addHandler(CloseOnErrorHandler())
+    }
+
+    private func finishLifecycle(_ newState: Lifecycle) {
+        let waiters = self.lifecycle.withLockedValue { state -> [UInt64: CheckedContinuation<Int, any Error>] in
+            var waiters: [UInt64: CheckedContinuation<Int, any Error>] = [:]
+            if case .notListening(_, let pending) = state { waiters = pending }
+            state = newState
+            return waiters
+        }
+        let result: Result<Int, any Error>
+        switch newState {
+        case .listening(let port): result = .success(port)
+        case .failed(let error): result = .failure(error)
+        case .stopped, .notListening: result = .failure(MockAPNSServerError.stopped)
+        }
+        for continuation in waiters.values { continuation.resume(with: result) }
+    }
+
+    // MARK: Observing
+
+    /// Accepted (200) pushes for a device token (case-insensitive).
+    public func pushCount(token: String) -> Int {
+        let key = Encoding.asciiLowercased(token[...])
+        return self.ledger.withLockedValue { $0.acceptedPushesByToken[key] ?? 0 }
+    }
+
+    /// Accepted (200) pushes over all tokens.
+    public var totalAcceptedPushes: Int {
+        self.ledger.withLockedValue { $0.totalAcceptedPushes }
+    }
+
+    /// How many answers the server gave per HTTP status.
+    public func statusCounts() -> [Int: Int] {
+        self.ledger.withLockedValue { $0.countsByStatus }
+    }
+
+    /// Accepted (200) pushes whose `apns-id` had already been accepted before (resent notifications).
+    public var repeatedAPNSIDCount: Int {
+        self.ledger.withLockedValue { $0.repeatedAPNSIDCount }
+    }
+
+    /// The most recent requests, oldest first (at most ``MockAPNSConfiguration/requestLogLimit``).
+    public func receivedRequests() -> [ReceivedRequest] {
+        self.ledger.withLockedValue { $0.requestLog.inArrivalOrder }
+    }
+
+    /// From now on, pushes to `token` answer 410 Unregistered with timestamp `millis`.
+    public func markUnregistered(token: String, at millis: Int64) {
+        let key = Encoding.asciiLowercased(token[...])
+        self.ledger.withLockedValue { $0.unregisteredTokens[key] = millis }
+    }
+
+    /// Clears the counters, the seen apns-ids and the request log (unregistered tokens stay).
+    public func reset() {
+        self.ledger.withLockedValue { $0.reset() }
+    }
+}
+
+extension MockAPNSServer {
+    /// Where the server is in its single run.
+    enum Lifecycle: Sendable {
+        case notListening(hasStarted: Bool, waiters: [UInt64: CheckedContinuation<Int, any Error>])
+        case listening(port: Int)
+        case failed(any Error)
+        case stopped
+    }
+
+    /// Accepted connections, so shutdown can close them.
+    struct OpenConnections: Sendable {
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        var isClosed = false
+    }
+}

@@ -1,0 +1,39 @@
+/// The APNs error answers the mock gives, each with Apple's status code and `reason` string.
+enum Rejection: String, Sendable {
+    case badCollapseId = "BadCollapseId"
+    case badDeviceToken = "BadDeviceToken"
+    case badExpirationDate = "BadExpirationDate"
+    case badMessageId = "BadMessageId"
+    case badPriority = "BadPriority"
+    case duplicateHeaders = "DuplicateHeaders"
+    case invalidPushType = "InvalidPushType"
+    case missingDeviceToken = "MissingDeviceToken"
+    case missingTopic = "MissingTopic"
+    case payloadEmpty = "PayloadEmpty"
+    case expiredProviderToken = "ExpiredProviderToken"
+    case invalidProviderToken = "InvalidProviderToken"
+    case missingProviderToken = "MissingProviderToken"
+    case badPath = "BadPath"
+    case methodNotAllowed = "MethodNotAllowed"
+    case unregistered = "Unregistered"
+    case payloadTooLarge = "PayloadTooLarge"
+
+    /// The HTTP status APNs sends with this reason.
+    var status: Int {
+        switch self {
+        case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority,
+            .duplicateHeaders, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty:
+            return 400
+        case .expiredProviderToken, .invalidProviderToken, .missingProviderToken:
+            return 403
+        case .badPath:
+            return 404
+        case .methodNotAllowed:
+            return 405
+        case .unregistered:
+            return 410
+        case .payloadTooLarge:
+            return 413
+        }
+    }
+}

@@ -1,0 +1,219 @@
+import APNSCore
+import Testing
+
+@testable import APNSHTTP2
+
+@Suite("Connection pool state machine")
+struct ConnectionPoolStateMachineTests {
+    struct FakeConnection: APNSPooledConnection, Equatable {
+        var id: Int
+        var environment: APNSEnvironment
+    }
+
+    typealias Machine = APNSConnectionPoolStateMachine<FakeConnection, String>
+
+    private func waiter(_ id: UInt64) -> Machine.Waiter {
+        Machine.Waiter(id: id, continuation: "waiter-\(id)")
+    }
+
+    private func queuedPlan(_ result: Machine.EnqueueResult) -> APNSConnectionPlan?? {
+        if case .queued(let plan) = result { return .some(plan) }
+        return nil
+    }
+
+    private func leased(_ actions: Machine.Actions) -> [String] {
+        actions.leases.map(\.waiter.continuation)
+    }
+
+    @Test func opensConnectionsLazilyUpToTheLimit() throws {
+        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: true)
+        guard case .mustWait = machine.leaseIfAvailable(.production) else {
+            Issue.record("expected to wait")
+            return
+        }
+        let first = try #require(queuedPlan(machine.enqueue(waiter(1), for: .production)))
+        #expect(first == APNSConnectionPlan(connectionID: 1, environment: .production, delay: .zero))
+        let second = try #require(queuedPlan(machine.enqueue(waiter(2), for: .production)))
+        #expect(second?.connectionID == 2)
+        let third = try #require(queuedPlan(machine.enqueue(waiter(3), for: .production)))
+        #expect(third == nil)
+        // The other environment has its own pool.
+        let sandbox = try #require(queuedPlan(machine.enqueue(waiter(4), for: .sandbox)))
+        #expect(sandbox?.environment == .sandbox)
+    }
+
+    @Test func oneStreamUntilTheFirstSuccessThenTheServerLimit() throws {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: true)
+        for id in 1...12 { _ = machine.enqueue(waiter(UInt64(id)), for: .production) }
+        let connection = FakeConnection(id: 1, environment: .production)
+        let ready = machine.connectionReady(connection, streamLimit: 10)
+        #expect(leased(ready) == ["waiter-1"])
+
+        // A non-200 answer does not unlock the connection.
+        let afterError = machine.release(connectionID: 1, environment: .production, status: 403)
+        #expect(leased(afterError) == ["waiter-2"])
+
+        let afterSuccess = machine.release(connectionID: 1, environment: .production, status: 200)
+        #expect(leased(afterSuccess) == (3...12).map { "waiter-\($0)" })
+        #expect(afterSuccess.leases.allSatisfy { $0.connection == connection })
+    }
+
+    @Test func certificateConnectionsUseTheServerLimitAtOnce() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        for id in 1...5 { _ = machine.enqueue(waiter(UInt64(id)), for: .production) }
+        let ready = machine.connectionReady(FakeConnection(id: 1, environment: .production), streamLimit: 3)
+        #expect(leased(ready) == ["waiter-1", "waiter-2", "waiter-3"])
+        guard case .mustWait = machine.leaseIfAvailable(.production) else {
+            Issue.record("the connection is full and others wait")
+            return
+        }
+    }
+
+    @Test func fastPathLeasesTheLeastBusyConnection() {
+        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        let a = FakeConnection(id: 1, environment: .production)
+        let b = FakeConnection(id: 2, environment: .production)
+        _ = machine.connectionReady(a, streamLimit: 4)
+        _ = machine.connectionReady(b, streamLimit: 4)
+        var counts: [Int: Int] = [:]
+        for _ in 0..<6 {
+            guard case .leased(let connection) = machine.leaseIfAvailable(.production) else {
+                Issue.record("expected a lease")
+                return
+            }
+            counts[connection.id, default: 0] += 1
+        }
+        // Two streams were already taken by the waiters; eight in all, four per connection.
+        #expect(counts[1, default: 0] + counts[2, default: 0] == 6)
+        guard case .mustWait = machine.leaseIfAvailable(.production) else {
+            Issue.record("both connections are full")
+            return
+        }
+    }
+
+    @Test func limitChangesApply() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        for id in 1...4 { _ = machine.enqueue(waiter(UInt64(id)), for: .production) }
+        #expect(
+            leased(machine.connectionReady(FakeConnection(id: 1, environment: .production), streamLimit: 1)) == [
+                "waiter-1"
+            ]
+        )
+        let raised = machine.streamLimitChanged(connectionID: 1, environment: .production, limit: 3)
+        #expect(leased(raised) == ["waiter-2", "waiter-3"])
+    }
+
+    @Test func queueIsBounded() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 2, requiresVerification: true)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        guard case .failed(let error) = machine.enqueue(waiter(3), for: .production) else {
+            Issue.record("expected the queue to be full")
+            return
+        }
+        #expect(error.description.hasPrefix("overloaded"))
+    }
+
+    @Test func failedConnectFailsWaitersAndBacksOff() throws {
+        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: true)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        // First of two attempts fails: the other is still connecting, the waiters stay.
+        let firstFailure = machine.connectionClosed(connectionID: 1, environment: .production, failure: "refused")
+        #expect(firstFailure.failures.isEmpty)
+        #expect(firstFailure.open == nil)  // after a failure only one attempt runs at a time
+        // The second fails too: nothing can serve the queue, so it is failed.
+        let secondFailure = machine.connectionClosed(connectionID: 2, environment: .production, failure: "refused")
+        #expect(secondFailure.failures.map(\.waiter.continuation) == ["waiter-1", "waiter-2"])
+        #expect(secondFailure.failures.allSatisfy { $0.error.description.contains("refused") })
+        // The next request reconnects after a backoff.
+        let plan = try #require(queuedPlan(machine.enqueue(waiter(3), for: .production)))
+        #expect(plan?.delay == Machine.backoff(afterFailures: 2))
+        #expect(plan?.delay == .milliseconds(200))
+    }
+
+    @Test func backoffGrowsAndIsCapped() {
+        #expect(Machine.backoff(afterFailures: 0) == .zero)
+        #expect(Machine.backoff(afterFailures: 1) == .milliseconds(100))
+        #expect(Machine.backoff(afterFailures: 4) == .milliseconds(800))
+        #expect(Machine.backoff(afterFailures: 40) == .seconds(30))
+    }
+
+    @Test func anAnswerResetsTheBackoff() throws {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.connectionClosed(connectionID: 1, environment: .production, failure: "refused")
+        let retry = try #require(queuedPlan(machine.enqueue(waiter(2), for: .production)))
+        #expect(retry?.delay == .milliseconds(100))
+        let connection = FakeConnection(id: retry!.connectionID, environment: .production)
+        #expect(leased(machine.connectionReady(connection, streamLimit: 5)) == ["waiter-2"])
+        _ = machine.release(connectionID: connection.id, environment: .production, status: 500)
+        _ = machine.connectionClosed(connectionID: connection.id, environment: .production, failure: nil)
+        let next = try #require(queuedPlan(machine.enqueue(waiter(3), for: .production)))
+        #expect(next?.delay == .zero)
+    }
+
+    @Test func goAwayDrainsAndOpensAReplacement() throws {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        let old = FakeConnection(id: 1, environment: .production)
+        _ = machine.connectionReady(old, streamLimit: 10)
+        _ = machine.release(connectionID: 1, environment: .production, status: 200)
+        guard case .leased = machine.leaseIfAvailable(.production) else {
+            Issue.record("expected a lease")
+            return
+        }
+        let goAway = machine.connectionGoingAway(connectionID: 1, environment: .production)
+        let replacement = try #require(goAway.open)
+        #expect(replacement.connectionID == 2)
+        #expect(replacement.delay == .zero)
+        // The draining connection takes no new streams.
+        guard case .mustWait = machine.leaseIfAvailable(.production) else {
+            Issue.record("a draining connection must not be leased")
+            return
+        }
+        _ = machine.enqueue(waiter(2), for: .production)
+        let fresh = FakeConnection(id: 2, environment: .production)
+        #expect(leased(machine.connectionReady(fresh, streamLimit: 10)) == ["waiter-2"])
+        // Releasing the old connection's stream after it closed is harmless.
+        _ = machine.connectionClosed(connectionID: 1, environment: .production, failure: nil)
+        #expect(leased(machine.release(connectionID: 1, environment: .production, status: 200)).isEmpty)
+    }
+
+    @Test func waitersCanBeRemovedAndTimersAttachedOnlyWhileQueued() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        #expect(machine.removeWaiter(1, for: .production)?.continuation == "waiter-1")
+        #expect(machine.removeWaiter(1, for: .production) == nil)
+        #expect(
+            leased(machine.connectionReady(FakeConnection(id: 1, environment: .production), streamLimit: 5)) == [
+                "waiter-2"
+            ]
+        )
+        #expect(machine.removeWaiter(2, for: .production) == nil)
+    }
+
+    @Test func shutdownFailsWaitersAndRefusesNewRequests() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        let started = machine.startRunning()
+        let startedTwice = machine.startRunning()
+        #expect(started)
+        #expect(!startedTwice)
+        _ = machine.enqueue(waiter(1), for: .production)
+        let connection = FakeConnection(id: 1, environment: .production)
+        _ = machine.enqueue(waiter(2), for: .sandbox)
+        let (waiters, connections) = machine.shutDown()
+        #expect(Set(waiters.map(\.continuation)) == ["waiter-1", "waiter-2"])
+        #expect(connections.isEmpty)
+        guard case .failed(let error) = machine.leaseIfAvailable(.production) else {
+            Issue.record("expected shuttingDown")
+            return
+        }
+        #expect(error == .shuttingDown("APNs client is shutting down"))
+        // A connection finishing its handshake after shutdown is closed at once.
+        #expect(machine.connectionReady(connection, streamLimit: 10).close == [connection])
+    }
+}
