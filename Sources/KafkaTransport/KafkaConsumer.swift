@@ -1,4 +1,5 @@
 import CRdKafka
+import Synchronization
 public import Logging
 public import ServiceLifecycle
 
@@ -75,15 +76,36 @@ public final class KafkaConsumer: Service, Sendable {
     public func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
         guard !offsets.isEmpty else { return }
         try await client.blocking { handle in
-            let list = rd_kafka_topic_partition_list_new(Int32(offsets.count))
+            let list = KafkaTopicPartition.makeList(offsets)
             defer { rd_kafka_topic_partition_list_destroy(list) }
-            for (partition, offset) in offsets {
-                rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
-            }
             let error = rd_kafka_commit(handle, list, 0)
             guard error == RD_KAFKA_RESP_ERR_NO_ERROR || error == RD_KAFKA_RESP_ERR__NO_OFFSET else {
                 throw KafkaError.commit(String(cString: rd_kafka_err2str(error)))
             }
+        }
+    }
+
+    /// Registers who finishes and commits a partition's work before a rebalance takes it away.
+    public func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
+        client.context.rebalanceListener.withLock { $0 = listener }
+    }
+
+    /// Stops fetching from every assigned partition (messages already fetched may still arrive).
+    public func pauseAll() async throws {
+        try await changeAssignedPartitions(pause: true)
+    }
+
+    /// Resumes fetching from every assigned partition.
+    public func resumeAll() async throws {
+        try await changeAssignedPartitions(pause: false)
+    }
+
+    private func changeAssignedPartitions(pause: Bool) async throws {
+        try await client.blocking { handle in
+            var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+            guard rd_kafka_assignment(handle, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let assignment else { return }
+            defer { rd_kafka_topic_partition_list_destroy(assignment) }
+            _ = pause ? rd_kafka_pause_partitions(handle, assignment) : rd_kafka_resume_partitions(handle, assignment)
         }
     }
 
@@ -129,4 +151,14 @@ extension KafkaMessage {
             headers: headers
         )
     }
+}
+
+/// Told about consumer-group rebalances, on the consumer's poll thread (never Swift's
+/// cooperative pool, so blocking briefly is allowed).
+public protocol KafkaRebalanceListener: Sendable {
+    /// These partitions now belong to this member.
+    func partitionsAssigned(_ partitions: [KafkaTopicPartition])
+    /// These partitions are about to go: stop taking their work, finish what is in flight within
+    /// a bound, and return the offsets to commit for them before they go.
+    func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64]
 }

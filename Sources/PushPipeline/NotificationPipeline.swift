@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// Every terminal outcome is recorded in the delivery ledger before it is published, so a
 /// redelivered event republishes the recorded results instead of pushing again.
-public final class NotificationPipeline: Service, Sendable {
+public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendable {
     private let configuration: PipelineConfiguration
     private let source: any MessageSource
     private let publisher: any MessagePublisher
@@ -26,8 +26,6 @@ public final class NotificationPipeline: Service, Sendable {
     private let claimedDeliveries = Mutex(Set<String>())
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
-    private let completions: AsyncStream<Void>
-    private let completionSignal: AsyncStream<Void>.Continuation
     /// What the pipeline did so far.
     public let metrics = PipelineMetrics()
 
@@ -50,36 +48,39 @@ public final class NotificationPipeline: Service, Sendable {
         self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
         self.logger = logger
-        (completions, completionSignal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Consumes until graceful shutdown, then lets in-flight messages finish (the service group's
     /// grace period bounds this), commits what finished and returns.
+    ///
+    /// At most `maxInFlightMessages` are processed at once: when the window is full the
+    /// partitions are paused, and polling goes on (for rebalances and liveness) until it drains.
     public func run() async throws {
+        source.setRebalanceListener(self)
         try await withGracefulShutdownHandler {
             try await withThrowingDiscardingTaskGroup { group in
-                var completionWaiter = completions.makeAsyncIterator()
                 let clock = ContinuousClock()
                 var lastCommit = clock.now
+                var paused = false
                 while !isStopping.load(ordering: .relaxed) {
                     let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
-                    if room > 0 {
-                        let messages = try await poll(maxMessages: min(room, configuration.pollBatchSize))
-                        let consumedAt = clock.now
-                        var requests: [KafkaMessage] = []
-                        for message in messages {
-                            tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
-                            if message.topic == configuration.topics.tokens {
-                                group.addTask { await self.processTokenUpdate(message) }
-                            } else {
-                                requests.append(message)
-                            }
+                    if (room <= 0) != paused {
+                        paused.toggle()
+                        try await paused ? source.pauseAll() : source.resumeAll()
+                    }
+                    let messages = try await poll(maxMessages: max(1, min(room, configuration.pollBatchSize)))
+                    let consumedAt = clock.now
+                    var requests: [KafkaMessage] = []
+                    for message in messages {
+                        tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
+                        if message.topic == configuration.topics.tokens {
+                            group.addTask { await self.processTokenUpdate(message) }
+                        } else {
+                            requests.append(message)
                         }
-                        if !requests.isEmpty {
-                            group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
-                        }
-                    } else {
-                        _ = await completionWaiter.next()
+                    }
+                    if !requests.isEmpty {
+                        group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
                     }
                     if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
                         await commitFinished()
@@ -91,8 +92,25 @@ public final class NotificationPipeline: Service, Sendable {
             consuming.store(false, ordering: .relaxed)
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
-            self.completionSignal.yield()
         }
+    }
+
+    public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {}
+
+    /// Runs on the consumer's poll thread (not the cooperative pool) while the pipeline's
+    /// children keep running: waits for the partitions' in-flight messages, within a bound, so
+    /// the next owner starts after their results are published and committed.
+    public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
+        let clock = ContinuousClock()
+        let deadline = clock.now + configuration.revocationDrainTimeout
+        while tracker.withLock({ $0.inFlightCount(in: partitions) }) > 0, clock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        let unfinished = tracker.withLock { $0.inFlightCount(in: partitions) }
+        if unfinished > 0 {
+            logger.warning("revoking partitions with unfinished messages", metadata: ["kafka.unfinished": "\(unfinished)"])
+        }
+        return tracker.withLock { $0.revoke(partitions) }
     }
 
     private func poll(maxMessages: Int) async throws -> [KafkaMessage] {
@@ -123,7 +141,6 @@ public final class NotificationPipeline: Service, Sendable {
     /// Marks a message whose results are all published; its offset may now be committed.
     private func finish(_ message: KafkaMessage) {
         tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
-        completionSignal.yield()
     }
 
     private func processTokenUpdate(_ message: KafkaMessage) async {

@@ -8,6 +8,12 @@ public struct OffsetTracker: Sendable {
         var inFlight: Set<Int64> = []
         var nextOffset: Int64 = 0
         var committed: Int64?
+
+        /// The offset to commit, when it moved since the last commit.
+        var pendingCommit: Int64? {
+            let commitPoint = inFlight.min() ?? nextOffset
+            return commitPoint == committed ? nil : commitPoint
+        }
     }
 
     private var partitions: [KafkaTopicPartition: PartitionState] = [:]
@@ -34,8 +40,24 @@ public struct OffsetTracker: Sendable {
     public func committableOffsets() -> [KafkaTopicPartition: Int64] {
         var offsets: [KafkaTopicPartition: Int64] = [:]
         for (partition, state) in partitions {
-            let commitPoint = state.inFlight.min() ?? state.nextOffset
-            if commitPoint != state.committed { offsets[partition] = commitPoint }
+            if let commitPoint = state.pendingCommit { offsets[partition] = commitPoint }
+        }
+        return offsets
+    }
+
+    /// Messages of `partitions` taken and not yet finished.
+    public func inFlightCount(in partitions: [KafkaTopicPartition]) -> Int {
+        partitions.reduce(0) { $0 + (self.partitions[$1]?.inFlight.count ?? 0) }
+    }
+
+    /// Forgets revoked partitions and returns the offsets to commit for them before they go.
+    /// Messages of theirs still in flight no longer count against the window.
+    public mutating func revoke(_ revoked: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
+        var offsets: [KafkaTopicPartition: Int64] = [:]
+        for partition in revoked {
+            guard let state = partitions.removeValue(forKey: partition) else { continue }
+            inFlightCount -= state.inFlight.count
+            if let commitPoint = state.pendingCommit { offsets[partition] = commitPoint }
         }
         return offsets
     }

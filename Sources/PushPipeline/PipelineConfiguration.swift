@@ -21,6 +21,10 @@ public struct PipelineConfiguration: Sendable, Hashable {
     public var pollBatchSize = 128
     /// How often finished offsets are committed.
     public var commitInterval: Duration = .milliseconds(250)
+    /// How long a rebalance waits for the revoked partitions' in-flight messages before letting
+    /// them go (unfinished ones are redelivered to the new owner, whose ledger lookup then finds
+    /// any outcome they recorded).
+    public var revocationDrainTimeout: Duration = .seconds(15)
 
     public init() {}
 }
@@ -31,6 +35,12 @@ public protocol MessageSource: Sendable {
     func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage]
     /// Commits, per partition, the offset of the next message to read.
     func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws
+    /// Registers who is told before partitions are revoked.
+    func setRebalanceListener(_ listener: any KafkaRebalanceListener)
+    /// Stops fetching while the pipeline's in-flight window is full.
+    func pauseAll() async throws
+    /// Fetches again once the window has room.
+    func resumeAll() async throws
 }
 
 /// Where the pipeline publishes results, unregistered-token events and dead letters.

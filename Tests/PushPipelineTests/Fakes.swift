@@ -28,6 +28,10 @@ final class FakeSource: MessageSource {
         commits.withLock { $0.append(offsets) }
     }
 
+    func setRebalanceListener(_ listener: any KafkaRebalanceListener) {}
+    func pauseAll() async throws {}
+    func resumeAll() async throws {}
+
     /// The last committed offset per partition.
     var committed: [KafkaTopicPartition: Int64] {
         commits.withLock { $0.reduce(into: [:]) { merged, commit in merged.merge(commit) { _, new in new } } }

@@ -18,7 +18,9 @@ final class RDKafkaClient: Sendable {
     private let handle: Mutex<RDKafkaHandle?>
     private let queue: DispatchQueue
     /// Retained for the handle's lifetime as librdkafka's opaque; released after destroy.
-    private let context: Unmanaged<RDKafkaClientContext>
+    private let retainedContext: Unmanaged<RDKafkaClientContext>
+    /// What librdkafka's callbacks reach.
+    let context: RDKafkaClientContext
     let logger: Logger
 
     init(kind: Kind, configuration: KafkaConfiguration, properties: [String: String], logger: Logger) throws {
@@ -38,6 +40,9 @@ final class RDKafkaClient: Sendable {
         rd_kafka_conf_set_opaque(conf, context.toOpaque())
         rd_kafka_conf_set_log_cb(conf, rdKafkaLog)
         rd_kafka_conf_set_error_cb(conf, rdKafkaError)
+        if kind == .consumer {
+            rd_kafka_conf_set_rebalance_cb(conf, rdKafkaRebalance)
+        }
         if kind == .producer {
             rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR)
             rd_kafka_conf_set_background_event_cb(conf, rdKafkaBackgroundEvent)
@@ -59,7 +64,8 @@ final class RDKafkaClient: Sendable {
             rd_kafka_queue_destroy(background)
         }
         self.handle = Mutex(RDKafkaHandle(pointer: pointer))
-        self.context = context
+        self.context = context.takeUnretainedValue()
+        self.retainedContext = context
         self.queue = DispatchQueue(label: "herald.rdkafka.\(kind)")
         self.logger = logger
     }
@@ -68,7 +74,7 @@ final class RDKafkaClient: Sendable {
         if let handle = handle.withLock({ $0.take() }) {
             rd_kafka_destroy(handle.pointer)
         }
-        context.release()
+        retainedContext.release()
     }
 
     /// Runs a blocking librdkafka call on this client's queue; throws once the client is destroyed.
@@ -117,6 +123,7 @@ struct RDKafkaHandle: @unchecked Sendable {
 /// What librdkafka's callbacks need, reached through the handle's opaque pointer.
 final class RDKafkaClientContext: Sendable {
     let logger: Logger
+    let rebalanceListener = Mutex<(any KafkaRebalanceListener)?>(nil)
 
     init(logger: Logger) {
         self.logger = logger
@@ -192,5 +199,70 @@ extension String {
     /// Reads a NUL-terminated C string out of a buffer librdkafka filled in.
     init(nulTerminated buffer: [CChar]) {
         self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// Consumer-group rebalances, called from inside `rd_kafka_consumer_poll` on the consumer's own
+/// queue: assignments are applied at once; on revocation the listener finishes (or gives up on)
+/// the partitions' in-flight work and its offsets are committed before the partitions go.
+private let rdKafkaRebalance: @convention(c) (
+    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+) -> Void = { handle, error, list, _ in
+    guard let handle else { return }
+    let context = RDKafkaClientContext.from(handle)
+    let listener = context?.rebalanceListener.withLock { $0 }
+    let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+    let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
+    switch error {
+    case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+        if cooperative {
+            _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
+        } else {
+            _ = rd_kafka_assign(handle, list)
+        }
+        context?.logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)"])
+        listener?.partitionsAssigned(partitions)
+    case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+        context?.logger.info("partitions revoked", metadata: ["kafka.partitions": "\(partitions)"])
+        if let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty {
+            let commitList = KafkaTopicPartition.makeList(offsets)
+            let commitError = rd_kafka_commit(handle, commitList, 0)
+            rd_kafka_topic_partition_list_destroy(commitList)
+            if commitError != RD_KAFKA_RESP_ERR_NO_ERROR {
+                context?.logger.warning(
+                    "commit on revocation failed",
+                    metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(commitError)))"]
+                )
+            }
+        }
+        if cooperative {
+            _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
+        } else {
+            _ = rd_kafka_assign(handle, nil)
+        }
+    default:
+        context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
+        // The assignment is gone without an orderly revocation: nothing may be committed.
+        _ = listener?.partitionsRevoked(partitions)
+        _ = rd_kafka_assign(handle, nil)
+    }
+}
+
+extension KafkaTopicPartition {
+    /// The partitions of a librdkafka list.
+    static func all(in list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [KafkaTopicPartition] {
+        (0..<Int(list.pointee.cnt)).map { index in
+            let element = list.pointee.elems[index]
+            return KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)
+        }
+    }
+
+    /// A new librdkafka list with these offsets; the caller destroys it.
+    static func makeList(_ offsets: [KafkaTopicPartition: Int64]) -> UnsafeMutablePointer<rd_kafka_topic_partition_list_t> {
+        let list = rd_kafka_topic_partition_list_new(Int32(offsets.count))!
+        for (partition, offset) in offsets {
+            rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
+        }
+        return list
     }
 }
