@@ -13,4 +13,7 @@ trap 'scripts/services.sh stop' EXIT
 source .local/run/services.env
 
 swift build --build-tests
+# The crash tests run the real `herald` executable as a child process.
+HERALD_BIN="$(swift build --show-bin-path)/herald"
+export HERALD_BIN
 swift test --skip-build "$@"

@@ -20,17 +20,11 @@ protocol APNSPooledConnection: Sendable {
 ///
 /// Generic over the connection and the waiter's continuation so tests can drive it without sockets.
 struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continuation: Sendable> {
-    /// A caller waiting for a stream.
+    /// A caller waiting for a stream until its deadline.
     struct Waiter: Sendable {
         let id: UInt64
         let continuation: Continuation
-        var deadlineTimer: Scheduled<Void>?
-
-        init(id: UInt64, continuation: Continuation, deadlineTimer: Scheduled<Void>? = nil) {
-            self.id = id
-            self.continuation = continuation
-            self.deadlineTimer = deadlineTimer
-        }
+        let deadline: NIODeadline
     }
 
     /// Side effects to perform after the lock is released.
@@ -39,6 +33,10 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         var failures: [(waiter: Waiter, error: APNSTransportError)] = []
         var open: APNSConnectionPlan?
         var close: [Connection] = []
+        /// Schedule the waiter-deadline timer for this instant (then hand it to `attachWaiterTimer`).
+        var armWaiterTimer: NIODeadline?
+        /// A waiter-deadline timer that is no longer needed.
+        var cancelWaiterTimer: Scheduled<Void>?
 
         static var none: Actions { Actions() }
     }
@@ -51,8 +49,15 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     enum EnqueueResult {
         case leased(Connection)
-        case queued(open: APNSConnectionPlan?)
+        case queued(Actions)
         case failed(APNSTransportError)
+    }
+
+    /// One timer for all queued callers, armed for the earliest deadline: queuing costs no timer
+    /// work when deadlines arrive in order (the usual case), and a firing sweeps the queue once.
+    private struct WaiterTimer {
+        var deadline: NIODeadline
+        var scheduled: Scheduled<Void>?
     }
 
     private enum Phase: Equatable {
@@ -136,6 +141,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     private var state = State.idle
     private var pools = [Pool(), Pool()]
     private var nextConnectionID = 0
+    private var waiterTimer: WaiterTimer?
 
     init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool) {
         self.connectionsPerEndpoint = max(1, connectionsPerEndpoint)
@@ -156,10 +162,13 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         return true
     }
 
-    /// Stops taking requests: returns the waiters to fail and the connections to close gracefully.
-    mutating func shutDown() -> (waiters: [Waiter], connections: [Connection]) {
-        guard state != .shutDown else { return ([], []) }
+    /// Stops taking requests: returns the waiters to fail, the connections to close gracefully and
+    /// the waiter timer to cancel.
+    mutating func shutDown() -> (waiters: [Waiter], connections: [Connection], timer: Scheduled<Void>?) {
+        guard state != .shutDown else { return ([], [], nil) }
         state = .shutDown
+        let timer = waiterTimer?.scheduled
+        waiterTimer = nil
         var waiters: [Waiter] = []
         var connections: [Connection] = []
         for index in pools.indices {
@@ -167,10 +176,8 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
             pools[index].waiters.removeAll()
             connections.append(contentsOf: pools[index].slots.compactMap(\.connection))
         }
-        return (waiters, connections)
+        return (waiters, connections, timer)
     }
-
-    var isShutDown: Bool { state == .shutDown }
 
     /// What the pool holds for one environment: live (not draining) connections and the most
     /// streams any of them carried at once.
@@ -202,21 +209,50 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
             return .failed(.overloaded("\(maximumWaiters) requests already wait for an APNs stream"))
         }
         pools[poolIndex].waiters.append(waiter)
-        return .queued(open: planConnectionIfNeeded(poolIndex, environment))
+        var actions = Actions()
+        actions.open = planConnectionIfNeeded(poolIndex, environment)
+        if waiterTimer.map({ waiter.deadline < $0.deadline }) ?? true {
+            actions.cancelWaiterTimer = waiterTimer?.scheduled
+            waiterTimer = WaiterTimer(deadline: waiter.deadline, scheduled: nil)
+            actions.armWaiterTimer = waiter.deadline
+        }
+        return .queued(actions)
     }
 
-    /// Stores the deadline timer of a queued waiter; false when it is no longer queued (cancel the timer).
-    mutating func attachDeadlineTimer(
-        _ timer: Scheduled<Void>,
-        toWaiter id: UInt64,
-        for environment: APNSEnvironment
-    )
-        -> Bool
-    {
-        let poolIndex = Self.poolIndex(environment)
-        guard let index = pools[poolIndex].waiters.firstIndex(where: { $0.id == id }) else { return false }
-        pools[poolIndex].waiters[index].deadlineTimer = timer
+    /// Stores the timer scheduled for `deadline`; false when a timer for an earlier deadline
+    /// replaced it meanwhile (cancel it then).
+    mutating func attachWaiterTimer(_ timer: Scheduled<Void>, deadline: NIODeadline) -> Bool {
+        guard let current = waiterTimer, current.deadline == deadline, current.scheduled == nil else { return false }
+        waiterTimer?.scheduled = timer
         return true
+    }
+
+    /// The waiter timer armed for `timerDeadline` fired: fails every waiter whose deadline passed
+    /// and arms the timer for the earliest remaining one.
+    mutating func waiterTimerFired(timerDeadline: NIODeadline, now: NIODeadline) -> Actions {
+        guard let timer = waiterTimer, timer.deadline == timerDeadline else { return .none }
+        waiterTimer = nil
+        var actions = Actions()
+        var earliest: NIODeadline?
+        for poolIndex in pools.indices where !pools[poolIndex].waiters.isEmpty {
+            var kept = CircularBuffer<Waiter>(initialCapacity: pools[poolIndex].waiters.count)
+            for waiter in pools[poolIndex].waiters {
+                if waiter.deadline <= now {
+                    actions.failures.append(
+                        (waiter, .deadlineExceeded("no APNs stream became free before the deadline"))
+                    )
+                } else {
+                    kept.append(waiter)
+                    earliest = earliest.map { min($0, waiter.deadline) } ?? waiter.deadline
+                }
+            }
+            pools[poolIndex].waiters = kept
+        }
+        if let earliest {
+            waiterTimer = WaiterTimer(deadline: earliest, scheduled: nil)
+            actions.armWaiterTimer = earliest
+        }
+        return actions
     }
 
     /// Removes a waiter whose deadline passed or whose task was cancelled.

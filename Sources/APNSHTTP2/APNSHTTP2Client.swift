@@ -106,10 +106,10 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     /// Stops taking requests, fails queued ones and closes connections once in-flight streams finished.
     private func shutDown() {
-        let (waiters, connections) = pool.withLockedValue { $0.shutDown() }
+        let (waiters, connections, timer) = pool.withLockedValue { $0.shutDown() }
         connectionPlanSink.finish()
+        timer?.cancel()
         for waiter in waiters {
-            waiter.deadlineTimer?.cancel()
             waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("APNs client is shutting down"))
         }
         for connection in connections {
@@ -195,40 +195,32 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation)
+                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline)
                 switch pool.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
                 case .failed(let error):
                     continuation.resume(throwing: error)
-                case .queued(let plan):
-                    if let plan { requestConnection(plan) }
+                case .queued(let actions):
+                    perform(actions)
                     if Task.isCancelled {
                         // The cancellation handler may have run before the waiter was queued.
-                        expireWaiter(waiterID, environment: environment, error: CancellationError())
-                        return
-                    }
-                    let timer = eventLoopGroup.any().scheduleTask(deadline: deadline) {
-                        self.expireWaiter(
-                            waiterID,
-                            environment: environment,
-                            error: APNSTransportError.deadlineExceeded("no APNs stream became free before the deadline")
-                        )
-                    }
-                    if !pool.withLockedValue({ $0.attachDeadlineTimer(timer, toWaiter: waiterID, for: environment) }) {
-                        timer.cancel()
+                        cancelWaiter(waiterID, environment: environment)
                     }
                 }
             }
         } onCancel: {
-            self.expireWaiter(waiterID, environment: environment, error: CancellationError())
+            self.cancelWaiter(waiterID, environment: environment)
         }
     }
 
-    private func expireWaiter(_ id: UInt64, environment: APNSEnvironment, error: any Error) {
+    private func cancelWaiter(_ id: UInt64, environment: APNSEnvironment) {
         guard let waiter = pool.withLockedValue({ $0.removeWaiter(id, for: environment) }) else { return }
-        waiter.deadlineTimer?.cancel()
-        waiter.continuation.resume(throwing: error)
+        waiter.continuation.resume(throwing: CancellationError())
+    }
+
+    private func waiterTimerFired(_ deadline: NIODeadline) {
+        perform(pool.withLockedValue { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) })
     }
 
     private func releaseStream(on connection: APNSConnection, status: Int?) {
@@ -240,15 +232,18 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     private func perform(_ actions: PoolStateMachine.Actions) {
         for (waiter, connection) in actions.leases {
-            waiter.deadlineTimer?.cancel()
             waiter.continuation.resume(returning: connection)
         }
         for (waiter, error) in actions.failures {
-            waiter.deadlineTimer?.cancel()
             waiter.continuation.resume(throwing: error)
         }
         if let plan = actions.open { requestConnection(plan) }
         for connection in actions.close { connection.close() }
+        actions.cancelWaiterTimer?.cancel()
+        if let deadline = actions.armWaiterTimer {
+            let timer = eventLoopGroup.any().scheduleTask(deadline: deadline) { self.waiterTimerFired(deadline) }
+            if !pool.withLockedValue({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }
+        }
     }
 
     /// Live connections to `environment`'s endpoint and the most streams one carried at once.

@@ -27,7 +27,7 @@ public struct HeraldConfiguration: Sendable {
 
     /// Reads the configuration. A value in `environment` wins over the same key in the file
     /// named by HERALD_CONFIG_FILE (lines `KEY=VALUE`, `#` comments).
-    public init(environment: [String: String]) throws(ConfigurationError) {
+    public init(environment: [String: String]) throws {
         var values = environment
         if let path = environment["HERALD_CONFIG_FILE"] {
             for (key, value) in try Self.readConfigFile(path) where values[key] == nil {
@@ -83,7 +83,7 @@ public struct HeraldConfiguration: Sendable {
         return properties
     }
 
-    private static func apnsConfiguration(_ reader: ValueReader) throws(ConfigurationError) -> APNSClientConfiguration? {
+    private static func apnsConfiguration(_ reader: ValueReader) throws -> APNSClientConfiguration? {
         let authentication: APNSClientConfiguration.Authentication
         if let keyPath = reader["HERALD_APNS_KEY_PATH"] {
             guard let keyID = reader["HERALD_APNS_KEY_ID"], let teamID = reader["HERALD_APNS_TEAM_ID"] else {
@@ -131,7 +131,7 @@ public struct HeraldConfiguration: Sendable {
         return configuration
     }
 
-    private static func readConfigFile(_ path: String) throws(ConfigurationError) -> [String: String] {
+    private static func readConfigFile(_ path: String) throws -> [String: String] {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
@@ -171,7 +171,7 @@ private struct ValueReader {
         return value
     }
 
-    func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+    func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
         guard let text = self[key] else { return defaultValue }
         guard let value = Int(text), range.contains(value) else {
             throw ConfigurationError("\(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
@@ -179,7 +179,7 @@ private struct ValueReader {
         return value
     }
 
-    func boolean(_ key: String, default defaultValue: Bool) throws(ConfigurationError) -> Bool {
+    func boolean(_ key: String, default defaultValue: Bool) throws -> Bool {
         guard let text = self[key]?.lowercased() else { return defaultValue }
         switch text {
         case "1", "true", "yes": return true
@@ -200,7 +200,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// when the server offers it.
     public var requiresNoTLS: Bool
 
-    public init(_ text: String) throws(ConfigurationError) {
+    public init(_ text: String) throws {
         guard let components = URLComponents(string: text),
             components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, !host.isEmpty

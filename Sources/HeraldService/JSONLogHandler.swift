@@ -1,4 +1,5 @@
 import Foundation
+import PushPipeline
 public import Logging
 
 /// One JSON object per line on standard error: `ts`, `level`, `msg`, `label`, then metadata.
@@ -38,7 +39,7 @@ public struct JSONLogHandler: LogHandler {
     }
 
     private static func timestamp() -> String {
-        Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        RFC3339.format(Date())
     }
 
     private static func quoted(_ text: String) -> String {

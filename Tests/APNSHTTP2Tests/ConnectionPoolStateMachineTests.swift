@@ -1,4 +1,6 @@
 import APNSCore
+import NIOCore
+import NIOEmbedded
 import Testing
 
 @testable import APNSHTTP2
@@ -12,12 +14,20 @@ struct ConnectionPoolStateMachineTests {
 
     typealias Machine = APNSConnectionPoolStateMachine<FakeConnection, String>
 
-    private func waiter(_ id: UInt64) -> Machine.Waiter {
-        Machine.Waiter(id: id, continuation: "waiter-\(id)")
+    /// The deadline every waiter gets unless a test says otherwise.
+    private static let later = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+
+    private func waiter(_ id: UInt64, deadline: NIODeadline = later) -> Machine.Waiter {
+        Machine.Waiter(id: id, continuation: "waiter-\(id)", deadline: deadline)
     }
 
     private func queuedPlan(_ result: Machine.EnqueueResult) -> APNSConnectionPlan?? {
-        if case .queued(let plan) = result { return .some(plan) }
+        if case .queued(let actions) = result { return .some(actions.open) }
+        return nil
+    }
+
+    private func queuedActions(_ result: Machine.EnqueueResult) -> Machine.Actions? {
+        if case .queued(let actions) = result { return actions }
         return nil
     }
 
@@ -196,6 +206,40 @@ struct ConnectionPoolStateMachineTests {
         #expect(machine.removeWaiter(2, for: .production) == nil)
     }
 
+    @Test func oneWaiterTimerArmedForTheEarliestDeadline() throws {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        let t = { (seconds: Int64) in NIODeadline.uptimeNanoseconds(UInt64(seconds) * 1_000_000_000) }
+        let first = try #require(queuedActions(machine.enqueue(waiter(1, deadline: t(10)), for: .production)))
+        #expect(first.armWaiterTimer == t(10))
+        // Later deadlines need no timer work.
+        let second = try #require(queuedActions(machine.enqueue(waiter(2, deadline: t(20)), for: .production)))
+        #expect(second.armWaiterTimer == nil)
+        // The timer is attached once scheduled; an earlier deadline replaces (and cancels) it.
+        let loop = EmbeddedEventLoop()
+        let scheduled = loop.scheduleTask(deadline: t(10)) {}
+        let attached = machine.attachWaiterTimer(scheduled, deadline: t(10))
+        #expect(attached)
+        let third = try #require(queuedActions(machine.enqueue(waiter(3, deadline: t(5)), for: .sandbox)))
+        #expect(third.armWaiterTimer == t(5))
+        #expect(third.cancelWaiterTimer != nil)
+        // A stale timer is neither attached nor acted on.
+        let attachedStale = machine.attachWaiterTimer(scheduled, deadline: t(10))
+        #expect(!attachedStale)
+        let staleFiring = machine.waiterTimerFired(timerDeadline: t(10), now: t(10))
+        #expect(staleFiring.failures.isEmpty)
+
+        // At 12 s the 5 s and 10 s waiters expire (both environments); the timer re-arms for 20 s.
+        let fired = machine.waiterTimerFired(timerDeadline: t(5), now: t(12))
+        #expect(fired.failures.map(\.waiter.continuation).sorted() == ["waiter-1", "waiter-3"])
+        #expect(fired.failures.allSatisfy { $0.error.isDeadlineExceeded })
+        #expect(fired.armWaiterTimer == t(20))
+        #expect(
+            leased(machine.connectionReady(FakeConnection(id: 1, environment: .production), streamLimit: 5)) == [
+                "waiter-2"
+            ]
+        )
+    }
+
     @Test func shutdownFailsWaitersAndRefusesNewRequests() {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
         let started = machine.startRunning()
@@ -205,7 +249,7 @@ struct ConnectionPoolStateMachineTests {
         _ = machine.enqueue(waiter(1), for: .production)
         let connection = FakeConnection(id: 1, environment: .production)
         _ = machine.enqueue(waiter(2), for: .sandbox)
-        let (waiters, connections) = machine.shutDown()
+        let (waiters, connections, _) = machine.shutDown()
         #expect(Set(waiters.map(\.continuation)) == ["waiter-1", "waiter-2"])
         #expect(connections.isEmpty)
         guard case .failed(let error) = machine.leaseIfAvailable(.production) else {

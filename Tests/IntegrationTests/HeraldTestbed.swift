@@ -63,6 +63,8 @@ final class HeraldTestbed: Sendable {
         environment["HERALD_KAFKA_GROUP"] = group
         environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "6000"
         environment["HERALD_KAFKA_HEARTBEAT_INTERVAL_MS"] = "1000"
+        // Tansu keeps a crashed member in the group until the rebalance timeout (this).
+        environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "15000"
         environment["HERALD_POSTGRES_URL"] = TestEnvironment.postgresURL
         environment["HERALD_APNS_KEY_PATH"] = key.path
         environment["HERALD_APNS_KEY_ID"] = key.keyID

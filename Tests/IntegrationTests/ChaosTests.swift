@@ -1,0 +1,84 @@
+import Foundation
+import HeraldService
+import KafkaTransport
+import MockAPNS
+import Testing
+
+/// Crashes, restarts and graceful stops of the real `herald` process on real services.
+@Suite(.timeLimit(.minutes(10)), .serialized)
+struct ChaosTests {
+    /// Publishes `events` events to every device of `users`, runs Herald as a child process,
+    /// and calls `disrupt` with the number of distinct outcomes seen so far, on each poll.
+    /// Returns the result records once every (event, device) has an outcome.
+    static func runScenario(
+        testbed: HeraldTestbed,
+        users: [String],
+        devices: [TestDevice],
+        events: Int,
+        timeout: Duration = .seconds(400),
+        disrupt: (_ outcomes: Int, _ herald: inout HeraldProcess) async throws -> Void
+    ) async throws -> [ResultRecord] {
+        let environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+        _ = try await testbed.heraldConfiguration(group: "migrate-only")
+        let logPath = testbed.directory.appendingPathComponent("herald.log").path
+        var herald = try HeraldProcess(environment: environment, logPath: logPath)
+        try await testbed.register(devices)
+        try await testbed.waitForActiveTokens(users: users, count: devices.count)
+        for index in 0..<events {
+            try await testbed.publishEvent(id: "\(testbed.bundleID)-event-\(index)", users: users)
+        }
+        let expected = events * devices.count
+        let reader = try TopicReader(topics: [testbed.topics.results])
+        var results: [ResultRecord] = []
+        var keys = Set<String>()
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while keys.count < expected, clock.now < deadline {
+            let batch = try await reader.consumer.poll(maxMessages: 5000, timeout: .milliseconds(200)).compactMap(ResultRecord.init)
+            results += batch
+            keys.formUnion(batch.map(\.key))
+            if !batch.isEmpty { print("progress \(clock.now): \(keys.count) outcomes") }
+            try await disrupt(keys.count, &herald)
+        }
+        results += try await reader.read(timeout: .seconds(2)) { _ in false }.compactMap(ResultRecord.init)
+        herald.send(SIGTERM)
+        _ = try await herald.waitForExit(timeout: .seconds(30))
+        return results
+    }
+
+    /// Every (event, device) pushed exactly once and one distinct outcome per (event, device).
+    static func expectExactlyOnce(testbed: HeraldTestbed, devices: [TestDevice], events: Int, results: [ResultRecord]) {
+        let byKey = Dictionary(grouping: results, by: \.key)
+        #expect(byKey.count == events * devices.count, "every (event, device) has an outcome")
+        #expect(byKey.values.allSatisfy { Set($0.map(\.value)).count == 1 }, "repeats only as identical copies")
+        #expect(results.allSatisfy { $0.status == "delivered" }, "\(Dictionary(grouping: results, by: \.status).mapValues(\.count))")
+        let pushes = devices.map { testbed.pushCounts($0) }
+        #expect(pushes.allSatisfy { $0.wrong == 0 })
+        let missing = pushes.filter { $0.right < events }.count
+        let repeated = pushes.map { max(0, $0.right - events) }.reduce(0, +)
+        #expect(missing == 0, "every device got every event")
+        #expect(repeated == 0, "second pushes at the mock")
+        #expect(testbed.production.repeatedAPNSIDCount + testbed.sandbox.repeatedAPNSIDCount == 0)
+    }
+
+    @Test func sigkillTwiceMidRunLosesNothingAndPushesNothingTwice() async throws {
+        let testbed = try HeraldTestbed(partitions: 4)
+        try await testbed.withMocks {
+            let users = (0..<50).map { "user-\($0)" }
+            let devices = TestDevice.twoPerUser(users)
+            let events = Int(ProcessInfo.processInfo.environment["HERALD_CHAOS_EVENTS"] ?? "200")!
+            var kills = 0
+            let results = try await Self.runScenario(testbed: testbed, users: users, devices: devices, events: events) {
+                outcomes, herald in
+                let killAt = [events * devices.count / 6, events * devices.count / 2]
+                guard kills < killAt.count, outcomes >= killAt[kills] else { return }
+                herald.send(SIGKILL)
+                #expect(try await herald.waitForExit(timeout: .seconds(10)) != nil)
+                kills += 1
+                herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
+            }
+            #expect(kills == 2)
+            Self.expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results)
+        }
+    }
+}
