@@ -3,11 +3,12 @@
 #   PostgreSQL (Debian's binaries, initdb + pg_ctl, as an unprivileged user, loopback only),
 #   Tansu (Kafka-compatible broker, in-memory) and scripts/kafka-apiversions-proxy.py in front
 #   of it (works around librdkafka 2.0.2's ApiVersions v3 parsing bug; see that file).
-# Usage: scripts/services.sh start|stop|env|status
+# Usage: scripts/services.sh start|stop|env|status|pg-stop|pg-start
 #   start  installs missing deps, starts everything on free 127.0.0.1 ports and writes
 #          .local/run/services.env (source it); a no-op when already running.
 #   stop   stops by recorded PID, removes pid files, env file and the PostgreSQL data.
 #   env    prints .local/run/services.env.
+#   pg-stop, pg-start  stop PostgreSQL keeping its data, and start it again (outage drills).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +39,13 @@ running() {
   pid="$(cat "$RUN/$1.pid" 2>/dev/null)" || return 1
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
   [[ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]]
+}
+
+# Starts the cluster created by start_all (again, after pg-stop) with its recorded options.
+start_pg() {
+  as_pg "$(pg_bin)/pg_ctl" -D "$PGBASE/data" -w -t 60 start -o "$(cat "$RUN/pg.options")" \
+    >>"$RUN/postgres.log" 2>&1 </dev/null
+  head -n1 "$PGBASE/data/postmaster.pid" >"$RUN/postgres.pid"
 }
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1; }
@@ -141,10 +149,9 @@ print(*(s.getsockname()[1] for s in socks))')"
   : >"$RUN/postgres.log"
   as_pg "$pgbin/initdb" -D "$PGBASE/data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
     >>"$RUN/postgres.log" 2>&1
-  as_pg "$pgbin/pg_ctl" -D "$PGBASE/data" -w -t 60 start -o "-c listen_addresses=127.0.0.1 \
--p $pgport -k $PGBASE/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-    >>"$RUN/postgres.log" 2>&1 </dev/null
-  head -n1 "$PGBASE/data/postmaster.pid" >"$RUN/postgres.pid"
+  echo "-c listen_addresses=127.0.0.1 -p $pgport -k $PGBASE/sock -c fsync=off \
+-c synchronous_commit=off -c full_page_writes=off" >"$RUN/pg.options"
+  start_pg
   for _ in $(seq 100); do
     "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres && break
     sleep 0.1
@@ -183,6 +190,15 @@ case "${1:-}" in
   stop)
     [[ -d "$RUN" ]] && stop_all
     log "stopped"
+    ;;
+  pg-stop)
+    # Outage drills in tests: stop PostgreSQL, keeping its data, and start it again.
+    PGBASE="$(cat "$RUN/pg.base")"
+    as_pg "$(pg_bin)/pg_ctl" -D "$PGBASE/data" -w -t 60 stop -m fast >>"$RUN/postgres.log" 2>&1
+    ;;
+  pg-start)
+    PGBASE="$(cat "$RUN/pg.base")"
+    start_pg
     ;;
   env)
     [[ -f "$ENV_FILE" ]] || { log "not running (no $ENV_FILE)" >&2; exit 1; }

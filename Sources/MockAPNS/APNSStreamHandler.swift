@@ -66,7 +66,8 @@ final class APNSStreamHandler: ChannelInboundHandler {
 
         var responseHeaders = HPACKHeaders()
         responseHeaders.add(name: ":status", value: String(answer.status))
-        responseHeaders.add(name: "apns-id", value: answer.apnsID)
+        // Unique per response: indexing it would only churn the HPACK dynamic table.
+        responseHeaders.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
         guard let body = answer.jsonBody else {
             context.writeAndFlush(
                 self.wrapOutboundOut(.headers(.init(headers: responseHeaders, endStream: true))),

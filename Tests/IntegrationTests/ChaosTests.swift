@@ -61,6 +61,77 @@ struct ChaosTests {
         #expect(testbed.production.repeatedAPNSIDCount + testbed.sandbox.repeatedAPNSIDCount == 0)
     }
 
+    /// Runs a scenario over `userCount` users with two devices each and checks exactly-once.
+    static func exactlyOnce(
+        users userCount: Int,
+        events: Int,
+        disrupt: (_ outcomes: Int, _ expected: Int, _ herald: inout HeraldProcess) async throws -> Void
+    ) async throws {
+        let testbed = try HeraldTestbed(partitions: 4)
+        try await testbed.withMocks {
+            let users = (0..<userCount).map { "user-\($0)" }
+            let devices = TestDevice.twoPerUser(users)
+            let expected = events * devices.count
+            let results = try await runScenario(testbed: testbed, users: users, devices: devices, events: events) {
+                outcomes, herald in try await disrupt(outcomes, expected, &herald)
+            }
+            expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results)
+        }
+    }
+
+    @Test func sigtermMidRunExitsZeroWithin30SecondsAndARestartLosesNothing() async throws {
+        var stopped = false
+        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
+            guard !stopped, outcomes >= expected / 3 else { return }
+            stopped = true
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+            herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
+        }
+        #expect(stopped)
+    }
+
+    @Test func postgresStoppedForTenSecondsLosesNothingAndReportsUnready() async throws {
+        var outageDone = false
+        let httpPort = try freePort()
+        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
+            if herald.environment["HERALD_HTTP_PORT"] != String(httpPort) {
+                var environment = herald.environment
+                environment["HERALD_HTTP_PORT"] = String(httpPort)
+                herald.send(SIGTERM)
+                _ = try await herald.waitForExit(timeout: .seconds(30))
+                herald = try HeraldProcess(environment: environment, logPath: herald.logPath)
+            }
+            guard !outageDone, outcomes >= expected / 3 else { return }
+            outageDone = true
+            try LocalServices.run("pg-stop")
+            try await Task.sleep(for: .seconds(3))
+            #expect(httpStatus(port: httpPort, path: "/health/ready") == 503)
+            #expect(httpStatus(port: httpPort, path: "/health/live") == 200)
+            try await Task.sleep(for: .seconds(7))
+            try LocalServices.run("pg-start")
+        }
+        #expect(outageDone)
+        #expect(httpStatus(port: httpPort, path: "/health/ready") == nil, "stopped after the run")
+    }
+
+    @Test func secondInstanceJoinsThenFirstLeavesLosingNothingPushingNothingTwice() async throws {
+        var second: HeraldProcess?
+        var firstLeft = false
+        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
+            if second == nil, outcomes >= expected / 5 {
+                second = try HeraldProcess(environment: herald.environment, logPath: herald.logPath + ".second")
+            }
+            if !firstLeft, outcomes >= expected / 2 {
+                firstLeft = true
+                herald.send(SIGTERM)
+                #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+                herald = try #require(second)
+            }
+        }
+        #expect(firstLeft)
+    }
+
     @Test func sigkillTwiceMidRunLosesNothingAndPushesNothingTwice() async throws {
         let testbed = try HeraldTestbed(partitions: 4)
         try await testbed.withMocks {

@@ -71,3 +71,43 @@ func freePort() throws -> Int {
     guard bound else { throw TestFailure("could not find a free port") }
     return Int(UInt16(bigEndian: address.sin_port))
 }
+
+/// The HTTP status of `GET path` on a loopback port, or nil when nothing answers.
+func httpStatus(port: Int, path: String) -> Int? {
+    let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(socketFD) }
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    let connected = withUnsafePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+        }
+    }
+    guard connected else { return nil }
+    let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
+    guard write(socketFD, request, request.count) == request.count else { return nil }
+    var buffer = [UInt8](repeating: 0, count: 64)
+    let count = read(socketFD, &buffer, buffer.count)
+    guard count > 12 else { return nil }
+    // "HTTP/1.1 200 OK"
+    return Int(String(decoding: buffer[9..<12], as: UTF8.self))
+}
+
+/// The project's local-services script (scripts/services.sh), for outage drills.
+enum LocalServices {
+    static func run(_ command: String) throws {
+        let script = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/services.sh")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = [script.path, command]
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+    }
+}

@@ -50,11 +50,19 @@ struct MockAPNSServerTests {
     func generatesAPNSID() async throws {
         try await withMockAPNSServer { _, port, caPath in
             let client = try await TestHTTP2Client.connect(port: port, caPath: caPath, serverHostname: "localhost")
-            let response = try await client.push(token: makeDeviceToken(), authorization: nil)
-            #expect(response.status == 200)
-            let apnsID = try #require(response.apnsID)
-            #expect(UUID(uuidString: apnsID) != nil)
-            #expect(apnsID == apnsID.lowercased())
+            var seen: Set<String> = []
+            for _ in 0..<20 {
+                let response = try await client.push(token: makeDeviceToken(), authorization: nil)
+                #expect(response.status == 200)
+                let apnsID = try #require(response.apnsID)
+                #expect(UUID(uuidString: apnsID) != nil)
+                #expect(apnsID == apnsID.lowercased())
+                let characters = Array(apnsID)
+                #expect(characters[14] == "4")  // version 4
+                #expect("89ab".contains(characters[19]))  // RFC 4122 variant
+                seen.insert(apnsID)
+            }
+            #expect(seen.count == 20)
         }
     }
 
