@@ -38,7 +38,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
                 applied.insert(version)
             }
             for migration in Migrations.all where !applied.contains(migration.version) {
-                for statement in migration.sql {
+                for statement in migration.statements {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 try await connection.query(
