@@ -218,6 +218,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
+                "APNSCore",
                 "HeraldService",
                 "KafkaTransport",
                 "MockAPNS",

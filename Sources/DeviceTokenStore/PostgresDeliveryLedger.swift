@@ -25,11 +25,14 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         return try await client.withTransaction(logger: logger) { connection in
             var unregisteredEvent: [UInt8]?
             if let mark {
-                let marked = try await connection.query(
-                    Self.markUnregisteredQuery(topic: mark.topic, token: mark.token, at: mark.at),
+                let marked = try await Self.markUnregistered(
+                    topic: mark.topic,
+                    token: mark.token,
+                    at: mark.at,
+                    on: connection,
                     logger: logger
-                ).collect()
-                if !marked.isEmpty { unregisteredEvent = delivery.unregisteredEvent }
+                )
+                if marked { unregisteredEvent = delivery.unregisteredEvent }
             }
             let result = String(decoding: delivery.result, as: UTF8.self)
             let event = unregisteredEvent.map { String(decoding: $0, as: UTF8.self) }

@@ -3,8 +3,12 @@ public import Foundation
 public import Logging
 public import PostgresNIO
 
-/// The registry in PostgreSQL (`push.device_tokens`), through a postgres-nio client that the
-/// caller runs as a service.
+/// The registry in PostgreSQL (`push.device_tokens`, plus `push.token_tombstones` for
+/// unregistrations that arrive before their token has a row), through a postgres-nio client
+/// that the caller runs as a service.
+///
+/// Herald's writes to one token are serialised by a transaction-scoped advisory lock; rows that
+/// app APIs write directly are read by the same ordering rule.
 public struct PostgresDeviceTokenStore: DeviceTokenStore {
     let client: PostgresClient
     let logger: Logger
@@ -69,43 +73,126 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
         switch update.action {
         case .register:
             guard let userID = update.userID else { return false }
-            let rows = try await client.query(
-                """
-                INSERT INTO push.device_tokens AS row
-                    (topic, token, user_id, environment, registered_at, updated_at, unregistered_at)
-                VALUES (\(update.topic), \(update.token), \(userID), \(update.environment.rawValue),
-                        \(update.timestamp), now(), NULL)
-                ON CONFLICT (topic, token) DO UPDATE
-                SET user_id = EXCLUDED.user_id, environment = EXCLUDED.environment,
-                    registered_at = EXCLUDED.registered_at, updated_at = now(), unregistered_at = NULL
-                WHERE EXCLUDED.registered_at > row.registered_at
-                  AND (row.unregistered_at IS NULL OR EXCLUDED.registered_at > row.unregistered_at)
-                RETURNING 1
-                """,
-                logger: logger
-            )
-            return try await rows.collect().count > 0
+            let logger = self.logger
+            return try await client.withTransaction(logger: logger) { connection in
+                try await Self.lock(topic: update.topic, token: update.token, on: connection, logger: logger)
+                try await Self.foldTombstone(topic: update.topic, token: update.token, on: connection, logger: logger)
+                // Without a row, an unregistration that arrived first is still pending as a
+                // tombstone: a registration that is not later than it is stored unregistered,
+                // the state the two updates leave in order.
+                let rows = try await connection.query(
+                    """
+                    WITH pending AS (
+                        DELETE FROM push.token_tombstones
+                        WHERE topic = \(update.topic) AND token = \(update.token)
+                        RETURNING unregistered_at
+                    )
+                    INSERT INTO push.device_tokens AS row
+                        (topic, token, user_id, environment, registered_at, updated_at, unregistered_at)
+                    SELECT \(update.topic), \(update.token), \(userID), \(update.environment.rawValue),
+                           \(update.timestamp), now(),
+                           (SELECT unregistered_at FROM pending WHERE unregistered_at >= \(update.timestamp))
+                    ON CONFLICT (topic, token) DO UPDATE
+                    SET user_id = EXCLUDED.user_id, environment = EXCLUDED.environment,
+                        registered_at = EXCLUDED.registered_at, updated_at = now(), unregistered_at = NULL
+                    WHERE EXCLUDED.registered_at > row.registered_at
+                      AND (row.unregistered_at IS NULL OR EXCLUDED.registered_at > row.unregistered_at)
+                    RETURNING 1
+                    """,
+                    logger: logger
+                ).collect()
+                return !rows.isEmpty
+            }
         case .unregister:
             return try await markUnregistered(topic: update.topic, token: update.token, at: update.timestamp)
         }
     }
 
     public func markUnregistered(topic: String, token: String, at time: Date) async throws -> Bool {
-        try await client.query(Self.markUnregisteredQuery(topic: topic, token: token, at: time), logger: logger)
-            .collect().count > 0
+        let logger = self.logger
+        return try await client.withTransaction(logger: logger) { connection in
+            try await Self.markUnregistered(topic: topic, token: token, at: time, on: connection, logger: logger)
+        }
     }
 
-    /// Sets `unregistered_at` when `time` is later than both the registration and any earlier
-    /// unregistration (the contract's ordering rule); returns a row only when it changed.
-    static func markUnregisteredQuery(topic: String, token: String, at time: Date) -> PostgresQuery {
-        """
-        UPDATE push.device_tokens
-        SET unregistered_at = \(time), updated_at = now()
-        WHERE topic = \(topic) AND token = \(token)
-          AND \(time) > registered_at
-          AND (unregistered_at IS NULL OR \(time) > unregistered_at)
-        RETURNING 1
-        """
+    /// Applies an unregistration at `time` inside the caller's transaction; returns whether it
+    /// marked a row.
+    ///
+    /// With a row, the ordering rule decides: `unregistered_at = time` when `time` is later than
+    /// both `registered_at` and any earlier `unregistered_at`. Without one (the unregistration
+    /// overtook its registration, or the row was deleted), `time` is kept as a tombstone for the
+    /// registration to find, so an out-of-order pair ends as it would in order.
+    static func markUnregistered(
+        topic: String,
+        token: String,
+        at time: Date,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> Bool {
+        try await lock(topic: topic, token: token, on: connection, logger: logger)
+        try await foldTombstone(topic: topic, token: token, on: connection, logger: logger)
+        let marked = try await connection.query(
+            """
+            WITH marked AS (
+                UPDATE push.device_tokens
+                SET unregistered_at = \(time), updated_at = now()
+                WHERE topic = \(topic) AND token = \(token)
+                  AND \(time) > registered_at
+                  AND (unregistered_at IS NULL OR \(time) > unregistered_at)
+                RETURNING 1
+            ), tombstone AS (
+                INSERT INTO push.token_tombstones AS t (topic, token, unregistered_at)
+                SELECT \(topic), \(token), \(time)
+                WHERE NOT EXISTS (SELECT 1 FROM push.device_tokens WHERE topic = \(topic) AND token = \(token))
+                ON CONFLICT (topic, token) DO UPDATE
+                SET unregistered_at = EXCLUDED.unregistered_at, recorded_at = now()
+                WHERE EXCLUDED.unregistered_at > t.unregistered_at
+            )
+            SELECT 1 FROM marked
+            """,
+            logger: logger
+        ).collect()
+        return !marked.isEmpty
+    }
+
+    /// Serialises Herald's writes to one token until the transaction ends, so that a tombstone
+    /// and a row for the same token are never written side by side unseen by each other.
+    /// The two-key form keeps these locks apart from the migrations' one-key lock.
+    private static func lock(topic: String, token: String, on connection: PostgresConnection, logger: Logger) async throws {
+        _ = try await connection.query(
+            "SELECT pg_advisory_xact_lock(\(tokenLockClass), hashtext(\(topic) || ' ' || \(token)))",
+            logger: logger
+        ).collect()
+    }
+
+    /// The advisory-lock class of per-token locks ("HRLD").
+    private static let tokenLockClass: Int32 = 0x4852_4C44
+
+    /// When a row and a tombstone both exist (an app API inserted the row after the tombstone
+    /// was written), applies the tombstone to the row with the ordering rule and deletes it.
+    private static func foldTombstone(
+        topic: String,
+        token: String,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        _ = try await connection.query(
+            """
+            WITH pending AS (
+                DELETE FROM push.token_tombstones AS t
+                WHERE t.topic = \(topic) AND t.token = \(token)
+                  AND EXISTS (SELECT 1 FROM push.device_tokens AS d WHERE d.topic = \(topic) AND d.token = \(token))
+                RETURNING t.unregistered_at
+            )
+            UPDATE push.device_tokens AS d
+            SET unregistered_at = pending.unregistered_at, updated_at = now()
+            FROM pending
+            WHERE d.topic = \(topic) AND d.token = \(token)
+              AND pending.unregistered_at > d.registered_at
+              AND (d.unregistered_at IS NULL OR pending.unregistered_at > d.unregistered_at)
+            """,
+            logger: logger
+        ).collect()
     }
 }
 

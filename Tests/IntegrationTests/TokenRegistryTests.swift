@@ -1,0 +1,463 @@
+import APNSCore
+import DeviceTokenStore
+import Foundation
+import HeraldService
+import Logging
+import PostgresNIO
+import Testing
+
+/// The registry on the real PostgreSQL (HERALD_POSTGRES_URL): the ordering rule, tombstones,
+/// the 410 rule, lookups, rows written directly by app APIs, and migrations. Every test works on
+/// its own bundle ID, so tests and other suites can share the database.
+///
+/// Serialized because the housekeeping tests (in an extension of this suite) delete by age
+/// across the whole database.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct TokenRegistryTests {
+    let topic = "com.example.registry.\(UUID().uuidString.prefix(8).lowercased())"
+    /// Whole seconds an hour ago, so timestamps survive PostgreSQL's microseconds exactly.
+    let base = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 3600).rounded(.down))
+
+    func t(_ seconds: Double) -> Date { base.addingTimeInterval(seconds) }
+
+    func register(
+        _ token: String,
+        user: String = "u-1",
+        environment: APNSEnvironment = .production,
+        at time: Date
+    ) -> TokenRegistryUpdate {
+        TokenRegistryUpdate(action: .register, userID: user, token: token, topic: topic, environment: environment, timestamp: time)
+    }
+
+    func unregister(_ token: String, at time: Date) -> TokenRegistryUpdate {
+        TokenRegistryUpdate(action: .unregister, userID: nil, token: token, topic: topic, environment: .production, timestamp: time)
+    }
+
+    @Test func replayedAndOutOfOrderUpdatesChangeNothing() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let token = TestDevice.randomToken()
+            #expect(try await store.apply(register(token, user: "u-1", at: t(10))))
+            #expect(try await !store.apply(register(token, user: "u-1", at: t(10))), "a replay")
+            #expect(try await !store.apply(register(token, user: "u-2", environment: .sandbox, at: t(5))), "an older registration")
+            #expect(try await database.row(topic, token) == RegistryRow(user: "u-1", environment: "production", registeredAt: t(10)))
+
+            #expect(try await store.apply(unregister(token, at: t(30))))
+            #expect(try await !store.apply(unregister(token, at: t(30))), "a replay")
+            #expect(try await !store.apply(unregister(token, at: t(20))), "an older unregistration")
+            #expect(try await !store.apply(register(token, user: "u-3", at: t(25))), "a registration older than the unregistration")
+            #expect(
+                try await database.row(topic, token)
+                    == RegistryRow(user: "u-1", environment: "production", registeredAt: t(10), unregisteredAt: t(30))
+            )
+            #expect(try await store.activeTokens(topic: topic, userIDs: ["u-1", "u-3"], environment: nil).isEmpty)
+
+            #expect(try await store.apply(register(token, user: "u-4", environment: .sandbox, at: t(40))))
+            #expect(try await database.row(topic, token) == RegistryRow(user: "u-4", environment: "sandbox", registeredAt: t(40)))
+            let active = try await store.activeTokens(topic: topic, userIDs: ["u-1", "u-4"], environment: nil)
+            #expect(active == ["u-4": [DeviceToken(userID: "u-4", token: token, environment: .sandbox)]])
+        }
+    }
+
+    /// Every order of the same three updates ends in the same row.
+    @Test func everyOrderOfTheSameUpdatesEndsTheSame() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let updates = { (token: String) in
+                [
+                    register(token, user: "u-1", at: t(10)),
+                    unregister(token, at: t(20)),
+                    register(token, user: "u-2", environment: .sandbox, at: t(30)),
+                ]
+            }
+            let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]
+            for order in orders {
+                let token = TestDevice.randomToken()
+                for index in order + order {  // and every update replayed
+                    try await store.apply(updates(token)[index])
+                }
+                #expect(
+                    try await database.row(topic, token) == RegistryRow(user: "u-2", environment: "sandbox", registeredAt: t(30)),
+                    "order \(order)"
+                )
+                #expect(try await database.tombstone(topic, token) == nil, "order \(order)")
+            }
+        }
+    }
+
+    @Test func unregisterBeforeItsRegistrationIsNotLost() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            // The unregistration overtakes the older registration: the token must end unregistered.
+            let overtaken = TestDevice.randomToken()
+            #expect(try await !store.apply(unregister(overtaken, at: t(20))), "no row to mark yet")
+            #expect(try await database.row(topic, overtaken) == nil)
+            #expect(try await database.tombstone(topic, overtaken) == t(20))
+            #expect(try await !store.apply(unregister(overtaken, at: t(15))), "an older unregistration")
+            #expect(try await database.tombstone(topic, overtaken) == t(20))
+            #expect(try await store.apply(register(overtaken, at: t(10))), "stored, unregistered")
+            #expect(
+                try await database.row(topic, overtaken)
+                    == RegistryRow(user: "u-1", environment: "production", registeredAt: t(10), unregisteredAt: t(20))
+            )
+            #expect(try await database.tombstone(topic, overtaken) == nil, "folded into the row")
+            #expect(try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: nil).isEmpty)
+            #expect(try await !store.apply(unregister(overtaken, at: t(20))), "a replay")
+
+            // A registration later than the early unregistration wins.
+            let reregistered = TestDevice.randomToken()
+            #expect(try await !store.apply(unregister(reregistered, at: t(20))))
+            #expect(try await store.apply(register(reregistered, at: t(30))))
+            #expect(try await database.row(topic, reregistered) == RegistryRow(user: "u-1", environment: "production", registeredAt: t(30)))
+            #expect(try await database.tombstone(topic, reregistered) == nil)
+
+            // Equal times: a registration applies only when strictly later.
+            let tie = TestDevice.randomToken()
+            #expect(try await !store.apply(unregister(tie, at: t(20))))
+            #expect(try await store.apply(register(tie, at: t(20))))
+            #expect(try await database.row(topic, tie)?.unregisteredAt == t(20))
+
+            // A 410 for a token without a row leaves a tombstone as well, but marks nothing.
+            let gone = TestDevice.randomToken()
+            #expect(try await !store.markUnregistered(topic: topic, token: gone, at: t(20)))
+            #expect(try await database.tombstone(topic, gone) == t(20))
+            #expect(try await store.apply(register(gone, at: t(10))))
+            #expect(try await database.row(topic, gone)?.unregisteredAt == t(20))
+            let active = try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: nil)
+            #expect(active == ["u-1": [DeviceToken(userID: "u-1", token: reregistered, environment: .production)]])
+        }
+    }
+
+    /// Many concurrent writers of one token (Herald applies a poll batch's updates in parallel)
+    /// end exactly where the same updates applied one by one end.
+    @Test func concurrentUpdatesOfOneTokenEndAsIfAppliedInOrder() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            for _ in 0..<20 {
+                let token = TestDevice.randomToken()
+                try await withThrowingDiscardingTaskGroup { group in
+                    group.addTask { _ = try await store.apply(register(token, at: t(10))) }
+                    group.addTask { _ = try await store.apply(unregister(token, at: t(20))) }
+                    group.addTask { _ = try await store.markUnregistered(topic: topic, token: token, at: t(15)) }
+                }
+                #expect(
+                    try await database.row(topic, token)
+                        == RegistryRow(user: "u-1", environment: "production", registeredAt: t(10), unregisteredAt: t(20))
+                )
+                #expect(try await database.tombstone(topic, token) == nil)
+            }
+        }
+    }
+
+    @Test func theUnregisteredAnswerMarksOnlyTokensNotRegisteredAgainAfterItsTimestamp() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let apnsTimestamp = t(100)
+            let registeredAgain = TestDevice.randomToken()
+            let stale = TestDevice.randomToken()
+            try await store.apply(register(registeredAgain, user: "u-1", at: t(101)))
+            try await store.apply(register(stale, user: "u-2", at: t(99)))
+
+            #expect(try await !store.markUnregistered(topic: topic, token: registeredAgain, at: apnsTimestamp))
+            #expect(try await database.row(topic, registeredAgain)?.unregisteredAt == nil)
+            #expect(try await store.markUnregistered(topic: topic, token: stale, at: apnsTimestamp))
+            #expect(try await database.row(topic, stale)?.unregisteredAt == apnsTimestamp)
+            #expect(try await !store.markUnregistered(topic: topic, token: stale, at: apnsTimestamp), "a replay")
+            let active = try await store.activeTokens(topic: topic, userIDs: ["u-1", "u-2"], environment: nil)
+            #expect(active.mapValues { $0.map(\.token) } == ["u-1": [registeredAgain]])
+        }
+    }
+
+    /// The pipeline marks through the ledger, in one transaction with the recorded outcome; the
+    /// push.unregistered event is kept only when the row was marked.
+    @Test func recordingA410OutcomeKeepsTheUnregisteredEventOnlyWhenItMarked() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let registeredAgain = TestDevice.randomToken()
+            let stale = TestDevice.randomToken()
+            try await store.apply(register(registeredAgain, at: t(101)))
+            try await store.apply(register(stale, at: t(99)))
+            func outcome(_ token: String) -> RecordedDelivery {
+                RecordedDelivery(
+                    eventID: "\(topic)-event",
+                    token: token,
+                    topic: topic,
+                    userID: "u-1",
+                    result: Array(#"{"status":"unregistered"}"#.utf8),
+                    unregisteredEvent: Array(#"{"token":"\#(token)"}"#.utf8)
+                )
+            }
+            let kept = try await store.record(
+                outcome(registeredAgain),
+                marking: UnregisterMark(topic: topic, token: registeredAgain, at: t(100))
+            )
+            #expect(kept.unregisteredEvent == nil)
+            #expect(try await database.row(topic, registeredAgain)?.unregisteredAt == nil)
+
+            let marked = try await store.record(outcome(stale), marking: UnregisterMark(topic: topic, token: stale, at: t(100)))
+            #expect(marked.unregisteredEvent == outcome(stale).unregisteredEvent)
+            #expect(try await database.row(topic, stale)?.unregisteredAt == t(100))
+            let recorded = try await store.recordedDeliveries(eventIDs: ["\(topic)-event"])
+            #expect(recorded["\(topic)-event"]?[stale]?.unregisteredEvent == outcome(stale).unregisteredEvent)
+            #expect(recorded["\(topic)-event"]?[registeredAgain]?.unregisteredEvent == nil)
+        }
+    }
+
+    @Test func environmentFilterReturnsOnlyThatEnvironmentsTokens() async throws {
+        try await RegistryDatabase.withStore { store, _ in
+            let phone = TestDevice.randomToken()
+            let pad = TestDevice.randomToken()
+            try await store.apply(register(phone, user: "u-1", environment: .production, at: t(1)))
+            try await store.apply(register(pad, user: "u-1", environment: .sandbox, at: t(1)))
+            let sandbox = try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: .sandbox)
+            #expect(sandbox == ["u-1": [DeviceToken(userID: "u-1", token: pad, environment: .sandbox)]])
+            let production = try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: .production)
+            #expect(production == ["u-1": [DeviceToken(userID: "u-1", token: phone, environment: .production)]])
+            let all = try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: nil)
+            #expect(Set(all["u-1"] ?? []) == Set(sandbox["u-1"]! + production["u-1"]!))
+        }
+    }
+
+    /// One query returns exactly the active tokens of a batch of users: not other apps' tokens,
+    /// not unregistered ones, nothing for unknown users.
+    @Test(arguments: [1_000, 10_000])
+    func batchedLookupReturnsExactlyTheActiveTokens(userCount: Int) async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let otherTopic = topic + ".other"
+            var expected: [String: Set<DeviceToken>] = [:]
+            var rows: [(topic: String, token: String, user: String, environment: String, active: Bool)] = []
+            for index in 0..<userCount {
+                let user = "user-\(index)"
+                // 0, 1, 2 or 3 active devices, alternating environments.
+                for device in 0..<(index % 4) {
+                    let environment: APNSEnvironment = device % 2 == 0 ? .production : .sandbox
+                    let token = TestDevice.randomToken()
+                    rows.append((topic, token, user, environment.rawValue, true))
+                    expected[user, default: []].insert(DeviceToken(userID: user, token: token, environment: environment))
+                }
+                if index % 5 == 0 { rows.append((topic, TestDevice.randomToken(), user, "production", false)) }
+                if index % 7 == 0 { rows.append((otherTopic, TestDevice.randomToken(), user, "production", true)) }
+            }
+            try await database.insertRows(rows)
+            // As autovacuum would after a bulk load: with stale statistics the planner may filter
+            // the array row by row instead of probing the index with it.
+            _ = try await database.query("ANALYZE push.device_tokens", logger: database.sqlLogger)
+            let users = (0..<userCount).map { "user-\($0)" } + (0..<50).map { "unknown-\($0)" }
+
+            let clock = ContinuousClock()
+            let start = clock.now
+            let tokens = try await store.activeTokens(topic: topic, userIDs: users, environment: nil)
+            let elapsed = start.duration(to: clock.now)
+            Logger(label: "test").info("batched lookup", metadata: ["users": "\(users.count)", "duration": "\(elapsed)"])
+
+            let found: [String: Set<DeviceToken>] = tokens.mapValues { Set($0) }
+            #expect(found == expected)
+            let foundCount = tokens.values.reduce(0) { $0 + $1.count }
+            let expectedCount = expected.values.reduce(0) { $0 + $1.count }
+            #expect(foundCount == expectedCount, "no token twice")
+        }
+    }
+
+    /// App APIs may write push.device_tokens themselves: the rule reads whatever row is there.
+    @Test func rowsWrittenDirectlyWithSQLAreHonoured() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let active = TestDevice.randomToken()
+            let unregistered = TestDevice.randomToken()
+            try await database.insertRow(topic, active, user: "u-1", environment: "sandbox", registeredAt: t(50))
+            try await database.insertRow(topic, unregistered, user: "u-1", registeredAt: t(50), unregisteredAt: t(60))
+
+            let found = try await store.activeTokens(topic: topic, userIDs: ["u-1"], environment: nil)
+            #expect(found == ["u-1": [DeviceToken(userID: "u-1", token: active, environment: .sandbox)]])
+
+            #expect(try await !store.apply(register(active, user: "u-2", at: t(40))), "older than the row")
+            #expect(try await !store.markUnregistered(topic: topic, token: active, at: t(45)), "a 410 before the registration")
+            #expect(try await !store.apply(register(unregistered, user: "u-2", at: t(55))), "older than its unregistration")
+            #expect(try await !store.apply(unregister(unregistered, at: t(58))))
+            #expect(try await database.row(topic, active) == RegistryRow(user: "u-1", environment: "sandbox", registeredAt: t(50)))
+            #expect(
+                try await database.row(topic, unregistered)
+                    == RegistryRow(user: "u-1", environment: "production", registeredAt: t(50), unregisteredAt: t(60))
+            )
+
+            #expect(try await store.markUnregistered(topic: topic, token: active, at: t(70)))
+            #expect(try await store.apply(register(unregistered, user: "u-2", at: t(70))))
+            let now = try await store.activeTokens(topic: topic, userIDs: ["u-1", "u-2"], environment: nil)
+            #expect(now == ["u-2": [DeviceToken(userID: "u-2", token: unregistered, environment: .production)]])
+        }
+    }
+
+    /// A tombstone written before an app API inserts the row itself is applied to that row by
+    /// Herald's next write to the token.
+    @Test func aTombstoneAppliesToARowAnAppAPIInsertedLater() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let token = TestDevice.randomToken()
+            #expect(try await !store.apply(unregister(token, at: t(20))))
+            try await database.insertRow(topic, token, user: "u-1", registeredAt: t(10))
+            #expect(try await !store.apply(register(token, at: t(5))), "older than the row")
+            #expect(
+                try await database.row(topic, token)
+                    == RegistryRow(user: "u-1", environment: "production", registeredAt: t(10), unregisteredAt: t(20))
+            )
+            #expect(try await database.tombstone(topic, token) == nil)
+        }
+    }
+
+    @Test func migrationsRunTwiceAreANoOpAndRecordEveryVersion() async throws {
+        let name = "herald_migrate_\(UUID().uuidString.prefix(8).lowercased())"
+        try await RegistryDatabase.withStore { _, database in
+            // An identifier cannot be a bind parameter; `name` is generated above from [a-z0-9_].
+            _ = try await database.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: database.sqlLogger)
+        }
+        do {
+            var url = try PostgresURL(TestEnvironment.postgresURL)
+            url.database = name
+            try await RegistryDatabase.withStore(url: url, migrate: false) { store, database in
+                // Two instances starting together, then a third run: the advisory lock
+                // serialises them and the later ones find nothing to do.
+                try await withThrowingDiscardingTaskGroup { group in
+                    group.addTask { try await store.migrate() }
+                    group.addTask { try await store.migrate() }
+                }
+                let first = try await database.appliedMigrations()
+                try await store.migrate()
+                let second = try await database.appliedMigrations()
+                #expect(first.map(\.version) == [1, 2, 3])
+                #expect(first.map(\.name) == ["device tokens", "delivery ledger", "token tombstones"])
+                #expect(second == first, "a second run applies nothing: same versions, same applied_at")
+                let tables = try await database.query(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'push' ORDER BY table_name",
+                    logger: database.sqlLogger
+                ).collect().map { try $0.decode(String.self) }
+                #expect(tables == ["deliveries", "device_tokens", "schema_migrations", "token_tombstones"])
+                // The migrated schema works: the registry's statements run on it.
+                #expect(try await store.apply(register(TestDevice.randomToken(), at: t(1))))
+            }
+        } catch {
+            try? await dropDatabase(name)
+            throw error
+        }
+        try await dropDatabase(name)
+    }
+
+    private func dropDatabase(_ name: String) async throws {
+        try await RegistryDatabase.withStore { _, database in
+            _ = try await database.query(
+                PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"),
+                logger: database.sqlLogger
+            )
+        }
+    }
+}
+
+/// A row of push.schema_migrations.
+struct AppliedMigration: Equatable {
+    var version: Int
+    var name: String
+    var appliedAt: Date
+}
+
+/// A registry row as the tests compare it.
+struct RegistryRow: Equatable, CustomStringConvertible {
+    var user: String
+    var environment: String
+    var registeredAt: Date
+    var unregisteredAt: Date?
+
+    var description: String {
+        "\(user) \(environment) registered \(registeredAt.timeIntervalSince1970) unregistered \(unregisteredAt.map { "\($0.timeIntervalSince1970)" } ?? "-")"
+    }
+}
+
+/// The test PostgreSQL through a client of its own, for the store and for direct SQL.
+enum RegistryDatabase {
+    /// Runs `body` with a registry on `url` (the test database by default), migrated unless told not to.
+    static func withStore<Result: Sendable>(
+        url: PostgresURL? = nil,
+        migrate: Bool = true,
+        _ body: (PostgresDeviceTokenStore, PostgresClient) async throws -> Result
+    ) async throws -> Result {
+        let url = try url ?? PostgresURL(TestEnvironment.postgresURL)
+        // The test server listens on loopback without TLS.
+        let configuration = PostgresClient.Configuration(
+            host: url.host,
+            port: url.port,
+            username: url.username,
+            password: url.password,
+            database: url.database,
+            tls: .disable
+        )
+        let logger = Logger(label: "test.registry")
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            let store = PostgresDeviceTokenStore(client: client, logger: logger)
+            if migrate { try await store.migrate() }
+            return try await body(store, client)
+        }
+    }
+}
+
+extension PostgresClient {
+    var sqlLogger: Logger { Logger(label: "test.registry.sql") }
+
+    func row(_ topic: String, _ token: String) async throws -> RegistryRow? {
+        for try await (user, environment, registeredAt, unregisteredAt) in try await query(
+            """
+            SELECT user_id, environment, registered_at, unregistered_at FROM push.device_tokens
+            WHERE topic = \(topic) AND token = \(token)
+            """,
+            logger: sqlLogger
+        ).decode((String, String, Date, Date?).self) {
+            return RegistryRow(user: user, environment: environment, registeredAt: registeredAt, unregisteredAt: unregisteredAt)
+        }
+        return nil
+    }
+
+    func tombstone(_ topic: String, _ token: String) async throws -> Date? {
+        for try await date in try await query(
+            "SELECT unregistered_at FROM push.token_tombstones WHERE topic = \(topic) AND token = \(token)",
+            logger: sqlLogger
+        ).decode(Date.self) {
+            return date
+        }
+        return nil
+    }
+
+    /// Inserts a row as an app API would: its own `updated_at`, no Herald involved.
+    func insertRow(
+        _ topic: String,
+        _ token: String,
+        user: String,
+        environment: String = "production",
+        registeredAt: Date,
+        unregisteredAt: Date? = nil
+    ) async throws {
+        try await query(
+            """
+            INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at, unregistered_at)
+            VALUES (\(topic), \(token), \(user), \(environment), \(registeredAt), 'epoch', \(unregisteredAt))
+            """,
+            logger: sqlLogger
+        )
+    }
+
+    /// Inserts many rows in one statement (unregistered ones an hour ago).
+    func insertRows(_ rows: [(topic: String, token: String, user: String, environment: String, active: Bool)]) async throws {
+        try await query(
+            """
+            INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at, unregistered_at)
+            SELECT r.topic, r.token, r.user_id, r.environment, now() - interval '2 hours', now(),
+                   CASE WHEN r.active THEN NULL ELSE now() - interval '1 hour' END
+            FROM unnest(\(rows.map(\.topic)), \(rows.map(\.token)), \(rows.map(\.user)), \(rows.map(\.environment)),
+                        \(rows.map(\.active))) AS r(topic, token, user_id, environment, active)
+            """,
+            logger: sqlLogger
+        )
+    }
+
+    func appliedMigrations() async throws -> [AppliedMigration] {
+        var applied: [AppliedMigration] = []
+        for try await (version, name, appliedAt) in try await query(
+            "SELECT version, name, applied_at FROM push.schema_migrations ORDER BY version",
+            logger: sqlLogger
+        ).decode((Int, String, Date).self) {
+            applied.append(AppliedMigration(version: version, name: name, appliedAt: appliedAt))
+        }
+        return applied
+    }
+}
