@@ -33,6 +33,14 @@ public struct MockAPNSConfiguration: Sendable {
     /// `0` records none, which keeps long benchmark runs lean; counters are kept regardless.
     public var requestLogLimit: Int = 100_000
 
+    /// Injected faults (error fractions, latency, GOAWAY, the one-stream rule); none by default.
+    public var faults: MockAPNSFaults = .none
+
+    /// A PEM file of CA certificates. When set, the server requires a TLS client certificate
+    /// issued by one of them (as APNs does for certificate authentication) and refuses the
+    /// handshake otherwise. `nil` asks for no client certificate.
+    public var clientCertificateAuthorityPath: String?
+
     /// Creates a configuration; every parameter has the default documented on its property.
     public init(
         host: String = "127.0.0.1",
@@ -42,7 +50,9 @@ public struct MockAPNSConfiguration: Sendable {
         teamID: String? = nil,
         unregisteredTokens: [String: Int64] = [:],
         maxConcurrentStreams: Int = 1000,
-        requestLogLimit: Int = 100_000
+        requestLogLimit: Int = 100_000,
+        faults: MockAPNSFaults = .none,
+        clientCertificateAuthorityPath: String? = nil
     ) {
         self.host = host
         self.port = port
@@ -52,5 +62,7 @@ public struct MockAPNSConfiguration: Sendable {
         self.unregisteredTokens = unregisteredTokens
         self.maxConcurrentStreams = maxConcurrentStreams
         self.requestLogLimit = requestLogLimit
+        self.faults = faults
+        self.clientCertificateAuthorityPath = clientCertificateAuthorityPath
     }
 }

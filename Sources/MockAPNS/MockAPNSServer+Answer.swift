@@ -97,9 +97,12 @@ extension MockAPNSServer {
             )
         }
 
+        let injectsStatuses = self.configuration.faults.injectsStatuses
         let answer = self.ledger.withLockedValue { ledger -> Answer in
             let answer: Answer
-            if let rejection {
+            if injectsStatuses, let fault = ledger.drawStatusFault(self.configuration.faults) {
+                answer = Answer(status: fault.status, apnsID: apnsID, reason: fault.rawValue)
+            } else if let rejection {
                 answer = Answer(status: rejection.status, apnsID: apnsID, reason: rejection.rawValue)
             } else if let millis = ledger.unregisteredTokens[tokenKey] {
                 answer = Answer(
@@ -130,6 +133,28 @@ extension MockAPNSServer {
             ]
         )
         return answer
+    }
+
+    /// The latency to add before processing a request, if the faults select this request.
+    func addedLatency(headers: HPACKHeaders) -> Duration? {
+        guard let latency = self.configuration.faults.latency else { return nil }
+        var tokenKey: String?
+        if case .firstRequestPerToken = latency.scope.backing {
+            let path = headers.first(name: ":path") ?? ""
+            let token = path.hasPrefix(Self.devicePathPrefix) ? path.dropFirst(Self.devicePathPrefix.utf8.count) : ""
+            tokenKey = Encoding.asciiLowercased(token)
+        }
+        return self.ledger.withLockedValue { ledger in
+            switch latency.scope.backing {
+            case .everyRequest:
+                break
+            case .firstRequestPerToken:
+                guard let tokenKey, ledger.tokensDelayedOnce.insert(tokenKey).inserted else { return nil }
+            case .fraction(let share):
+                guard ledger.random.nextUnitInterval() < share else { return nil }
+            }
+            return ledger.drawLatency(latency)
+        }
     }
 
     /// The rejection APNs would give before looking at the device's registration, if any.
@@ -163,7 +188,8 @@ extension MockAPNSServer {
     }
 }
 
-/// Counters, seen apns-ids, unregistered tokens and the request log, kept behind one lock.
+/// Counters, seen apns-ids, unregistered tokens, the fault generator and the request log, kept
+/// behind one lock.
 struct Ledger: Sendable {
     var unregisteredTokens: [String: Int64] = [:]
     var acceptedPushesByToken: [String: Int] = [:]
@@ -171,10 +197,40 @@ struct Ledger: Sendable {
     var countsByStatus: [Int: Int] = [:]
     var acceptedAPNSIDs: Set<String> = []
     var repeatedAPNSIDCount = 0
+    var streams = MockAPNSServer.StreamStatistics()
+    /// Tokens that already had their one delayed request (latency scope `firstRequestPerToken`).
+    var tokensDelayedOnce: Set<String> = []
+    var random: SeededRandomNumberGenerator
     private(set) var requestLog: RequestLog
 
-    init(requestLogLimit: Int) {
+    init(requestLogLimit: Int, seed: UInt64) {
         self.requestLog = RequestLog(capacity: requestLogLimit)
+        self.random = SeededRandomNumberGenerator(seed: seed)
+    }
+
+    /// One draw per request: the injected error status, or nil to answer normally.
+    mutating func drawStatusFault(_ faults: MockAPNSFaults) -> Rejection? {
+        let draw = self.random.nextUnitInterval()
+        var bound = faults.tooManyRequestsFraction
+        if draw < bound { return .tooManyRequests }
+        bound += faults.internalServerErrorFraction
+        if draw < bound { return .internalServerError }
+        bound += faults.serviceUnavailableFraction
+        if draw < bound { return .serviceUnavailable }
+        return nil
+    }
+
+    /// A delay drawn uniformly from the latency's range.
+    mutating func drawLatency(_ latency: MockAPNSFaults.Latency) -> Duration {
+        let minimum = Self.nanoseconds(latency.minimum)
+        let maximum = Self.nanoseconds(latency.maximum)
+        guard maximum > minimum else { return .nanoseconds(minimum) }
+        return .nanoseconds(Int64.random(in: minimum...maximum, using: &self.random))
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return min(seconds, 86_400) * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 
     mutating func recordAccepted(token: String, requestedAPNSID: String?) {
@@ -195,6 +251,8 @@ struct Ledger: Sendable {
         self.countsByStatus.removeAll()
         self.acceptedAPNSIDs.removeAll()
         self.repeatedAPNSIDCount = 0
+        self.streams = MockAPNSServer.StreamStatistics()
+        self.tokensDelayedOnce.removeAll()
         self.requestLog.removeAll()
     }
 }

@@ -53,7 +53,10 @@ public final class MockAPNSServer: Service, Sendable {
             publicKeys: configuration.providerKeys,
             teamID: configuration.teamID
         )
-        var ledger = Ledger(requestLogLimit: max(0, configuration.requestLogLimit))
+        var ledger = Ledger(
+            requestLogLimit: max(0, configuration.requestLogLimit),
+            seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)
+        )
         for (token, millis) in configuration.unregisteredTokens {
             ledger.unregisteredTokens[Encoding.asciiLowercased(token[...])] = millis
         }
@@ -159,6 +162,12 @@ public final class MockAPNSServer: Service, Sendable {
         )
         tlsConfiguration.applicationProtocols = ["h2"]
         tlsConfiguration.minimumTLSVersion = .tlsv12
+        if let clientAuthorityPath = self.configuration.clientCertificateAuthorityPath {
+            // A client certificate is required and must chain to one of these CAs (no host name
+            // check: a client certificate names a provider, not a host).
+            tlsConfiguration.certificateVerification = .noHostnameVerification
+            tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientAuthorityPath))
+        }
         let sslContext = try NIOSSLContext(configuration: tlsConfiguration)
 
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -194,7 +203,10 @@ public final class MockAPNSServer: Service, Sendable {
 
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: self.configuration.maxConcurrentStreams),
+            HTTP2Setting(
+                parameter: .maxConcurrentStreams,
+                value: MockConnectionState.initialStreamLimit(self.configuration)
+            ),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
             HTTP2Setting(parameter: .initialWindowSize, value: 65_535),
         ]
@@ -202,6 +214,10 @@ public final class MockAPNSServer: Service, Sendable {
         // throttled by flow control (the payloads are at most 5 KiB each).
         connectionConfiguration.targetWindowSize = 8 * 1024 * 1024
         let streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
+        let connectionState = NIOLoopBound(
+            MockConnectionState(server: self, channel: channel),
+            eventLoop: channel.eventLoop
+        )
 
         _ = try pipeline.configureHTTP2Pipeline(
             mode: .server,
@@ -209,10 +225,12 @@ public final class MockAPNSServer: Service, Sendable {
             streamConfiguration: streamConfiguration
         ) { streamChannel in
             streamChannel.eventLoop.makeCompletedFuture {
-                try streamChannel.pipeline.syncOperations.addHandler(APNSStreamHandler(server: self))
+                try streamChannel.pipeline.syncOperations.addHandler(
+                    APNSStreamHandler(server: self, connection: connectionState)
+                )
             }
         }
-        try pipeline.addHandler(CloseOnErrorHandler())
+        try pipeline.addHandler(CloseOnErrorHandler(connection: connectionState))
     }
 
     private func finishLifecycle(_ newState: Lifecycle) {
@@ -254,6 +272,11 @@ public final class MockAPNSServer: Service, Sendable {
         self.ledger.withLockedValue { $0.repeatedAPNSIDCount }
     }
 
+    /// Stream concurrency, GOAWAYs and unanswered requests over all connections so far.
+    public func streamStatistics() -> StreamStatistics {
+        self.ledger.withLockedValue { $0.streams }
+    }
+
     /// The most recent requests, oldest first (at most ``MockAPNSConfiguration/requestLogLimit``).
     public func receivedRequests() -> [ReceivedRequest] {
         self.ledger.withLockedValue { $0.requestLog.inArrivalOrder }
@@ -268,6 +291,47 @@ public final class MockAPNSServer: Service, Sendable {
     /// Clears the counters, the seen apns-ids and the request log (unregistered tokens stay).
     public func reset() {
         self.ledger.withLockedValue { $0.reset() }
+    }
+}
+
+extension MockAPNSServer {
+    /// How clients used streams, as ``streamStatistics()`` reports it.
+    public struct StreamStatistics: Sendable, Hashable {
+        /// The most requests one connection had in flight before any request on it succeeded.
+        public var peakConcurrentStreamsBeforeFirstSuccess = 0
+        /// The most requests one connection had in flight after its first success.
+        public var peakConcurrentStreamsAfterFirstSuccess = 0
+        /// GOAWAY frames sent by the fault injection.
+        public var goAwaysSent = 0
+        /// Requests that were never processed or answered: above a GOAWAY's last stream id, or
+        /// their stream closed first (reset by the client, connection lost).
+        public var unansweredRequests = 0
+
+        public init() {}
+    }
+
+    func recordPeakConcurrentStreams(_ streams: Int, afterFirstSuccess: Bool) {
+        self.ledger.withLockedValue { ledger in
+            if afterFirstSuccess {
+                ledger.streams.peakConcurrentStreamsAfterFirstSuccess = max(
+                    ledger.streams.peakConcurrentStreamsAfterFirstSuccess,
+                    streams
+                )
+            } else {
+                ledger.streams.peakConcurrentStreamsBeforeFirstSuccess = max(
+                    ledger.streams.peakConcurrentStreamsBeforeFirstSuccess,
+                    streams
+                )
+            }
+        }
+    }
+
+    func recordGoAway() {
+        self.ledger.withLockedValue { $0.streams.goAwaysSent += 1 }
+    }
+
+    func recordUnansweredRequest() {
+        self.ledger.withLockedValue { $0.streams.unansweredRequests += 1 }
     }
 }
 

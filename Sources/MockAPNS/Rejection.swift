@@ -17,6 +17,9 @@ enum Rejection: String, Sendable {
     case methodNotAllowed = "MethodNotAllowed"
     case unregistered = "Unregistered"
     case payloadTooLarge = "PayloadTooLarge"
+    case tooManyRequests = "TooManyRequests"
+    case internalServerError = "InternalServerError"
+    case serviceUnavailable = "ServiceUnavailable"
 
     /// The HTTP status APNs sends with this reason.
     var status: Int {
@@ -34,6 +37,12 @@ enum Rejection: String, Sendable {
             return 410
         case .payloadTooLarge:
             return 413
+        case .tooManyRequests:
+            return 429
+        case .internalServerError:
+            return 500
+        case .serviceUnavailable:
+            return 503
         }
     }
 }

@@ -17,7 +17,9 @@ struct MockAPNSCommand: AsyncParsableCommand {
             127.0.0.1, ::1 and --host); clients must trust the CA written by --ca-out. Without \
             --provider-key it runs in certificate mode and does not check `authorization`. \
             SIGTERM or SIGINT stops it gracefully; it then prints a one-line summary of its \
-            counters to stderr.
+            counters to stderr. Fault options (--too-many-requests, --internal-server-error, \
+            --service-unavailable, --latency, --goaway-after, --one-stream-until-success) are off \
+            by default; a faulted request never counts as accepted.
             """
     )
 
@@ -72,6 +74,84 @@ struct MockAPNSCommand: AsyncParsableCommand {
     @Option(name: .customLong("max-concurrent-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS to advertise.")
     var maxConcurrentStreams: Int = 1000
 
+    @Option(
+        name: .customLong("client-ca"),
+        help: ArgumentHelp(
+            """
+            Require a TLS client certificate issued by a CA in this PEM file (certificate \
+            authentication, mutual TLS); the handshake fails without one.
+            """,
+            valueName: "path"
+        )
+    )
+    var clientCA: String?
+
+    @Option(
+        name: .customLong("too-many-requests"),
+        help: ArgumentHelp("Fault: answer this share (0...1) of requests 429 TooManyRequests.", valueName: "fraction")
+    )
+    var tooManyRequestsFraction: Double = 0
+
+    @Option(
+        name: .customLong("internal-server-error"),
+        help: ArgumentHelp("Fault: answer this share (0...1) of requests 500 InternalServerError.", valueName: "fraction")
+    )
+    var internalServerErrorFraction: Double = 0
+
+    @Option(
+        name: .customLong("service-unavailable"),
+        help: ArgumentHelp("Fault: answer this share (0...1) of requests 503 ServiceUnavailable.", valueName: "fraction")
+    )
+    var serviceUnavailableFraction: Double = 0
+
+    @Option(
+        name: .customLong("latency"),
+        help: ArgumentHelp(
+            """
+            Fault: delay processing and answering by MS milliseconds, or by a uniform draw from \
+            MIN-MAX. A request whose stream the client resets meanwhile is never processed.
+            """,
+            valueName: "ms|min-max"
+        )
+    )
+    var latency: String?
+
+    @Option(
+        name: .customLong("latency-scope"),
+        help: ArgumentHelp(
+            """
+            Which requests --latency delays: `every` request, `first-per-token` (only the first \
+            request for each device token, so a retry is fast) or a share such as `0.25`.
+            """,
+            valueName: "scope"
+        )
+    )
+    var latencyScope: String = "every"
+
+    @Option(
+        name: .customLong("goaway-after"),
+        help: ArgumentHelp(
+            """
+            Fault: after N requests on a connection send GOAWAY (last-stream-id = the Nth stream, \
+            reason Shutdown), answer the streams up to it, ignore those above and close.
+            """,
+            valueName: "n"
+        )
+    )
+    var goAwayAfter: Int?
+
+    @Flag(
+        name: .customLong("one-stream-until-success"),
+        help: """
+            Apple's rule for token authentication: advertise SETTINGS_MAX_CONCURRENT_STREAMS 1 \
+            and raise it to --max-concurrent-streams after the first 200 on the connection.
+            """
+    )
+    var oneStreamUntilSuccess = false
+
+    @Option(name: .customLong("seed"), help: "Seed for the fault draws, for reproducible runs (default: random).")
+    var seed: UInt64?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -83,6 +163,43 @@ struct MockAPNSCommand: AsyncParsableCommand {
         }
         guard (0...65_535).contains(self.port) else { throw ValidationError("--port must be 0...65535") }
         guard self.maxConcurrentStreams > 0 else { throw ValidationError("--max-concurrent-streams must be positive") }
+        let fractions = [
+            ("--too-many-requests", self.tooManyRequestsFraction),
+            ("--internal-server-error", self.internalServerErrorFraction),
+            ("--service-unavailable", self.serviceUnavailableFraction),
+        ]
+        for (flag, fraction) in fractions where !(0...1).contains(fraction) {
+            throw ValidationError("\(flag) must be between 0 and 1")
+        }
+        guard fractions.map(\.1).reduce(0, +) <= 1 else {
+            throw ValidationError("the fault fractions must add up to at most 1")
+        }
+        if let goAwayAfter = self.goAwayAfter, goAwayAfter < 1 {
+            throw ValidationError("--goaway-after must be at least 1")
+        }
+        _ = try self.parseLatency()
+    }
+
+    /// `--latency` and `--latency-scope` as a fault, or nil without `--latency`.
+    private func parseLatency() throws -> MockAPNSFaults.Latency? {
+        guard let text = self.latency else { return nil }
+        let bounds = text.split(separator: "-", omittingEmptySubsequences: false).map { Int($0) }
+        guard (1...2).contains(bounds.count), let minimum = bounds.first ?? nil, let maximum = bounds.last ?? nil,
+            minimum >= 0, maximum >= minimum
+        else {
+            throw ValidationError("--latency expects MS or MIN-MAX in milliseconds, got '\(text)'")
+        }
+        let scope: MockAPNSFaults.Latency.Scope
+        switch self.latencyScope {
+        case "every": scope = .everyRequest
+        case "first-per-token": scope = .firstRequestPerToken
+        default:
+            guard let share = Double(self.latencyScope), (0...1).contains(share) else {
+                throw ValidationError("--latency-scope must be every, first-per-token or a share in 0...1")
+            }
+            scope = .fraction(share)
+        }
+        return MockAPNSFaults.Latency(.milliseconds(minimum) ... .milliseconds(maximum), scope: scope)
     }
 
     func run() async throws {
@@ -103,7 +220,17 @@ struct MockAPNSCommand: AsyncParsableCommand {
             unregisteredTokens: try self.parseUnregisteredTokens(),
             maxConcurrentStreams: self.maxConcurrentStreams,
             // Nothing reads the request log of a standalone server: keep long runs lean.
-            requestLogLimit: 0
+            requestLogLimit: 0,
+            faults: MockAPNSFaults(
+                tooManyRequestsFraction: self.tooManyRequestsFraction,
+                internalServerErrorFraction: self.internalServerErrorFraction,
+                serviceUnavailableFraction: self.serviceUnavailableFraction,
+                latency: try self.parseLatency(),
+                goAwayAfterRequests: self.goAwayAfter,
+                oneStreamUntilFirstSuccess: self.oneStreamUntilSuccess,
+                seed: self.seed
+            ),
+            clientCertificateAuthorityPath: self.clientCA
         )
         let server = MockAPNSServer(configuration: configuration, logger: logger)
 
@@ -132,10 +259,12 @@ struct MockAPNSCommand: AsyncParsableCommand {
             .sorted { $0.key < $1.key }
             .map { "\($0.key):\($0.value)" }
             .joined(separator: ",")
+        let streams = server.streamStatistics()
         let line = """
             mock-apns: accepted=\(server.totalAcceptedPushes) \
             repeated_apns_id=\(server.repeatedAPNSIDCount) \
-            statuses=\(statuses.isEmpty ? "none" : statuses)
+            statuses=\(statuses.isEmpty ? "none" : statuses) \
+            goaways=\(streams.goAwaysSent) unanswered=\(streams.unansweredRequests)
 
             """
         FileHandle.standardError.write(Data(line.utf8))

@@ -35,6 +35,8 @@ struct TestHTTP2Client: Sendable {
     let multiplexer: NIOHTTP2Handler.StreamMultiplexer
     /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS, once its first SETTINGS frame arrived.
     let advertisedMaxConcurrentStreams: EventLoopFuture<Int?>
+    /// Connection-level frames the server sent (SETTINGS, GOAWAY).
+    let connectionFrames: ConnectionFrameLog
 
     /// Connects to 127.0.0.1:`port`; `serverHostname` `nil` verifies the IP SAN instead of a name.
     static func connect(port: Int, caPath: String, serverHostname: String?) async throws -> TestHTTP2Client {
@@ -56,10 +58,13 @@ struct TestHTTP2Client: Sendable {
                     ) { stream in stream.eventLoop.makeSucceededVoidFuture() }
                     let settingsPromise = channel.eventLoop.makePromise(of: Int?.self)
                     try pipeline.addHandler(SettingsObserver(promise: settingsPromise))
+                    let frames = ConnectionFrameLog()
+                    try pipeline.addHandler(ConnectionFrameRecorder(log: frames))
                     return TestHTTP2Client(
                         channel: channel,
                         multiplexer: multiplexer,
-                        advertisedMaxConcurrentStreams: settingsPromise.futureResult
+                        advertisedMaxConcurrentStreams: settingsPromise.futureResult,
+                        connectionFrames: frames
                     )
                 }
             }
@@ -195,6 +200,60 @@ private final class SettingsObserver: ChannelInboundHandler {
             self.promise.fail(ChannelError.eof)
         }
         context.fireChannelInactive()
+    }
+}
+
+/// What the server said at the connection level, recorded for assertions.
+final class ConnectionFrameLog: Sendable {
+    struct GoAway: Sendable, Equatable {
+        var lastStreamID: Int
+        var errorCode: HTTP2ErrorCode
+        var debugData: String
+    }
+
+    private let state = NIOLockedValueBox<(maxConcurrentStreams: [Int], goAways: [GoAway])>(([], []))
+
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of every SETTINGS frame that carried it, in order.
+    var advertisedMaxConcurrentStreams: [Int] { self.state.withLockedValue { $0.maxConcurrentStreams } }
+    var goAways: [GoAway] { self.state.withLockedValue { $0.goAways } }
+
+    fileprivate func record(maxConcurrentStreams: Int) {
+        self.state.withLockedValue { $0.maxConcurrentStreams.append(maxConcurrentStreams) }
+    }
+
+    fileprivate func record(_ goAway: GoAway) {
+        self.state.withLockedValue { $0.goAways.append(goAway) }
+    }
+}
+
+/// Feeds ``ConnectionFrameLog``.
+private final class ConnectionFrameRecorder: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+
+    private let log: ConnectionFrameLog
+
+    init(log: ConnectionFrameLog) {
+        self.log = log
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.unwrapInboundIn(data).payload {
+        case .settings(.settings(let settings)):
+            if let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }) {
+                self.log.record(maxConcurrentStreams: limit.value)
+            }
+        case .goAway(let lastStreamID, let errorCode, let opaqueData):
+            self.log.record(
+                ConnectionFrameLog.GoAway(
+                    lastStreamID: Int(lastStreamID),
+                    errorCode: errorCode,
+                    debugData: opaqueData.map { String(buffer: $0) } ?? ""
+                )
+            )
+        default:
+            break
+        }
+        context.fireChannelRead(data)
     }
 }
 
