@@ -222,6 +222,7 @@ let package = Package(
                 "HeraldService",
                 "KafkaTransport",
                 "MockAPNS",
+                "PushPipeline",
                 "DeviceTokenStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -24,6 +24,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// (event, token) deliveries in progress in this process, so a duplicate event waits for the
     /// first copy's outcome instead of pushing twice.
     private let claimedDeliveries = Mutex(Set<String>())
+    /// Outcomes this process recorded lately, checked after claiming (event, token): a copy of
+    /// the event whose ledger lookup ran before the first copy recorded must not push again.
+    private let recentOutcomes = Mutex(RecentOutcomes(capacity: 100_000))
+    /// Bounds APNs requests in flight across all events.
+    private let sendLimit: ConcurrencyLimit
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
     /// What the pipeline did so far.
@@ -47,6 +52,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.store = store
         self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
+        self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
         self.logger = logger
     }
 
@@ -255,17 +261,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         consumedAt: ContinuousClock.Instant
     ) async throws(CancellationError) {
         let key = event.id + "/" + device.token
-        var waited = false
         while !claimedDeliveries.withLock({ $0.insert(key).inserted }) {
-            waited = true
             do { try await Task.sleep(for: .milliseconds(20)) } catch { throw CancellationError() }
         }
         defer { _ = claimedDeliveries.withLock { $0.remove(key) } }
-        if waited {
-            let recorded = try await withStoreRetry { try await self.ledger.recordedDeliveries(eventIDs: [event.id]) }
-            if let outcome = recorded[event.id]?[device.token] {
-                return try await republish(outcome)
-            }
+        if let outcome = recentOutcomes.withLock({ $0[key] }) {
+            return try await republish(outcome)
         }
         try await send(event, to: device, consumedAt: consumedAt)
     }
@@ -283,8 +284,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         metrics.recordRepublished()
     }
 
-    /// Sends to one device, records the outcome (and a 410's registry mark) in the ledger at once,
-    /// then publishes what was recorded.
+    /// Sends to one device, records the outcome (and a 410's registry mark) in the ledger at
+    /// once, then publishes what was recorded.
     private func send(
         _ event: NotificationEvent,
         to device: DeviceToken,
@@ -301,7 +302,51 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             collapseID: event.collapseID,
             payload: event.payload
         )
-        let outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
+        // The permit covers the send and the ledger write, so at most `maxConcurrentSends`
+        // outcomes are ever known to APNs and not yet to the ledger: the crash window.
+        let outcome: DeliveryOutcome
+        let recorded: RecordedDelivery
+        do {
+            (outcome, recorded) = try await sendLimit.withPermit {
+                let outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
+                let recorded = try await record(outcome, of: event, to: device, apnsID: apnsID, consumedAt: consumedAt)
+                return (outcome, recorded)
+            }
+        } catch {
+            throw CancellationError()
+        }
+        if outcome.status != .delivered {
+            logger.info(
+                "notification not delivered",
+                metadata: [
+                    "push.event_id": "\(event.id)",
+                    "push.token": "\(DeviceTokenText.redacted(device.token))",
+                    "push.status": "\(outcome.status.rawValue)",
+                    "apns.reason": "\(outcome.reason ?? "none")",
+                ]
+            )
+        }
+        if let unregistered = recorded.unregisteredEvent {
+            try await publishReliably(
+                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(device.token.utf8), value: unregistered)
+            )
+            metrics.recordUnregisteredPublished()
+        }
+        try await publishReliably(
+            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(event.id.utf8), value: recorded.result)
+        )
+        metrics.recordResult(outcome.status)
+    }
+
+    /// Records an outcome in the ledger right after APNs' answer; a 410 also marks the token
+    /// unregistered in the same transaction.
+    private func record(
+        _ outcome: DeliveryOutcome,
+        of event: NotificationEvent,
+        to device: DeviceToken,
+        apnsID: String,
+        consumedAt: ContinuousClock.Instant
+    ) async throws(CancellationError) -> RecordedDelivery {
         let result = DeliveryResult(
             eventID: event.id,
             userID: device.userID,
@@ -339,27 +384,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         )
         let registryMark = mark
         let recorded = try await withStoreRetry { try await self.ledger.record(delivery, marking: registryMark) }
-        if outcome.status != .delivered {
-            logger.info(
-                "notification not delivered",
-                metadata: [
-                    "push.event_id": "\(event.id)",
-                    "push.token": "\(DeviceTokenText.redacted(device.token))",
-                    "push.status": "\(outcome.status.rawValue)",
-                    "apns.reason": "\(outcome.reason ?? "none")",
-                ]
-            )
-        }
-        if let unregistered = recorded.unregisteredEvent {
-            try await publishReliably(
-                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(device.token.utf8), value: unregistered)
-            )
-            metrics.recordUnregisteredPublished()
-        }
-        try await publishReliably(
-            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(event.id.utf8), value: recorded.result)
-        )
-        metrics.recordResult(outcome.status)
+        recentOutcomes.withLock { $0.insert(recorded, key: event.id + "/" + device.token) }
+        return recorded
     }
 
     private func noDevicesResult(

@@ -17,6 +17,8 @@ public struct PipelineConfiguration: Sendable, Hashable {
     public var retry = RetryPolicy()
     /// Messages being processed at once, across partitions; polling waits when it is reached.
     public var maxInFlightMessages = 512
+    /// APNs requests in flight at once, over all events; more wait unsent.
+    public var maxConcurrentSends = 1000
     /// Largest number of messages taken from one poll.
     public var pollBatchSize = 128
     /// How often finished offsets are committed.

@@ -99,7 +99,7 @@ func httpStatus(port: Int, path: String) -> Int? {
 
 /// The project's local-services script (scripts/services.sh), for outage drills.
 enum LocalServices {
-    static func run(_ command: String) throws {
+    static func run(_ command: String) async throws {
         let script = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("scripts/services.sh")
@@ -107,7 +107,8 @@ enum LocalServices {
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [script.path, command]
         try process.run()
-        process.waitUntilExit()
+        // Polled rather than waitUntilExit(), which can block a cooperative thread for good.
+        while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
     }
 }

@@ -1,0 +1,71 @@
+import Synchronization
+
+/// Admits at most `limit` holders at once; others wait in FIFO order. Waiting is cancellable.
+///
+/// The pipeline holds one permit per APNs request in flight, so a burst of large fan-outs
+/// queues here, unsent, instead of piling onto the connections where queued requests would
+/// run into their deadlines.
+final class ConcurrencyLimit: Sendable {
+    private struct Waiter {
+        var id: Int
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var available: Int
+        var waiters: [Waiter] = []
+        var nextID = 0
+    }
+
+    private let state: Mutex<State>
+
+    init(limit: Int) {
+        state = Mutex(State(available: max(1, limit)))
+    }
+
+    /// Runs `body` holding a permit; throws `CancellationError` if cancelled while waiting.
+    func withPermit<Result: Sendable>(_ body: () async throws -> Result) async throws -> Result {
+        try await acquire()
+        defer { release() }
+        return try await body()
+    }
+
+    private func acquire() async throws {
+        let id = state.withLock { state -> Int? in
+            if state.available > 0 {
+                state.available -= 1
+                return nil
+            }
+            state.nextID += 1
+            return state.nextID
+        }
+        guard let id else { return }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let resumeNow = state.withLock { state -> Bool in
+                    if Task.isCancelled { return true }
+                    state.waiters.append(Waiter(id: id, continuation: continuation))
+                    return false
+                }
+                if resumeNow { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> Waiter? in
+                guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.waiters.remove(at: index)
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    private func release() {
+        let next = state.withLock { state -> Waiter? in
+            if state.waiters.isEmpty {
+                state.available += 1
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        next?.continuation.resume()
+    }
+}
