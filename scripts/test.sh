@@ -13,9 +13,10 @@ trap 'scripts/services.sh stop' EXIT
 source .local/run/services.env
 
 # Release mode: the integration tests push tens of thousands of notifications through
-# SwiftNIO, HTTP/2 and TLS, which run about 50 times slower in a debug build.
-swift build -c release --build-tests
+# SwiftNIO, HTTP/2 and TLS, which run about 50 times slower in a debug build
+# (-enable-testing keeps @testable imports of internal types working).
+swift build -c release --build-tests -Xswiftc -enable-testing
 # The crash tests run the real `herald` executable as a child process.
 HERALD_BIN="$(swift build -c release --show-bin-path)/herald"
 export HERALD_BIN
-swift test -c release --skip-build "$@"
+swift test -c release -Xswiftc -enable-testing --skip-build "$@"
