@@ -77,19 +77,15 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
     }
 
     public func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
-        var total = 0
-        while true {
-            // Small batches keep each delete's locks and WAL short.
-            let deleted = try await client.query(
-                """
-                DELETE FROM push.deliveries WHERE ctid IN (
-                    SELECT ctid FROM push.deliveries WHERE recorded_at < \(date) LIMIT 5000)
+        try await deleteInBatches { batchSize in
+            """
+            WITH deleted AS (
+                DELETE FROM push.deliveries WHERE (event_id, token) IN (
+                    SELECT event_id, token FROM push.deliveries WHERE recorded_at < \(date) LIMIT \(batchSize))
                 RETURNING 1
-                """,
-                logger: logger
-            ).collect().count
-            total += deleted
-            if deleted < 5000 { return total }
+            )
+            SELECT count(*) FROM deleted
+            """
         }
     }
 }

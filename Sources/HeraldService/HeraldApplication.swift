@@ -54,10 +54,11 @@ public enum HeraldApplication {
             )
         }
         let postgres = PostgresClient(
-            configuration: postgresConfiguration(configuration.postgresURL),
+            configuration: postgresConfiguration(configuration.postgresURL, maximumConnections: configuration.postgresPoolSize),
             backgroundLogger: logger
         )
         let store = PostgresDeviceTokenStore(client: postgres, logger: logger)
+        let housekeeping = RegistryHousekeeping(configuration: configuration.housekeeping, store: store, logger: logger)
         let apns = try APNSHTTP2Client(configuration: apnsConfiguration, logger: logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let topics = configuration.pipeline.topics
@@ -88,6 +89,8 @@ public enum HeraldApplication {
         var groupConfiguration = ServiceGroupConfiguration(
                 services: [
                     .init(service: postgres),
+                    // Needs only PostgreSQL: stops just before it.
+                    .init(service: housekeeping),
                     .init(service: apns),
                     .init(service: producer),
                     .init(service: consumer),
@@ -102,7 +105,7 @@ public enum HeraldApplication {
         return ServiceGroup(configuration: groupConfiguration)
     }
 
-    static func postgresConfiguration(_ url: PostgresURL) -> PostgresClient.Configuration {
+    static func postgresConfiguration(_ url: PostgresURL, maximumConnections: Int = 20) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: url.host,
             port: url.port,
@@ -111,7 +114,7 @@ public enum HeraldApplication {
             database: url.database,
             tls: url.requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
         )
-        configuration.options.maximumConnections = 20
+        configuration.options.maximumConnections = maximumConnections
         return configuration
     }
 }

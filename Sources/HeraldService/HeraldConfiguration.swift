@@ -1,5 +1,6 @@
 public import APNSHTTP2
 import APNSCore
+public import DeviceTokenStore
 import Foundation
 public import KafkaTransport
 public import Logging
@@ -11,6 +12,11 @@ public struct HeraldConfiguration: Sendable {
     public var consumerGroup: String
     public var pipeline: PipelineConfiguration
     public var postgresURL: PostgresURL
+    /// The most PostgreSQL connections the service opens (HERALD_POSTGRES_POOL_SIZE).
+    public var postgresPoolSize: Int
+    /// Ledger pruning, token purging and tombstone clean-up (HERALD_LEDGER_RETENTION_HOURS,
+    /// HERALD_TOKEN_PURGE_DAYS, HERALD_TOKEN_TOMBSTONE_DAYS, HERALD_HOUSEKEEPING_INTERVAL_S).
+    public var housekeeping: HousekeepingConfiguration
     /// nil when no APNs credential is configured (only `herald migrate` can run then).
     public var apns: APNSClientConfiguration?
     public var shutdownGracePeriod: Duration
@@ -55,6 +61,8 @@ public struct HeraldConfiguration: Sendable {
         self.pipeline = pipeline
 
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
+        postgresPoolSize = try reader.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
+        housekeeping = try Self.housekeepingConfiguration(reader)
         apns = try Self.apnsConfiguration(reader)
         shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
         httpPort = try reader.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
@@ -81,6 +89,19 @@ public struct HeraldConfiguration: Sendable {
             properties[name.lowercased().replacingOccurrences(of: "_", with: ".")] = value
         }
         return properties
+    }
+
+    /// HERALD_TOKEN_PURGE_DAYS unset or 0 keeps unregistered tokens.
+    private static func housekeepingConfiguration(_ reader: ValueReader) throws -> HousekeepingConfiguration {
+        var housekeeping = HousekeepingConfiguration()
+        housekeeping.interval = .seconds(try reader.integer("HERALD_HOUSEKEEPING_INTERVAL_S", default: 3600, in: 1...86_400))
+        let ledgerHours = try reader.integer("HERALD_LEDGER_RETENTION_HOURS", default: 168, in: 1...87_600)
+        housekeeping.ledgerRetention = .seconds(ledgerHours * 3600)
+        let purgeDays = try reader.integer("HERALD_TOKEN_PURGE_DAYS", default: 0, in: 0...36_500)
+        housekeeping.unregisteredTokenRetention = purgeDays == 0 ? nil : .seconds(purgeDays * 86_400)
+        let tombstoneDays = try reader.integer("HERALD_TOKEN_TOMBSTONE_DAYS", default: 30, in: 1...36_500)
+        housekeeping.tombstoneRetention = .seconds(tombstoneDays * 86_400)
+        return housekeeping
     }
 
     private static func apnsConfiguration(_ reader: ValueReader) throws -> APNSClientConfiguration? {

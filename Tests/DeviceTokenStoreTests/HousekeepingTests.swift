@@ -1,0 +1,122 @@
+import DeviceTokenStore
+import Foundation
+import Logging
+import ServiceLifecycle
+import ServiceLifecycleTestKit
+import Synchronization
+import Testing
+
+/// A store failure.
+struct Unavailable: Error {}
+
+/// Records the cut-offs it is asked for and answers with fixed counts.
+final class RecordingHousekeepingStore: RegistryHousekeepingStore {
+    enum Call: Equatable {
+        case pruneDeliveries(Date)
+        case purgeTokens(Date)
+        case applyTombstones
+        case pruneTombstones(Date)
+    }
+
+    let calls = Mutex<[Call]>([])
+    let failures = Atomic(0)
+
+    func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
+        if failures.load(ordering: .relaxed) > 0 {
+            failures.subtract(1, ordering: .relaxed)
+            throw Unavailable()
+        }
+        calls.withLock { $0.append(.pruneDeliveries(date)) }
+        return 3
+    }
+
+    func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
+        calls.withLock { $0.append(.purgeTokens(date)) }
+        return 2
+    }
+
+    func applyPendingTombstones() async throws -> Int {
+        calls.withLock { $0.append(.applyTombstones) }
+        return 1
+    }
+
+    func pruneTombstones(unregisteredBefore date: Date) async throws -> Int {
+        calls.withLock { $0.append(.pruneTombstones(date)) }
+        return 4
+    }
+
+    var passes: Int {
+        calls.withLock { calls in calls.filter { if case .pruneDeliveries = $0 { true } else { false } }.count }
+    }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct HousekeepingTests {
+    static let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func passUsesRetentionsFromConfiguration() async throws {
+        var configuration = HousekeepingConfiguration()
+        configuration.ledgerRetention = .seconds(3600)
+        configuration.tombstoneRetention = .seconds(86_400)
+        configuration.unregisteredTokenRetention = .seconds(10 * 86_400)
+        let store = RecordingHousekeepingStore()
+        let housekeeping = RegistryHousekeeping(
+            configuration: configuration,
+            store: store,
+            now: { Self.now },
+            logger: Logger(label: "test")
+        )
+        let report = try await housekeeping.runPass()
+        #expect(report.deliveriesPruned == 3)
+        #expect(report.tombstonesApplied == 1)
+        #expect(report.tombstonesPruned == 4)
+        #expect(report.tokensPurged == 2)
+        #expect(
+            store.calls.withLock { $0 } == [
+                .pruneDeliveries(Self.now.addingTimeInterval(-3600)),
+                .applyTombstones,
+                .pruneTombstones(Self.now.addingTimeInterval(-86_400)),
+                .purgeTokens(Self.now.addingTimeInterval(-10 * 86_400)),
+            ]
+        )
+    }
+
+    @Test func defaultsKeepUnregisteredTokensAndLedgerForAWeek() async throws {
+        let configuration = HousekeepingConfiguration()
+        #expect(configuration.interval == .seconds(3600))
+        #expect(configuration.unregisteredTokenRetention == nil)
+        let store = RecordingHousekeepingStore()
+        let housekeeping = RegistryHousekeeping(
+            configuration: configuration,
+            store: store,
+            now: { Self.now },
+            logger: Logger(label: "test")
+        )
+        let report = try await housekeeping.runPass()
+        #expect(report.tokensPurged == 0)
+        let calls = store.calls.withLock { $0 }
+        #expect(calls.first == .pruneDeliveries(Self.now.addingTimeInterval(-168 * 3600)))
+        #expect(!calls.contains { if case .purgeTokens = $0 { true } else { false } })
+    }
+
+    @Test func runsPeriodicallyKeepsGoingAfterAFailureAndStopsOnGracefulShutdown() async throws {
+        var configuration = HousekeepingConfiguration()
+        configuration.interval = .milliseconds(20)
+        let store = RecordingHousekeepingStore()
+        store.failures.store(1, ordering: .relaxed)
+        let housekeeping = RegistryHousekeeping(configuration: configuration, store: store, logger: Logger(label: "test"))
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await housekeeping.run() }
+                let clock = ContinuousClock()
+                let deadline = clock.now + .seconds(20)
+                while store.passes < 3, clock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                trigger.triggerGracefulShutdown()
+                // run() returns (without throwing) once graceful shutdown is triggered.
+                try await group.waitForAll()
+            }
+        }
+        #expect(store.passes >= 3)
+    }
+}
