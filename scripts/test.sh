@@ -19,4 +19,5 @@ swift build -c release --build-tests -Xswiftc -enable-testing
 # The crash tests run the real `herald` executable as a child process.
 HERALD_BIN="$(swift build -c release --show-bin-path)/herald"
 export HERALD_BIN
-swift test -c release -Xswiftc -enable-testing --skip-build "$@"
+# Serially: the integration suites share one broker and two cores; in parallel they starve each other.
+swift test -c release -Xswiftc -enable-testing --skip-build --no-parallel "$@"
