@@ -149,28 +149,13 @@ final class APNSStreamHandler: ChannelInboundHandler {
 }
 
 /// Closes a connection on errors that reach the end of its pipeline (TLS or HTTP/2 failures),
-/// except those that concern single streams: NIOHTTP2 already reset such a stream, and the
+/// except those that concern one stream: NIOHTTP2 already reset that stream, and the
 /// connection's other streams go on.
 final class CloseOnErrorHandler: ChannelInboundHandler {
     typealias InboundIn = Never
 
-    private let connection: NIOLoopBound<MockConnectionState>
-
-    init(connection: NIOLoopBound<MockConnectionState>) {
-        self.connection = connection
-    }
-
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if error is NIOHTTP2Errors.StreamError { return }
-        if self.connection.value.hasSentGoAway,
-            error is NIOHTTP2Errors.NoSuchStream || error is NIOHTTP2Errors.RaisedGoawayLastStreamID
-        {
-            // After our GOAWAY, frames the client had already sent on streams above the last stream
-            // id (which NIOHTTP2 dropped) surface as NoSuchStream, and NIOHTTP2's own attempt to
-            // answer with a wider GOAWAY is refused. Both are expected: the streams up to the last
-            // stream id still get their answers before the connection closes.
-            return
-        }
         context.close(promise: nil)
     }
 }

@@ -200,6 +200,8 @@ public final class MockAPNSServer: Service, Sendable {
 
         let pipeline = channel.pipeline.syncOperations
         try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
+        let goAwayWriter = RawGoAwayWriter()
+        try pipeline.addHandler(goAwayWriter)
 
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
@@ -215,14 +217,15 @@ public final class MockAPNSServer: Service, Sendable {
         connectionConfiguration.targetWindowSize = 8 * 1024 * 1024
         let streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
         let connectionState = NIOLoopBound(
-            MockConnectionState(server: self, channel: channel),
+            MockConnectionState(server: self, channel: channel, goAwayWriter: goAwayWriter),
             eventLoop: channel.eventLoop
         )
 
         _ = try pipeline.configureHTTP2Pipeline(
             mode: .server,
             connectionConfiguration: connectionConfiguration,
-            streamConfiguration: streamConfiguration
+            streamConfiguration: streamConfiguration,
+            streamDelegate: MockStreamDelegate(connection: connectionState)
         ) { streamChannel in
             streamChannel.eventLoop.makeCompletedFuture {
                 try streamChannel.pipeline.syncOperations.addHandler(
@@ -230,7 +233,7 @@ public final class MockAPNSServer: Service, Sendable {
                 )
             }
         }
-        try pipeline.addHandler(CloseOnErrorHandler(connection: connectionState))
+        try pipeline.addHandler(CloseOnErrorHandler())
     }
 
     private func finishLifecycle(_ newState: Lifecycle) {

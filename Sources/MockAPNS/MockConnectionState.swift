@@ -9,6 +9,7 @@ import NIOHTTP2
 final class MockConnectionState {
     private let server: MockAPNSServer
     private let channel: any Channel
+    private let goAwayWriter: RawGoAwayWriter
     private let faults: MockAPNSFaults
 
     private var requestsStarted = 0
@@ -18,25 +19,34 @@ final class MockConnectionState {
     private var peakBeforeFirstSuccess = 0
     private var peakAfterFirstSuccess = 0
 
-    init(server: MockAPNSServer, channel: any Channel) {
+    init(server: MockAPNSServer, channel: any Channel, goAwayWriter: RawGoAwayWriter) {
         self.server = server
         self.channel = channel
+        self.goAwayWriter = goAwayWriter
         self.faults = server.configuration.faults
     }
-
-    /// Whether this connection sent its GOAWAY.
-    var hasSentGoAway: Bool { goAwayLastStreamID != nil }
 
     /// The stream limit to advertise in the connection's first SETTINGS frame.
     static func initialStreamLimit(_ configuration: MockAPNSConfiguration) -> Int {
         configuration.faults.oneStreamUntilFirstSuccess ? 1 : configuration.maxConcurrentStreams
     }
 
-    /// A request's HEADERS arrived on `streamID`. Returns false when the stream is above the last
-    /// stream id of a GOAWAY already sent: it must be ignored (never processed or answered).
+    /// NIOHTTP2 created the client's stream `streamID` while parsing its HEADERS frame: the
+    /// earliest moment to count it, so the GOAWAY after the Nth stream precedes as few later
+    /// streams as possible.
+    func streamCreated(streamID: HTTP2StreamID) {
+        requestsStarted += 1
+        if let limit = faults.goAwayAfterRequests, requestsStarted == limit, goAwayLastStreamID == nil {
+            goAwayLastStreamID = streamID
+            server.recordGoAway()
+            goAwayWriter.sendGoAway(lastStreamID: streamID, reason: #"{"reason":"Shutdown"}"#)
+        }
+    }
+
+    /// A request's HEADERS reached its stream handler. Returns false when the stream is above the
+    /// last stream id of a GOAWAY already sent: it must be ignored (never processed or answered).
     func requestStarted(streamID: HTTP2StreamID) -> Bool {
         if let goAwayLastStreamID, streamID > goAwayLastStreamID { return false }
-        requestsStarted += 1
         requestsInFlight += 1
         if hasSucceeded {
             if requestsInFlight > peakAfterFirstSuccess {
@@ -46,9 +56,6 @@ final class MockConnectionState {
         } else if requestsInFlight > peakBeforeFirstSuccess {
             peakBeforeFirstSuccess = requestsInFlight
             server.recordPeakConcurrentStreams(requestsInFlight, afterFirstSuccess: false)
-        }
-        if let limit = faults.goAwayAfterRequests, requestsStarted == limit, goAwayLastStreamID == nil {
-            sendGoAway(lastStreamID: streamID)
         }
         return true
     }
@@ -81,17 +88,55 @@ final class MockConnectionState {
             }
         }
     }
+}
 
-    private func sendGoAway(lastStreamID: HTTP2StreamID) {
-        goAwayLastStreamID = lastStreamID
-        server.recordGoAway()
-        let reason = channel.allocator.buffer(string: #"{"reason":"Shutdown"}"#)
-        channel.writeAndFlush(
-            HTTP2Frame(
-                streamID: .rootStream,
-                payload: .goAway(lastStreamID: lastStreamID, errorCode: .noError, opaqueData: reason)
-            ),
-            promise: nil
-        )
+/// Tells a connection's ``MockConnectionState`` about new streams as NIOHTTP2 creates them.
+struct MockStreamDelegate: NIOHTTP2StreamDelegate {
+    let connection: NIOLoopBound<MockConnectionState>
+
+    func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {
+        connection.value.streamCreated(streamID: id)
+    }
+
+    func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {}
+}
+
+/// Sits between TLS and HTTP/2 and writes GOAWAY frames as raw bytes, behind NIOHTTP2's back.
+///
+/// Why not through NIOHTTP2: once its state machine has sent a GOAWAY it drops the streams above
+/// the last stream id and treats the DATA frames the client had already sent on them as a
+/// connection error, answering with a GOAWAY that resets every stream, including those it still
+/// owes an answer. APNs does not do that. Here NIOHTTP2 never learns of the GOAWAY: streams above
+/// the last stream id live on, unanswered, until the connection closes, while the client (which
+/// did receive the GOAWAY) gives them up and resends them elsewhere.
+final class RawGoAwayWriter: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private var context: ChannelHandlerContext?
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    /// Writes GOAWAY (NO_ERROR) with `lastStreamID` and `reason` as debug data, and flushes.
+    /// NIOHTTP2 writes each frame in one go on this event loop, so the bytes land between frames.
+    func sendGoAway(lastStreamID: HTTP2StreamID, reason: String) {
+        guard let context else { return }
+        var frame = context.channel.allocator.buffer(capacity: 17 + reason.utf8.count)
+        let payloadLength = 8 + reason.utf8.count
+        frame.writeInteger(UInt8(truncatingIfNeeded: payloadLength >> 16))
+        frame.writeInteger(UInt16(truncatingIfNeeded: payloadLength))
+        frame.writeInteger(UInt8(0x7))  // GOAWAY
+        frame.writeInteger(UInt8(0))  // no flags
+        frame.writeInteger(UInt32(0))  // connection-level stream 0
+        frame.writeInteger(UInt32(Int32(lastStreamID)) & 0x7FFF_FFFF)
+        frame.writeInteger(UInt32(0))  // NO_ERROR
+        frame.writeString(reason)
+        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
     }
 }
