@@ -37,6 +37,15 @@ public struct APNSRequest: Sendable, Hashable {
 
     /// The request's `:path`.
     public var path: String { "/3/device/" + deviceToken }
+
+    /// The app's bundle ID: ``topic`` without the suffix Apple requires for ``pushType``.
+    public var bundleID: Substring {
+        let suffix = pushType.topicSuffix
+        guard !suffix.isEmpty, topic.utf8.count > suffix.utf8.count, topic.hasSuffix(suffix) else {
+            return topic[...]
+        }
+        return topic.dropLast(suffix.count)
+    }
 }
 
 /// APNs' answer to one request.
@@ -98,6 +107,14 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
 
     /// True when the deadline ran out.
     public var isDeadlineExceeded: Bool { code == .deadlineExceeded }
+    /// True when no connection could be made or it was lost before the answer.
+    public var isConnectionFailure: Bool { code == .connectionFailed }
+    /// True when the stream was reset or refused (for example above a GOAWAY's last stream id).
+    public var isStreamReset: Bool { code == .streamReset }
+    /// True when the client is shutting down.
+    public var isShuttingDown: Bool { code == .shuttingDown }
+    /// True when the client's queue of requests waiting for a stream was full.
+    public var isOverloaded: Bool { code == .overloaded }
 
     public var description: String {
         let name =

@@ -9,15 +9,37 @@ public struct DeliveryOutcome: Sendable, Hashable {
     public var attempts: Int
     /// For `unregistered`: APNs' timestamp in milliseconds since 1970.
     public var unregisteredAtMilliseconds: Int64?
+
+    public init(
+        status: DeliveryResult.Status,
+        apnsStatus: Int?,
+        reason: String?,
+        attempts: Int,
+        unregisteredAtMilliseconds: Int64? = nil
+    ) {
+        self.status = status
+        self.apnsStatus = apnsStatus
+        self.reason = reason
+        self.attempts = attempts
+        self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
+    }
 }
 
-/// Sends one notification to one device with Apple's retry rules: success and 410 are final,
-/// 429 and 5xx and transport failures are retried with full-jitter backoff within the attempt
-/// and time budget, everything else is `rejected`.
+/// Sends one notification to one device with Apple's retry rules.
+///
+/// - 200 is `delivered`, 410 `unregistered`; 400, 403, 413 and other final answers `rejected`.
+/// - 429 TooManyRequests concerns that device token: only this notification backs off.
+/// - 500, 503 and lost, failed or timed-out connections back off exponentially with full jitter,
+///   and also engage a shared ``LoadSheddingGate``, so every notification of this sender slows
+///   down while APNs sheds load.
+/// - Attempts are bounded by ``RetryPolicy/maxAttempts`` and time by
+///   ``RetryPolicy/deliveryDeadline`` (then `failed`); a notification whose `expiration` passes
+///   before it could be sent is `expired`.
 public struct NotificationSender: Sendable {
     private let client: any APNSClientProtocol
     private let policy: RetryPolicy
     private let epochMilliseconds: @Sendable () -> Int64
+    private let loadShedding: LoadSheddingGate<ContinuousClock>
 
     public init(
         client: any APNSClientProtocol,
@@ -27,7 +49,11 @@ public struct NotificationSender: Sendable {
         self.client = client
         self.policy = policy
         self.epochMilliseconds = epochMilliseconds
+        self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: ContinuousClock())
     }
+
+    /// The pause every new attempt currently waits because APNs sheds load (zero when healthy).
+    public var loadSheddingPause: Duration { loadShedding.currentPause }
 
     /// Delivers `request`; throws only `CancellationError` (the caller then reports nothing, so the
     /// message is not acknowledged and will be redelivered).
@@ -42,17 +68,28 @@ public struct NotificationSender: Sendable {
         var attempts = 0
         var lastStatus: Int?
         var lastReason: String?
+        /// The outcome when the next attempt cannot start: `expired` once `expiration` passed.
+        func giveUp(_ status: DeliveryResult.Status) -> DeliveryOutcome {
+            DeliveryOutcome(status: status, apnsStatus: lastStatus, reason: lastReason, attempts: attempts)
+        }
+
         while true {
-            if let expiration = request.expiration, expiration > 0, epochMilliseconds() >= expiration * 1000 {
-                return DeliveryOutcome(status: .expired, apnsStatus: lastStatus, reason: lastReason, attempts: attempts)
+            if hasExpired(request, inAbout: .zero) { return giveUp(.expired) }
+            do {
+                try await loadShedding.waitWhileShedding(until: deadline, using: &generator)
+            } catch {
+                throw CancellationError()
             }
+            if hasExpired(request, inAbout: .zero) { return giveUp(.expired) }
+            guard clock.now < deadline else { return giveUp(.failed) }
+
             attempts += 1
             let requestDeadline = min(clock.now + policy.requestTimeout, deadline)
             do {
                 let response = try await client.send(request, environment: environment, deadline: requestDeadline)
                 lastStatus = response.status
                 lastReason = response.reason?.rawValue
-                switch Self.classify(response) {
+                switch Self.classify(response.status) {
                 case .final(let status):
                     return DeliveryOutcome(
                         status: status,
@@ -62,20 +99,24 @@ public struct NotificationSender: Sendable {
                         unregisteredAtMilliseconds: status == .unregistered
                             ? response.timestampMilliseconds ?? epochMilliseconds() : nil
                     )
-                case .retry:
+                case .retryThisToken:
                     break
+                case .retryAndSlowDown:
+                    loadShedding.recordOverload()
                 }
-            } catch is APNSTransportError {
+            } catch let error as APNSTransportError {
                 lastStatus = nil
                 lastReason = nil
+                // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
+                if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
             } catch {
                 if Task.isCancelled { throw CancellationError() }
             }
             try checkCancellation()
+
             let wait = policy.backoff(afterAttempt: attempts, using: &generator)
-            guard attempts < policy.maxAttempts, clock.now + wait < deadline else {
-                return DeliveryOutcome(status: .failed, apnsStatus: lastStatus, reason: lastReason, attempts: attempts)
-            }
+            guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
+            if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
             do {
                 try await Task.sleep(for: wait)
             } catch {
@@ -84,17 +125,29 @@ public struct NotificationSender: Sendable {
         }
     }
 
+    /// Whether the request's `expiration` (UNIX seconds; 0 means "once, do not store" and never
+    /// expires here) will have passed `delay` from now.
+    private func hasExpired(_ request: APNSRequest, inAbout delay: Duration) -> Bool {
+        guard let expiration = request.expiration, expiration > 0 else { return false }
+        let delayMilliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
+        return epochMilliseconds() + delayMilliseconds >= expiration * 1000
+    }
+
     private enum Decision {
         case final(DeliveryResult.Status)
-        case retry
+        /// 429: this device token gets too many requests; back off this notification only.
+        case retryThisToken
+        /// 500, 503 and other 5xx: APNs is in trouble; back off and slow the whole sender.
+        case retryAndSlowDown
     }
 
     /// Apple's rules: 200 delivered, 410 unregistered, 429 and 5xx retried, the rest rejected.
-    private static func classify(_ response: APNSResponse) -> Decision {
-        switch response.status {
+    private static func classify(_ status: Int) -> Decision {
+        switch status {
         case 200: .final(.delivered)
         case 410: .final(.unregistered)
-        case 429, 500...599: .retry
+        case 429: .retryThisToken
+        case 500...599: .retryAndSlowDown
         default: .final(.rejected)
         }
     }

@@ -10,19 +10,23 @@ public struct RetryPolicy: Sendable, Hashable {
     public var initialBackoff: Duration
     /// Cap on any single backoff.
     public var maximumBackoff: Duration
+    /// How the whole sender slows down while APNs answers 500/503 or connections fail.
+    public var loadShedding: LoadSheddingPolicy
 
     public init(
         maxAttempts: Int = 12,
         deliveryDeadline: Duration = .seconds(300),
         requestTimeout: Duration = .seconds(10),
         initialBackoff: Duration = .milliseconds(100),
-        maximumBackoff: Duration = .seconds(30)
+        maximumBackoff: Duration = .seconds(30),
+        loadShedding: LoadSheddingPolicy = LoadSheddingPolicy()
     ) {
         self.maxAttempts = max(1, maxAttempts)
         self.deliveryDeadline = deliveryDeadline
         self.requestTimeout = requestTimeout
         self.initialBackoff = initialBackoff
         self.maximumBackoff = maximumBackoff
+        self.loadShedding = loadShedding
     }
 
     /// The largest wait after the `attempt`-th failed attempt (1-based): exponential, capped.

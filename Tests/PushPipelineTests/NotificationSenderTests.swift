@@ -1,0 +1,250 @@
+import APNSCore
+import PushPipeline
+import Synchronization
+import Testing
+
+/// Answers each device token from its own script; the last entry repeats. Records every call.
+final class ScriptedAPNSClient: APNSClientProtocol {
+    enum Step: Sendable {
+        case status(Int, APNSReason? = nil, timestamp: Int64? = nil)
+        case transport(APNSTransportError)
+    }
+
+    private let scripts: Mutex<[String: [Step]]>
+    private let calls = Mutex<[(token: String, at: ContinuousClock.Instant)]>([])
+
+    init(_ scripts: [String: [Step]]) {
+        self.scripts = Mutex(scripts)
+    }
+
+    func send(
+        _ request: APNSRequest,
+        environment: APNSEnvironment,
+        deadline: ContinuousClock.Instant
+    ) async throws -> APNSResponse {
+        calls.withLock { $0.append((request.deviceToken, .now)) }
+        let step = scripts.withLock { scripts -> Step in
+            var script = scripts[request.deviceToken] ?? [.status(200)]
+            let step = script.count > 1 ? script.removeFirst() : script[0]
+            scripts[request.deviceToken] = script
+            return step
+        }
+        switch step {
+        case .status(let status, let reason, let timestamp):
+            return APNSResponse(status: status, apnsID: request.apnsID, reason: reason, timestampMilliseconds: timestamp)
+        case .transport(let error):
+            throw error
+        }
+    }
+
+    func callCount(_ token: String) -> Int {
+        calls.withLock { $0.filter { $0.token == token }.count }
+    }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct NotificationSenderTests {
+    static func request(_ token: String, expiration: Int64? = nil) -> APNSRequest {
+        APNSRequest(
+            deviceToken: token,
+            topic: "com.example.shop",
+            pushType: .alert,
+            priority: .immediate,
+            apnsID: "6f1c2d3e-4a5b-5c6d-8e7f-8091a2b3c4d5",
+            expiration: expiration,
+            payload: Array(#"{"aps":{}}"#.utf8)
+        )
+    }
+
+    static let fastPolicy = RetryPolicy(
+        maxAttempts: 5,
+        deliveryDeadline: .seconds(30),
+        requestTimeout: .seconds(1),
+        initialBackoff: .milliseconds(2),
+        maximumBackoff: .milliseconds(20),
+        loadShedding: .disabled
+    )
+
+    @Test func retriesUntilDeliveredAndReportsAttempts() async throws {
+        let client = ScriptedAPNSClient([
+            "aa": [.status(503, .serviceUnavailable), .status(429, .tooManyRequests), .status(500), .status(200)]
+        ])
+        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let outcome = try await sender.deliver(Self.request("aa"), environment: .production, consumedAt: .now)
+        #expect(outcome == DeliveryOutcome(status: .delivered, apnsStatus: 200, reason: nil, attempts: 4))
+    }
+
+    @Test func finalAnswersAreNotRetried() async throws {
+        let client = ScriptedAPNSClient([
+            "bad": [.status(400, .badDeviceToken)],
+            "gone": [.status(410, .unregistered, timestamp: 1_700_000_000_123)],
+            "big": [.status(413, .payloadTooLarge)],
+        ])
+        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let bad = try await sender.deliver(Self.request("bad"), environment: .production, consumedAt: .now)
+        #expect(bad == DeliveryOutcome(status: .rejected, apnsStatus: 400, reason: "BadDeviceToken", attempts: 1))
+        let gone = try await sender.deliver(Self.request("gone"), environment: .production, consumedAt: .now)
+        #expect(gone.status == .unregistered)
+        #expect(gone.unregisteredAtMilliseconds == 1_700_000_000_123)
+        let big = try await sender.deliver(Self.request("big"), environment: .production, consumedAt: .now)
+        #expect(big.status == .rejected)
+        #expect(client.callCount("bad") + client.callCount("gone") + client.callCount("big") == 3)
+    }
+
+    @Test func attemptsAreBounded() async throws {
+        let client = ScriptedAPNSClient(["busy": [.status(503, .serviceUnavailable)]])
+        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let outcome = try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now)
+        #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: 503, reason: "ServiceUnavailable", attempts: 5))
+        #expect(client.callCount("busy") == 5)
+    }
+
+    @Test func timeIsBoundedByTheDeliveryDeadline() async throws {
+        let client = ScriptedAPNSClient(["slow": [.transport(.connectionFailed("refused"))]])
+        var policy = Self.fastPolicy
+        policy.maxAttempts = 1000
+        policy.deliveryDeadline = .milliseconds(300)
+        policy.maximumBackoff = .milliseconds(50)
+        let sender = NotificationSender(client: client, policy: policy)
+        let started = ContinuousClock.now
+        let outcome = try await sender.deliver(Self.request("slow"), environment: .production, consumedAt: started)
+        #expect(outcome.status == .failed)
+        #expect(outcome.apnsStatus == nil)
+        #expect(outcome.attempts > 1)
+        #expect(started.duration(to: .now) < .milliseconds(300) + .milliseconds(200))
+
+        // A message consumed longer ago than the deadline gets no attempt at all.
+        let late = try await sender.deliver(
+            Self.request("slow"),
+            environment: .production,
+            consumedAt: .now - .seconds(1)
+        )
+        #expect(late == DeliveryOutcome(status: .failed, apnsStatus: nil, reason: nil, attempts: 0))
+    }
+
+    @Test func expirationGivesExpiredNotFailed() async throws {
+        let nowMillis: Int64 = 1_800_000_000_000
+        let started = ContinuousClock.now
+        // A wall clock that starts at nowMillis and runs in real time.
+        let epochMilliseconds: @Sendable () -> Int64 = {
+            let elapsed = started.duration(to: .now).components
+            return nowMillis + elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000
+        }
+        let client = ScriptedAPNSClient(["aa": [.status(503, .serviceUnavailable)]])
+        var policy = Self.fastPolicy
+        policy.maxAttempts = 12
+        policy.initialBackoff = .seconds(5)
+        policy.maximumBackoff = .seconds(5)
+        let sender = NotificationSender(client: client, policy: policy, epochMilliseconds: epochMilliseconds)
+
+        // Already past: never sent.
+        let past = try await sender.deliver(
+            Self.request("aa", expiration: nowMillis / 1000 - 1),
+            environment: .production,
+            consumedAt: .now
+        )
+        #expect(past == DeliveryOutcome(status: .expired, apnsStatus: nil, reason: nil, attempts: 0))
+        #expect(client.callCount("aa") == 0)
+
+        // Expires in 1 s, the first attempt fails and every backoff ceiling is 5 s: a wait that
+        // would overshoot the expiration gives `expired` at once; shorter ones retry until one does.
+        let soon = try await sender.deliver(
+            Self.request("aa", expiration: nowMillis / 1000 + 1),
+            environment: .production,
+            consumedAt: .now
+        )
+        #expect(soon.status == .expired)
+        #expect(soon.apnsStatus == 503)
+        #expect(soon.attempts >= 1)
+
+        // Expiration 0 means "deliver once, do not store": it never expires in Herald.
+        let client200 = ScriptedAPNSClient([:])
+        let zero = try await NotificationSender(client: client200, policy: policy, epochMilliseconds: epochMilliseconds)
+            .deliver(Self.request("bb", expiration: 0), environment: .production, consumedAt: .now)
+        #expect(zero.status == .delivered)
+    }
+
+    @Test func tooManyRequestsForOneTokenDoesNotSlowOthers() async throws {
+        let client = ScriptedAPNSClient(["hot": [.status(429, .tooManyRequests)]])
+        var policy = Self.fastPolicy
+        policy.maxAttempts = 4
+        policy.initialBackoff = .milliseconds(200)
+        policy.maximumBackoff = .milliseconds(200)
+        policy.loadShedding = LoadSheddingPolicy(initialPause: .seconds(1), maximumPause: .seconds(1))
+        let sender = NotificationSender(client: client, policy: policy)
+        async let hot = sender.deliver(Self.request("hot"), environment: .production, consumedAt: .now)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(sender.loadSheddingPause == .zero)
+
+        let started = ContinuousClock.now
+        for index in 0..<20 {
+            let outcome = try await sender.deliver(Self.request("cold\(index)"), environment: .production, consumedAt: .now)
+            #expect(outcome.status == .delivered)
+            #expect(outcome.attempts == 1)
+        }
+        #expect(started.duration(to: .now) < .milliseconds(500))
+        let hotOutcome = try await hot
+        #expect(hotOutcome == DeliveryOutcome(status: .failed, apnsStatus: 429, reason: "TooManyRequests", attempts: 4))
+        #expect(sender.loadSheddingPause == .zero)
+    }
+
+    @Test func serviceUnavailableSlowsTheWholeSender() async throws {
+        let client = ScriptedAPNSClient(["sick": [.status(503, .serviceUnavailable), .status(200)]])
+        var policy = Self.fastPolicy
+        policy.loadShedding = LoadSheddingPolicy(
+            initialPause: .milliseconds(400),
+            maximumPause: .seconds(2),
+            halfLife: .seconds(30)
+        )
+        let sender = NotificationSender(client: client, policy: policy)
+        let sick = try await sender.deliver(Self.request("sick"), environment: .production, consumedAt: .now)
+        #expect(sick.status == .delivered)
+        #expect(sick.attempts == 2)
+        #expect(sender.loadSheddingPause > .milliseconds(300))
+
+        // Another device's first attempt now waits at least half the shared pause.
+        let started = ContinuousClock.now
+        let other = try await sender.deliver(Self.request("other"), environment: .production, consumedAt: .now)
+        #expect(other.status == .delivered)
+        #expect(started.duration(to: .now) >= .milliseconds(150))
+    }
+
+    @Test func lostConnectionsSlowTheSenderButRefusedStreamsDoNot() async throws {
+        let client = ScriptedAPNSClient([
+            "refused": [.transport(.streamReset("GOAWAY")), .status(200)],
+            "lost": [.transport(.connectionFailed("reset by peer")), .status(200)],
+        ])
+        var policy = Self.fastPolicy
+        policy.loadShedding = LoadSheddingPolicy(initialPause: .milliseconds(100), halfLife: .seconds(30))
+        let sender = NotificationSender(client: client, policy: policy)
+
+        let refused = try await sender.deliver(Self.request("refused"), environment: .production, consumedAt: .now)
+        #expect(refused.status == .delivered)
+        #expect(refused.attempts == 2)
+        #expect(sender.loadSheddingPause == .zero)
+
+        let lost = try await sender.deliver(Self.request("lost"), environment: .production, consumedAt: .now)
+        #expect(lost.status == .delivered)
+        #expect(lost.attempts == 2)
+        #expect(sender.loadSheddingPause > .zero)
+    }
+
+    @Test func cancellationThrows() async throws {
+        let client = ScriptedAPNSClient(["busy": [.status(503)]])
+        var policy = Self.fastPolicy
+        policy.initialBackoff = .seconds(10)
+        policy.maximumBackoff = .seconds(10)
+        let sender = NotificationSender(client: client, policy: policy)
+        let started = ContinuousClock.now
+        await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await #expect(throws: CancellationError.self) {
+                    _ = try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now)
+                }
+            }
+            try? await Task.sleep(for: .milliseconds(50))
+            group.cancelAll()
+        }
+        #expect(started.duration(to: .now) < .seconds(5))
+    }
+}
