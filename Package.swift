@@ -203,6 +203,15 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "HeraldServiceTests",
+            dependencies: [
+                "HeraldService",
+                "APNSHTTP2",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "MockAPNSTests",
             dependencies: [
                 "MockAPNS",

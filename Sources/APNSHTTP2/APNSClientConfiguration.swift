@@ -75,6 +75,18 @@ public struct APNSClientConfiguration: Sendable {
             return false
         }
 
+        /// Tells credentials apart without comparing secrets: two values with the same identity
+        /// share connections.
+        var identity: String {
+            switch backing {
+            case .token(let credentials):
+                // Apple's key IDs are unique: one key ID and team is one signing key.
+                return "token:\(credentials.keyID):\(credentials.teamID)"
+            case .pkcs12(let path, _): return "pkcs12:\(path)"
+            case .pem(let certificatePath, let privateKeyPath): return "pem:\(certificatePath):\(privateKeyPath)"
+            }
+        }
+
         /// Names the method only; never key material, paths' secrets or passwords.
         public var description: String {
             switch backing {
@@ -89,8 +101,13 @@ public struct APNSClientConfiguration: Sendable {
     public var production: Endpoint
     /// The sandbox endpoint; default `https://api.sandbox.push.apple.com`.
     public var sandbox: Endpoint
-    /// The credentials used on every connection.
+    /// The default credentials: used for every topic without an entry in ``credentialsByTopic``.
     public var authentication: Authentication
+    /// Credentials for particular apps (several apps or teams in one Herald), keyed by bundle ID:
+    /// the `apns-topic` without Apple's push-type suffix (`com.example.app` also covers
+    /// `com.example.app.voip`). A full suffixed topic may be given too and wins over its bundle ID.
+    /// Each distinct credential gets its own connections; empty by default.
+    public var credentialsByTopic: [String: Authentication]
     /// A PEM file of extra trusted CA certificates (for a mock APNs); the system roots stay trusted.
     public var additionalTrustRootsPEMPath: String?
     /// HTTP/2 connections kept per endpoint; default 2.
@@ -119,9 +136,11 @@ public struct APNSClientConfiguration: Sendable {
         pingInterval: Duration = .seconds(60),
         pingTimeout: Duration = .seconds(20),
         maximumQueuedRequests: Int = 10_000,
-        shutdownGracePeriod: Duration = .seconds(5)
+        shutdownGracePeriod: Duration = .seconds(5),
+        credentialsByTopic: [String: Authentication] = [:]
     ) {
         self.authentication = authentication
+        self.credentialsByTopic = credentialsByTopic
         self.production = production
         self.sandbox = sandbox
         self.additionalTrustRootsPEMPath = additionalTrustRootsPEMPath

@@ -13,22 +13,42 @@ import Synchronization
 /// shutdown or cancellation stops taking requests, lets in-flight ones finish for
 /// ``APNSClientConfiguration/shutdownGracePeriod`` and closes every connection.
 ///
-/// Connections open lazily, up to ``APNSClientConfiguration/connectionsPerEndpoint`` per endpoint,
-/// and each carries as many streams as the server's SETTINGS_MAX_CONCURRENT_STREAMS allows (one
-/// until the first 200 with token authentication). Callers beyond that wait in a bounded FIFO queue.
+/// Connections open lazily, up to ``APNSClientConfiguration/connectionsPerEndpoint`` per endpoint
+/// and credential, and each carries as many streams as the server's SETTINGS_MAX_CONCURRENT_STREAMS
+/// allows (one until the first 200 with token authentication). Callers beyond that wait in a
+/// bounded FIFO queue. A request whose bundle ID has an entry in
+/// ``APNSClientConfiguration/credentialsByTopic`` uses that credential's own connections.
 public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     private let configuration: APNSClientConfiguration
     private let logger: Logger
-    private let factory: APNSConnection.Factory
     private let eventLoopGroup: any EventLoopGroup
     private typealias PoolStateMachine = APNSConnectionPoolStateMachine<
         APNSConnection, CheckedContinuation<APNSConnection, any Error>
     >
 
-    private let pool: NIOLockedValueBox<PoolStateMachine>
-    private let connectionPlans: AsyncStream<APNSConnectionPlan>
-    private let connectionPlanSink: AsyncStream<APNSConnectionPlan>.Continuation
+    /// The connections of one credential: its TLS identity or token source and its pool state.
+    private struct CredentialPool: Sendable {
+        let index: Int
+        let factory: APNSConnection.Factory
+        let state: NIOLockedValueBox<PoolStateMachine>
+        /// Names the credential in logs (never key material).
+        let name: String
+    }
+
+    /// A connection the pool of `credential` asked for.
+    private struct PlannedConnection: Sendable {
+        var credential: Int
+        var plan: APNSConnectionPlan
+    }
+
+    /// Index 0 holds the default credential.
+    private let pools: [CredentialPool]
+    /// Bundle ID (or full apns-topic) to an index into `pools`; empty with one credential.
+    private let poolIndexByTopic: [String: Int]
+    private let connectionPlans: AsyncStream<PlannedConnection>
+    private let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
     private let waiterIDs = Atomic<UInt64>(0)
+    private let runState = NIOLockedValueBox(false)
 
     /// Loads credentials and trust roots; throws ``APNSClientConfigurationError`` when they cannot be used.
     public convenience init(
@@ -36,19 +56,17 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) throws {
-        var makeTokenSource: (@Sendable () -> any APNSProviderTokenSource)?
-        if case .token(let credentials) = configuration.authentication.backing {
-            makeTokenSource = { ProviderTokenManager(credentials: credentials, clock: ContinuousClock()) }
-        }
         try self.init(
             configuration: configuration,
             eventLoopGroup: eventLoopGroup,
             logger: logger,
-            makeTokenSource: makeTokenSource
+            makeTokenSource: nil
         )
     }
 
-    /// `makeTokenSource` is called once per connection (tests inject scripted tokens).
+    /// `makeTokenSource`, when given, makes the default credential's token source, once per
+    /// connection (tests inject scripted tokens); otherwise each token credential's connections
+    /// get a ``ProviderTokenManager`` each.
     init(
         configuration: APNSClientConfiguration,
         eventLoopGroup: any EventLoopGroup,
@@ -62,22 +80,53 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         self.logger = logger
         self.eventLoopGroup = eventLoopGroup
 
-        self.factory = APNSConnection.Factory(
-            eventLoopGroup: eventLoopGroup,
-            sslContext: try Self.makeSSLContext(configuration),
-            makeTokenSource: makeTokenSource,
-            connectTimeout: configuration.connectTimeout,
-            pingInterval: configuration.pingInterval,
-            pingTimeout: configuration.pingTimeout
-        )
-        self.pool = NIOLockedValueBox(
-            PoolStateMachine(
+        // One pool per distinct credential; topics naming the same credential share its pool.
+        var credentials = [configuration.authentication]
+        var indexByIdentity = [configuration.authentication.identity: 0]
+        var poolIndexByTopic: [String: Int] = [:]
+        for (topic, authentication) in configuration.credentialsByTopic.sorted(by: { $0.key < $1.key }) {
+            if let index = indexByIdentity[authentication.identity] {
+                poolIndexByTopic[topic] = index
+            } else {
+                indexByIdentity[authentication.identity] = credentials.count
+                poolIndexByTopic[topic] = credentials.count
+                credentials.append(authentication)
+            }
+        }
+        self.poolIndexByTopic = poolIndexByTopic
+
+        var pools: [CredentialPool] = []
+        for (index, authentication) in credentials.enumerated() {
+            var tokenSource: (@Sendable () -> any APNSProviderTokenSource)?
+            if index == 0, let makeTokenSource {
+                tokenSource = makeTokenSource
+            } else if case .token(let credentials) = authentication.backing {
+                tokenSource = { ProviderTokenManager(credentials: credentials, clock: ContinuousClock()) }
+            }
+            let factory = APNSConnection.Factory(
+                eventLoopGroup: eventLoopGroup,
+                sslContext: try Self.makeSSLContext(configuration, authentication: authentication),
+                makeTokenSource: tokenSource,
+                connectTimeout: configuration.connectTimeout,
+                pingInterval: configuration.pingInterval,
+                pingTimeout: configuration.pingTimeout
+            )
+            let state = PoolStateMachine(
                 connectionsPerEndpoint: configuration.connectionsPerEndpoint,
                 maximumWaiters: configuration.maximumQueuedRequests,
-                requiresVerification: configuration.authentication.usesProviderTokens
+                requiresVerification: authentication.usesProviderTokens
             )
-        )
-        (self.connectionPlans, self.connectionPlanSink) = AsyncStream.makeStream(of: APNSConnectionPlan.self)
+            pools.append(
+                CredentialPool(
+                    index: index,
+                    factory: factory,
+                    state: NIOLockedValueBox(state),
+                    name: index == 0 ? "default" : authentication.description
+                )
+            )
+        }
+        self.pools = pools
+        (self.connectionPlans, self.connectionPlanSink) = AsyncStream.makeStream(of: PlannedConnection.self)
     }
 
     // MARK: Service
@@ -85,14 +134,20 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// Opens connections as the pool asks for them and keeps them until shutdown. Call once;
     /// requests sent before `run()` starts wait for it (up to their deadlines).
     public func run() async throws {
-        guard pool.withLockedValue({ $0.startRunning() }) else {
+        let isFirstRun = runState.withLockedValue { hasRun in
+            defer { hasRun = true }
+            return !hasRun
+        }
+        guard isFirstRun else {
             throw APNSClientConfigurationError("APNSHTTP2Client.run() must be called only once")
         }
+        for pool in pools { _ = pool.state.withLockedValue { $0.startRunning() } }
         logger.debug("APNs client started")
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                for await plan in connectionPlans {
-                    group.addTask { await self.runConnection(plan) }
+                for await planned in connectionPlans {
+                    let pool = pools[planned.credential]
+                    group.addTask { await self.runConnection(planned.plan, pool: pool) }
                 }
                 // The plan stream ends on graceful shutdown or when this task is cancelled; in the
                 // latter case the group's children are cancelled too and close their channels.
@@ -106,14 +161,16 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     /// Stops taking requests, fails queued ones and closes connections once in-flight streams finished.
     private func shutDown() {
-        let (waiters, connections, timer) = pool.withLockedValue { $0.shutDown() }
         connectionPlanSink.finish()
-        timer?.cancel()
-        for waiter in waiters {
-            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("APNs client is shutting down"))
-        }
-        for connection in connections {
-            connection.closeGracefully(within: configuration.shutdownGracePeriod)
+        for pool in pools {
+            let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
+            timer?.cancel()
+            for waiter in waiters {
+                waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("APNs client is shutting down"))
+            }
+            for connection in connections {
+                connection.closeGracefully(within: configuration.shutdownGracePeriod)
+            }
         }
     }
 
@@ -131,7 +188,8 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         environment: APNSEnvironment,
         deadline: ContinuousClock.Instant
     ) async throws -> APNSResponse {
-        let first = try await sendOnce(request, environment: environment, deadline: deadline)
+        let pool = pools[poolIndex(for: request)]
+        let first = try await sendOnce(request, environment: environment, deadline: deadline, pool: pool)
         guard first.outcome.response.status == 403, first.outcome.response.reason == .expiredProviderToken,
             let usedToken = first.outcome.providerToken, let manager = first.connection.tokenManager
         else {
@@ -147,35 +205,48 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         }
         guard replaced else { return first.outcome.response }
         logger.info("APNs provider token expired; retrying with a new token")
-        return try await sendOnce(request, environment: environment, deadline: deadline).outcome.response
+        return try await sendOnce(request, environment: environment, deadline: deadline, pool: pool).outcome.response
+    }
+
+    /// The pool for the request's credential: the bundle ID's (or the full topic's) entry in
+    /// ``APNSClientConfiguration/credentialsByTopic``, else the default.
+    private func poolIndex(for request: APNSRequest) -> Int {
+        guard !poolIndexByTopic.isEmpty else { return 0 }
+        let bundleID = request.bundleID
+        if let index = poolIndexByTopic[String(bundleID)] { return index }
+        if bundleID.utf8.count != request.topic.utf8.count, let index = poolIndexByTopic[request.topic] {
+            return index
+        }
+        return 0
     }
 
     private func sendOnce(
         _ request: APNSRequest,
         environment: APNSEnvironment,
-        deadline: ContinuousClock.Instant
+        deadline: ContinuousClock.Instant,
+        pool: CredentialPool
     ) async throws -> (outcome: APNSStreamOutcome, connection: APNSConnection) {
         guard let nioDeadline = NIODeadline.fromContinuousClock(deadline) else {
             throw APNSTransportError.deadlineExceeded("the deadline passed before the request was sent")
         }
         var unopenedStreams = 0
         while true {
-            let connection = try await leaseStream(environment: environment, deadline: nioDeadline)
+            let connection = try await leaseStream(environment: environment, deadline: nioDeadline, pool: pool)
             let outcome: APNSStreamOutcome
             do {
                 outcome = try await connection.execute(request, deadline: nioDeadline)
             } catch let notOpened as APNSStreamNotOpened {
                 // Never written (the connection closed or started draining after the lease): the
                 // pool already knows, so the next lease picks another connection.
-                releaseStream(on: connection, status: nil)
+                releaseStream(on: connection, status: nil, pool: pool)
                 unopenedStreams += 1
                 if unopenedStreams >= Self.maximumUnopenedStreamRetries { throw notOpened.transportError }
                 continue
             } catch {
-                releaseStream(on: connection, status: nil)
+                releaseStream(on: connection, status: nil, pool: pool)
                 throw error
             }
-            releaseStream(on: connection, status: outcome.response.status)
+            releaseStream(on: connection, status: outcome.response.status, pool: pool)
             return (outcome, connection)
         }
     }
@@ -185,8 +256,12 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     // MARK: Stream leases
 
-    private func leaseStream(environment: APNSEnvironment, deadline: NIODeadline) async throws -> APNSConnection {
-        switch pool.withLockedValue({ $0.leaseIfAvailable(environment) }) {
+    private func leaseStream(
+        environment: APNSEnvironment,
+        deadline: NIODeadline,
+        pool: CredentialPool
+    ) async throws -> APNSConnection {
+        switch pool.state.withLockedValue({ $0.leaseIfAvailable(environment) }) {
         case .leased(let connection): return connection
         case .failed(let error): throw error
         case .mustWait: break
@@ -196,89 +271,101 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline)
-                switch pool.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
+                switch pool.state.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
                 case .failed(let error):
                     continuation.resume(throwing: error)
                 case .queued(let actions):
-                    perform(actions)
+                    perform(actions, pool: pool)
                     if Task.isCancelled {
                         // The cancellation handler may have run before the waiter was queued.
-                        cancelWaiter(waiterID, environment: environment)
+                        cancelWaiter(waiterID, environment: environment, pool: pool)
                     }
                 }
             }
         } onCancel: {
-            self.cancelWaiter(waiterID, environment: environment)
+            self.cancelWaiter(waiterID, environment: environment, pool: pool)
         }
     }
 
-    private func cancelWaiter(_ id: UInt64, environment: APNSEnvironment) {
-        guard let waiter = pool.withLockedValue({ $0.removeWaiter(id, for: environment) }) else { return }
+    private func cancelWaiter(_ id: UInt64, environment: APNSEnvironment, pool: CredentialPool) {
+        guard let waiter = pool.state.withLockedValue({ $0.removeWaiter(id, for: environment) }) else { return }
         waiter.continuation.resume(throwing: CancellationError())
     }
 
-    private func waiterTimerFired(_ deadline: NIODeadline) {
-        perform(pool.withLockedValue { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) })
+    private func waiterTimerFired(_ deadline: NIODeadline, pool: CredentialPool) {
+        perform(pool.state.withLockedValue { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) }, pool: pool)
     }
 
-    private func releaseStream(on connection: APNSConnection, status: Int?) {
-        let actions = pool.withLockedValue {
+    private func releaseStream(on connection: APNSConnection, status: Int?, pool: CredentialPool) {
+        let actions = pool.state.withLockedValue {
             $0.release(connectionID: connection.id, environment: connection.environment, status: status)
         }
-        perform(actions)
+        perform(actions, pool: pool)
     }
 
-    private func perform(_ actions: PoolStateMachine.Actions) {
+    private func perform(_ actions: PoolStateMachine.Actions, pool: CredentialPool) {
         for (waiter, connection) in actions.leases {
             waiter.continuation.resume(returning: connection)
         }
         for (waiter, error) in actions.failures {
             waiter.continuation.resume(throwing: error)
         }
-        if let plan = actions.open { requestConnection(plan) }
+        if let plan = actions.open { requestConnection(plan, pool: pool) }
         for connection in actions.close { connection.close() }
         actions.cancelWaiterTimer?.cancel()
         if let deadline = actions.armWaiterTimer {
-            let timer = eventLoopGroup.any().scheduleTask(deadline: deadline) { self.waiterTimerFired(deadline) }
-            if !pool.withLockedValue({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }
+            let timer = eventLoopGroup.any().scheduleTask(deadline: deadline) {
+                self.waiterTimerFired(deadline, pool: pool)
+            }
+            if !pool.state.withLockedValue({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }
         }
     }
 
-    /// Live connections to `environment`'s endpoint and the most streams one carried at once.
-    func poolSnapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int) {
-        pool.withLockedValue { $0.snapshot(environment) }
+    /// Live connections to `environment`'s endpoint and the most streams one carried at once, for
+    /// the credential requests with `topic` use (the default credential when nil).
+    func poolSnapshot(
+        _ environment: APNSEnvironment,
+        topic: String? = nil
+    ) -> (liveConnections: Int, peakStreamsPerConnection: Int) {
+        let index = topic.flatMap { poolIndexByTopic[$0] } ?? 0
+        return pools[index].state.withLockedValue { $0.snapshot(environment) }
     }
+
+    /// How many connection pools (distinct credentials) the client has.
+    var credentialCount: Int { pools.count }
 
     // MARK: Connections
 
-    private func requestConnection(_ plan: APNSConnectionPlan) {
-        if case .terminated = connectionPlanSink.yield(plan) {
+    private func requestConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) {
+        if case .terminated = connectionPlanSink.yield(PlannedConnection(credential: pool.index, plan: plan)) {
             // run() has ended: the pool is shut down, so report the plan as failed to keep it consistent.
             perform(
-                pool.withLockedValue {
+                pool.state.withLockedValue {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
                         environment: plan.environment,
                         failure: "client stopped"
                     )
-                }
+                },
+                pool: pool
             )
         }
     }
 
     /// One connection's life: backoff, connect, serve until closed, report.
-    private func runConnection(_ plan: APNSConnectionPlan) async {
+    private func runConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) async {
         let endpoint = configuration.endpoint(for: plan.environment)
         var logger = self.logger
         logger[metadataKey: APNSLoggingKeys.connectionID] = "\(plan.connectionID)"
         logger[metadataKey: APNSLoggingKeys.endpoint] = "\(endpoint)"
+        if pools.count > 1 { logger[metadataKey: APNSLoggingKeys.credential] = "\(pool.name)" }
 
         let connection: APNSConnection
         let streamLimit: Int
         do {
-            let factory = self.factory
+            let factory = pool.factory
             let loggerForConnection = logger
             (connection, streamLimit) = try await cancelWhenGracefulShutdown {
                 if plan.delay > .zero {
@@ -290,7 +377,12 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                     endpoint: endpoint,
                     logger: loggerForConnection,
                     onEvent: { [weak self] event in
-                        self?.connectionEvent(event, connectionID: plan.connectionID, environment: plan.environment)
+                        self?.connectionEvent(
+                            event,
+                            connectionID: plan.connectionID,
+                            environment: plan.environment,
+                            pool: pool
+                        )
                     }
                 )
             }
@@ -299,13 +391,14 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                 logger.warning("Connecting to APNs failed", metadata: [APNSLoggingKeys.error: "\(error)"])
             }
             perform(
-                pool.withLockedValue {
+                pool.state.withLockedValue {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
                         environment: plan.environment,
                         failure: "\(error)"
                     )
-                }
+                },
+                pool: pool
             )
             return
         }
@@ -314,17 +407,23 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             "Connected to APNs",
             metadata: [APNSLoggingKeys.maxConcurrentStreams: "\(streamLimit)"]
         )
-        perform(pool.withLockedValue { $0.connectionReady(connection, streamLimit: streamLimit) })
+        perform(pool.state.withLockedValue { $0.connectionReady(connection, streamLimit: streamLimit) }, pool: pool)
         await connection.runUntilClosed()
         perform(
-            pool.withLockedValue {
+            pool.state.withLockedValue {
                 $0.connectionClosed(connectionID: plan.connectionID, environment: plan.environment, failure: nil)
-            }
+            },
+            pool: pool
         )
         logger.info("APNs connection closed")
     }
 
-    private func connectionEvent(_ event: APNSConnectionEvent, connectionID: Int, environment: APNSEnvironment) {
+    private func connectionEvent(
+        _ event: APNSConnectionEvent,
+        connectionID: Int,
+        environment: APNSEnvironment,
+        pool: CredentialPool
+    ) {
         let actions: PoolStateMachine.Actions
         switch event {
         case .streamLimitChanged(let limit):
@@ -335,7 +434,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                     APNSLoggingKeys.maxConcurrentStreams: "\(limit)",
                 ]
             )
-            actions = pool.withLockedValue {
+            actions = pool.state.withLockedValue {
                 $0.streamLimitChanged(connectionID: connectionID, environment: environment, limit: limit)
             }
         case .goingAway(let errorCode, let reason):
@@ -347,20 +446,23 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                     APNSLoggingKeys.goAwayReason: "\(reason ?? "none")",
                 ]
             )
-            actions = pool.withLockedValue {
+            actions = pool.state.withLockedValue {
                 $0.connectionGoingAway(connectionID: connectionID, environment: environment)
             }
         case .closed:
-            actions = pool.withLockedValue {
+            actions = pool.state.withLockedValue {
                 $0.connectionClosed(connectionID: connectionID, environment: environment, failure: nil)
             }
         }
-        perform(actions)
+        perform(actions, pool: pool)
     }
 
     // MARK: TLS
 
-    private static func makeSSLContext(_ configuration: APNSClientConfiguration) throws -> NIOSSLContext {
+    private static func makeSSLContext(
+        _ configuration: APNSClientConfiguration,
+        authentication: APNSClientConfiguration.Authentication
+    ) throws -> NIOSSLContext {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.applicationProtocols = ["h2"]
         tls.minimumTLSVersion = .tlsv12
@@ -378,7 +480,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                 throw APNSClientConfigurationError("cannot read the CA file \(caPath): \(error)")
             }
         }
-        switch configuration.authentication.backing {
+        switch authentication.backing {
         case .token:
             break
         case .pkcs12(let path, let password):
@@ -415,6 +517,7 @@ enum APNSLoggingKeys {
     static let maxConcurrentStreams = "apns.max_concurrent_streams"
     static let goAwayErrorCode = "apns.goaway.error_code"
     static let goAwayReason = "apns.goaway.reason"
+    static let credential = "apns.credential"
     static let error = "error"
 }
 
