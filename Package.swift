@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "herald", targets: ["Herald"]),
         .executable(name: "mock-apns", targets: ["MockAPNSServer"]),
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),
+        .executable(name: "herald-bench", targets: ["HeraldBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
@@ -153,6 +154,21 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "HeraldBench",
+            dependencies: [
+                "APNSCore",
+                "APNSHTTP2",
+                "DeviceTokenStore",
+                "HeraldService",
+                "PushPipeline",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -25,7 +25,7 @@ public enum HeraldApplication {
         logger: Logger,
         _ body: (PostgresDeviceTokenStore) async throws -> Result
     ) async throws -> Result {
-        let client = PostgresClient(configuration: postgresConfiguration(postgresURL), backgroundLogger: logger)
+        let client = PostgresClient(configuration: postgresURL.clientConfiguration(), backgroundLogger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
@@ -54,7 +54,7 @@ public enum HeraldApplication {
             )
         }
         let postgres = PostgresClient(
-            configuration: postgresConfiguration(configuration.postgresURL, maximumConnections: configuration.postgresPoolSize),
+            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: configuration.postgresPoolSize),
             backgroundLogger: logger
         )
         let store = PostgresDeviceTokenStore(client: postgres, logger: logger)
@@ -103,18 +103,5 @@ public enum HeraldApplication {
             )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
-    }
-
-    static func postgresConfiguration(_ url: PostgresURL, maximumConnections: Int = 20) -> PostgresClient.Configuration {
-        var configuration = PostgresClient.Configuration(
-            host: url.host,
-            port: url.port,
-            username: url.username,
-            password: url.password,
-            database: url.database,
-            tls: url.requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
-        )
-        configuration.options.maximumConnections = maximumConnections
-        return configuration
     }
 }

@@ -4,7 +4,9 @@ public import DeviceTokenStore
 import Foundation
 public import KafkaTransport
 public import Logging
+public import PostgresNIO
 public import PushPipeline
+import NIOSSL
 
 /// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4).
 public struct HeraldConfiguration: Sendable {
@@ -239,4 +241,18 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
 
     /// The URL without its password, for logs.
     public var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
+
+    /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
+    public func clientConfiguration(maximumConnections: Int = 20) -> PostgresClient.Configuration {
+        var configuration = PostgresClient.Configuration(
+            host: host,
+            port: port,
+            username: username,
+            password: password,
+            database: database,
+            tls: requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
+        )
+        configuration.options.maximumConnections = maximumConnections
+        return configuration
+    }
 }

@@ -49,6 +49,9 @@ import Testing
         (#"{"id":"e","user_ids":["u"],"topic":"t","payload":"x"}"#, .schemaViolation),
         (#"{"id":"e\u0000","user_ids":["u"],"topic":"t","payload":{"aps":{}}}"#, .schemaViolation),
         (#"{"id":"e","user_ids":["u"],"topic":"t","environment":"dev","payload":{"aps":{}}}"#, .schemaViolation),
+        (#"{"id":"e","user_ids":["u"],"topic":"t\nx","payload":{"aps":{}}}"#, .schemaViolation),
+        (#"{"id":"e","user_ids":["u"],"topic":"t","collapse_id":"a\r\nb","payload":{"aps":{}}}"#, .schemaViolation),
+        (#"{"id":"e","user_ids":["u"],"topic":"t","collapse_id":"a\u007fb","payload":{"aps":{}}}"#, .schemaViolation),
     ]
 
     @Test(arguments: rejected)

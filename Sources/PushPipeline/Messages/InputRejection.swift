@@ -42,13 +42,23 @@ enum JSONObjectDecoder {
 struct FieldReader {
     let object: JSONValue
 
-    func string(_ name: String, bytes range: ClosedRange<Int>, required: Bool) throws(InputRejection) -> String? {
+    /// A string member of `range` UTF-8 bytes. A `headerValue` becomes an HTTP/2 header sent to
+    /// APNs, so control characters are rejected here rather than by APNs.
+    func string(
+        _ name: String,
+        bytes range: ClosedRange<Int>,
+        required: Bool,
+        headerValue: Bool = false
+    ) throws(InputRejection) -> String? {
         guard let value = object[name], value != .null else {
             if required { throw InputRejection(.schemaViolation, "\(name) is required") }
             return nil
         }
         guard case .string(let text) = value else { throw InputRejection(.schemaViolation, "\(name) must be a string") }
         try Self.check(text, name: name, bytes: range)
+        if headerValue, text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
+            throw InputRejection(.schemaViolation, "\(name) contains a control character")
+        }
         return text
     }
 

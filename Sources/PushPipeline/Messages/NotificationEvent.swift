@@ -41,7 +41,7 @@ public struct NotificationEvent: Sendable, Hashable {
         }
         self.userIDs = userIDs
 
-        topic = try fields.string("topic", bytes: 1...255, required: true)!
+        topic = try fields.string("topic", bytes: 1...255, required: true, headerValue: true)!
 
         let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
         if let pushTypeText {
@@ -66,7 +66,7 @@ public struct NotificationEvent: Sendable, Hashable {
         if let expiration, expiration < 0 {
             throw InputRejection(.schemaViolation, "expiration must be >= 0")
         }
-        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false)
+        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false, headerValue: true)
 
         if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
             guard let environment = APNSEnvironment(rawValue: environmentText) else {

@@ -1,0 +1,12 @@
+import ArgumentParser
+
+/// `herald-bench`: Herald's benchmarks. Every figure is printed next to a baseline measured in
+/// the same run, because absolute numbers on a shared machine say little (see BENCHMARKS.md).
+@main
+struct HeraldBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald-bench",
+        abstract: "Benchmarks Herald's APNs sender against h2load and its token lookups against PostgreSQL.",
+        subcommands: [SenderBenchmark.self, LookupBenchmark.self]
+    )
+}

@@ -1,0 +1,204 @@
+import APNSCore
+import APNSHTTP2
+import ArgumentParser
+import Crypto
+import Foundation
+import Logging
+import PushPipeline
+
+/// Herald's sender (``NotificationSender`` over ``APNSHTTP2Client``) against `h2load`, both
+/// sending the same requests to the same `mock-apns` process, in alternating rounds.
+struct SenderBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sender",
+        abstract: "Herald's APNs sender vs h2load on the same mock: throughput and client CPU per request.",
+        discussion: """
+            Starts mock-apns (token authentication) as a child process, then alternates rounds of \
+            Herald's sender and of h2load (Debian's nghttp2-client), each sending --requests \
+            POST /3/device/<token> requests with the same headers and payload over --connections \
+            HTTP/2 connections with --streams concurrent streams each. Herald's CPU time is this \
+            process's; h2load's is its own (wait4 rusage). Prints each round and the medians.
+            """
+    )
+
+    @Option(help: "Requests per round and client.") var requests = 20_000
+    @Option(help: "Rounds per client (medians are reported).") var rounds = 5
+    @Option(help: "HTTP/2 connections per client.") var connections = 2
+    @Option(help: "Concurrent streams per connection (the mock advertises this limit).") var streams = 100
+    @Option(help: "Distinct device tokens the requests cycle through.") var tokens = 1_000
+    @Option(help: "Path of the mock-apns executable (default: next to herald-bench).") var mockAPNS: String?
+    @Option(help: "Path of h2load.") var h2load = "/usr/bin/h2load"
+
+    func run() async throws {
+        var logger = Logger(label: "herald-bench")
+        logger.logLevel = .error
+        let workspace = try Workspace()
+        let mock = try MockAPNSProcess.start(
+            executable: mockAPNS ?? Workspace.siblingExecutable("mock-apns"),
+            workspace: workspace,
+            maxConcurrentStreams: streams
+        )
+        defer { print("mock-apns: \(mock.stop())") }
+
+        let tokens = (0..<tokens).map { _ in
+            (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        }
+        let payload = Array(#"{"aps":{"alert":{"title":"Your order shipped","body":"Order 4711 is on its way"},"sound":"default"}}"#.utf8)
+        let topic = "com.example.bench"
+        let herald = try HeraldSenderClient(mock: mock, connections: connections, logger: logger)
+        let h2loadClient = H2LoadClient(
+            executable: h2load,
+            mock: mock,
+            workspace: workspace,
+            tokens: tokens,
+            topic: topic,
+            payload: payload
+        )
+        try h2loadClient.prepare()
+
+        print("sender benchmark: \(requests) requests per round, \(connections) connections x \(streams) streams, mock on port \(mock.port)")
+        print("round  client   requests/s   CPU µs/request")
+        var ratios: [Double] = []
+        var heraldRuns: [ClientRun] = []
+        var h2loadRuns: [ClientRun] = []
+        try await herald.withRunningClient { sender in
+            // Warm-up: connections open and the pool learns the mock's stream limit.
+            _ = try await HeraldSenderClient.sendAll(
+                Self.requests(count: connections * streams, tokens: tokens, topic: topic, payload: payload),
+                through: sender,
+                concurrency: connections * streams
+            )
+            for round in 1...rounds {
+                let batch = Self.requests(count: requests, tokens: tokens, topic: topic, payload: payload)
+                var delivered = 0
+                let heraldRun = try await ClientRun.measure(requests: requests, cpu: .thisProcess) {
+                    delivered = try await HeraldSenderClient.sendAll(batch, through: sender, concurrency: connections * streams)
+                }
+                guard delivered == requests else {
+                    throw ValidationError("Herald delivered \(delivered) of \(requests) requests in round \(round)")
+                }
+                let h2loadRun = try await h2loadClient.run(requests: requests, connections: connections, streams: streams)
+                heraldRuns.append(heraldRun)
+                h2loadRuns.append(h2loadRun)
+                ratios.append(heraldRun.cpuMicrosecondsPerRequest / h2loadRun.cpuMicrosecondsPerRequest)
+                print("\(round)      herald\(column(heraldRun.requestsPerSecond, decimals: 0, width: 13))\(column(heraldRun.cpuMicrosecondsPerRequest, width: 17))")
+                print("\(round)      h2load\(column(h2loadRun.requestsPerSecond, decimals: 0, width: 13))\(column(h2loadRun.cpuMicrosecondsPerRequest, width: 17))")
+            }
+        }
+        let heraldCPU = heraldRuns.map(\.cpuMicrosecondsPerRequest).median
+        let h2loadCPU = h2loadRuns.map(\.cpuMicrosecondsPerRequest).median
+        print("median herald: \(column(heraldRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(heraldCPU, width: 0)) CPU µs/request")
+        print("median h2load: \(column(h2loadRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(h2loadCPU, width: 0)) CPU µs/request")
+        print("herald/h2load CPU per request: median of rounds \(column(ratios.median, decimals: 2, width: 0)) (target <= 2.5)")
+        print("herald/h2load throughput: \(column(heraldRuns.map(\.requestsPerSecond).median / h2loadRuns.map(\.requestsPerSecond).median, decimals: 2, width: 0))")
+    }
+
+    /// `count` alert requests cycling through `tokens`, each with its own apns-id.
+    static func requests(count: Int, tokens: [String], topic: String, payload: [UInt8]) -> [APNSRequest] {
+        (0..<count).map { index in
+            APNSRequest(
+                deviceToken: tokens[index % tokens.count],
+                topic: topic,
+                pushType: .alert,
+                priority: .immediate,
+                apnsID: UUID().uuidString.lowercased(),
+                payload: payload
+            )
+        }
+    }
+}
+
+/// Herald's sender pointed at the mock: the production client with its default retry policy.
+struct HeraldSenderClient {
+    let client: APNSHTTP2Client
+    let sender: NotificationSender
+
+    init(mock: MockAPNSProcess, connections: Int, logger: Logger) throws {
+        let endpoint = APNSClientConfiguration.Endpoint(host: "127.0.0.1", port: mock.port)
+        client = try APNSHTTP2Client(
+            configuration: APNSClientConfiguration(
+                authentication: .token(mock.credentials),
+                production: endpoint,
+                sandbox: endpoint,
+                additionalTrustRootsPEMPath: mock.caPath,
+                connectionsPerEndpoint: connections
+            ),
+            logger: logger
+        )
+        sender = NotificationSender(client: client, policy: RetryPolicy())
+    }
+
+    /// Runs `body` while the client's connections are open.
+    func withRunningClient(_ body: (NotificationSender) async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await client.run() }
+            defer { group.cancelAll() }
+            try await body(sender)
+        }
+    }
+
+    /// Delivers every request with at most `concurrency` in flight; returns how many were delivered.
+    static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> Int {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            var next = requests.startIndex
+            var delivered = 0
+            func startNext() {
+                guard next < requests.endIndex else { return }
+                let request = requests[next]
+                next += 1
+                group.addTask {
+                    let outcome = try await sender.deliver(request, environment: .production, consumedAt: .now)
+                    return outcome.status == .delivered
+                }
+            }
+            for _ in 0..<concurrency { startNext() }
+            for try await wasDelivered in group {
+                if wasDelivered { delivered += 1 }
+                startNext()
+            }
+            return delivered
+        }
+    }
+}
+
+/// `h2load` sending Herald's requests: the same paths, headers (one apns-id, since h2load cannot
+/// vary headers per request) and payload.
+struct H2LoadClient {
+    let executable: String
+    let mock: MockAPNSProcess
+    let workspace: Workspace
+    let tokens: [String]
+    let topic: String
+    let payload: [UInt8]
+
+    private var urisPath: String { workspace.path("h2load-uris.txt") }
+    private var payloadPath: String { workspace.path("payload.json") }
+
+    func prepare() throws {
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw ValidationError("h2load not found at \(executable) (Debian: apt-get install nghttp2-client)")
+        }
+        let uris = tokens.map { "https://127.0.0.1:\(mock.port)/3/device/\($0)\n" }.joined()
+        try uris.write(toFile: urisPath, atomically: true, encoding: .utf8)
+        try Data(payload).write(to: URL(fileURLWithPath: payloadPath))
+    }
+
+    /// One h2load run; its CPU time is read from the rusage of the reaped child.
+    func run(requests: Int, connections: Int, streams: Int) async throws -> ClientRun {
+        let token = try mock.credentials.signToken(issuedAt: Int64(Date().timeIntervalSince1970))
+        let arguments = [
+            "-n", "\(requests)", "-c", "\(connections)", "-m", "\(streams)", "-t", "1",
+            "-H", "apns-topic: \(topic)", "-H", "apns-push-type: alert", "-H", "apns-priority: 10",
+            "-H", "apns-id: \(UUID().uuidString.lowercased())", "-H", "authorization: bearer \(token)",
+            "-d", payloadPath, "-i", urisPath,
+        ]
+        var output = ""
+        let run = try await ClientRun.measure(requests: requests, cpu: .reapedChildren) {
+            output = try ChildProcess.runToCompletion(executable, arguments: arguments)
+        }
+        guard output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
+            throw ValidationError("h2load did not get \(requests) answers 200:\n\(output)")
+        }
+        return run
+    }
+}
