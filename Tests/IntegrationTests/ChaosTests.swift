@@ -17,9 +17,11 @@ struct ChaosTests {
         devices: [TestDevice],
         events: Int,
         timeout: Duration = .seconds(400),
+        extraEnvironment: [String: String] = [:],
         disrupt: (_ outcomes: Int, _ herald: inout HeraldProcess) async throws -> Void
     ) async throws -> [ResultRecord] {
         let environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            .merging(extraEnvironment) { $1 }
         _ = try await testbed.heraldConfiguration(group: "migrate-only")
         let logPath = testbed.directory.appendingPathComponent("herald.log").path
         var herald = try HeraldProcess(environment: environment, logPath: logPath)
@@ -79,6 +81,7 @@ struct ChaosTests {
     static func exactlyOnce(
         users userCount: Int,
         events: Int,
+        extraEnvironment: [String: String] = [:],
         disrupt: (_ outcomes: Int, _ expected: Int, _ herald: inout HeraldProcess) async throws -> Void
     ) async throws {
         let testbed = try HeraldTestbed(partitions: 4)
@@ -86,9 +89,13 @@ struct ChaosTests {
             let users = (0..<userCount).map { "user-\($0)" }
             let devices = TestDevice.twoPerUser(users)
             let expected = events * devices.count
-            let results = try await runScenario(testbed: testbed, users: users, devices: devices, events: events) {
-                outcomes, herald in try await disrupt(outcomes, expected, &herald)
-            }
+            let results = try await runScenario(
+                testbed: testbed,
+                users: users,
+                devices: devices,
+                events: events,
+                extraEnvironment: extraEnvironment
+            ) { outcomes, herald in try await disrupt(outcomes, expected, &herald) }
             expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results)
         }
     }
@@ -105,29 +112,45 @@ struct ChaosTests {
         #expect(stopped)
     }
 
-    @Test(.disabled("hangs after PostgreSQL restarts: under investigation (issue 4)"))
+    @Test(
+        .disabled(
+            """
+            The test process stalls after PostgreSQL restarts while Herald finishes (its /metrics \
+            showed every result delivered and /health/ready 200 in a manual run); the harness \
+            side is not yet understood (issue 4).
+            """
+        )
+    )
     func postgresStoppedForTenSecondsLosesNothingAndReportsUnready() async throws {
-        var outageDone = false
+        // Driven by the scenario's poll loop, one short step per poll, so the result reader
+        // keeps polling (and keeps its group membership) through the outage.
+        let clock = ContinuousClock()
+        var stoppedAt: ContinuousClock.Instant?
+        var restarted = false
+        var readyDuringOutage: Int?
         let httpPort = try freePort()
-        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
-            if herald.environment["HERALD_HTTP_PORT"] != String(httpPort) {
-                var environment = herald.environment
-                environment["HERALD_HTTP_PORT"] = String(httpPort)
-                herald.send(SIGTERM)
-                _ = try await herald.waitForExit(timeout: .seconds(30))
-                herald = try HeraldProcess(environment: environment, logPath: herald.logPath)
-            }
-            guard !outageDone, outcomes >= expected / 3 else { return }
-            outageDone = true
-            try await LocalServices.run("pg-stop")
-            try await Task.sleep(for: .seconds(3))
-            #expect(httpStatus(port: httpPort, path: "/health/ready") == 503)
-            #expect(httpStatus(port: httpPort, path: "/health/live") == 200)
-            try await Task.sleep(for: .seconds(7))
-            try await LocalServices.run("pg-start")
+        // PostgreSQL must run again for the suites after this one, whatever happens here.
+        defer {
+            if stoppedAt != nil, !restarted { try? LocalServices.runBlocking("pg-start") }
         }
-        #expect(outageDone)
-        #expect(httpStatus(port: httpPort, path: "/health/ready") == nil, "stopped after the run")
+        try await Self.exactlyOnce(users: 25, events: 400, extraEnvironment: ["HERALD_HTTP_PORT": String(httpPort)]) {
+            outcomes, expected, _ in
+            if stoppedAt == nil, outcomes >= expected / 5 {
+                try await LocalServices.run("pg-stop")
+                stoppedAt = clock.now
+            } else if let stoppedAt, !restarted {
+                if readyDuringOutage == nil, clock.now - stoppedAt >= .seconds(3) {
+                    readyDuringOutage = httpStatus(port: httpPort, path: "/health/ready")
+                    #expect(httpStatus(port: httpPort, path: "/health/live") == 200)
+                }
+                if clock.now - stoppedAt >= .seconds(10) {
+                    try await LocalServices.run("pg-start")
+                    restarted = true
+                }
+            }
+        }
+        #expect(restarted)
+        #expect(readyDuringOutage == 503, "unready while PostgreSQL is down")
     }
 
     @Test func secondInstanceJoinsThenFirstLeavesLosingNothingPushingNothingTwice() async throws {

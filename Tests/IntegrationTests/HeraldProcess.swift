@@ -100,6 +100,20 @@ func httpStatus(port: Int, path: String) -> Int? {
 /// The project's local-services script (scripts/services.sh), for outage drills.
 enum LocalServices {
     static func run(_ command: String) async throws {
+        let process = try start(command)
+        // Polled rather than waitUntilExit(), which can block a cooperative thread for good.
+        while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+    }
+
+    /// For clean-up in a `defer`, where nothing can be awaited.
+    static func runBlocking(_ command: String) throws {
+        let process = try start(command)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+    }
+
+    private static func start(_ command: String) throws -> Process {
         let script = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("scripts/services.sh")
@@ -107,8 +121,6 @@ enum LocalServices {
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [script.path, command]
         try process.run()
-        // Polled rather than waitUntilExit(), which can block a cooperative thread for good.
-        while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+        return process
     }
 }
