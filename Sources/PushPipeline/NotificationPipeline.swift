@@ -471,7 +471,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         while true {
             if Task.isCancelled { throw CancellationError() }
             do {
-                return try await Self.withTimeout(Self.storeOperationTimeout, operation)
+                return try await Self.withTimeout(configuration.storeOperationTimeout, operation)
             } catch {
                 attempt += 1
                 logger.warning("retrying \(what)", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
@@ -483,11 +483,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             }
         }
     }
-
-    /// The longest one store or ledger call may take before it is cancelled and retried: a
-    /// query waiting for a connection that a restarted PostgreSQL never gives back must not
-    /// stall its partition for good.
-    static let storeOperationTimeout = Duration.seconds(10)
 
     /// Runs `operation`, cancelling it and throwing ``StoreOperationTimedOut`` after `timeout`.
     private static func withTimeout<Result: Sendable>(

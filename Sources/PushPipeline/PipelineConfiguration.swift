@@ -27,6 +27,10 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// them go (unfinished ones are redelivered to the new owner, whose ledger lookup then finds
     /// any outcome they recorded).
     public var revocationDrainTimeout: Duration = .seconds(15)
+    /// The longest one token-store or ledger call may take before it is cancelled and retried:
+    /// a query waiting for a connection that a restarted PostgreSQL never gives back must not
+    /// stall its partition for good.
+    public var storeOperationTimeout: Duration = .seconds(10)
 
     public init() {}
 }

@@ -81,13 +81,17 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private let rows = Mutex<[String: Row]>([:])
     private let deliveries = Mutex<[String: RecordedDelivery]>([:])
     private let lookupFailuresLeft: Atomic<Int>
+    private let lookupHangsLeft: Atomic<Int>
 
-    init(failFirstLookups failures: Int = 0) {
+    /// The first `failures` lookups throw; the `hangs` after them never answer (until cancelled).
+    init(failFirstLookups failures: Int = 0, hangFirstLookups hangs: Int = 0) {
         lookupFailuresLeft = Atomic(failures)
+        lookupHangsLeft = Atomic(hangs)
     }
 
     func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
         if lookupFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
+        if lookupHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 { try await Task.sleep(for: .seconds(3600)) }
         return rows.withLock { rows in
             var result: [String: [DeviceToken]] = [:]
             for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {

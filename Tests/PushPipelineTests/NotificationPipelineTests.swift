@@ -23,8 +23,8 @@ struct NotificationPipelineTests {
         return #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
     }
 
-    static func registeredStore(failFirstLookups: Int = 0) async throws -> FakeStore {
-        let store = FakeStore(failFirstLookups: failFirstLookups)
+    static func registeredStore(failFirstLookups: Int = 0, hangFirstLookups: Int = 0) async throws -> FakeStore {
+        let store = FakeStore(failFirstLookups: failFirstLookups, hangFirstLookups: hangFirstLookups)
         let registered = Date(timeIntervalSince1970: 1_700_000_000)
         for (user, token, environment) in [("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
                                            ("bob", bobPhone, .production)] {
@@ -40,11 +40,13 @@ struct NotificationPipelineTests {
         publisher: FakePublisher,
         store: FakeStore,
         apns: FakeAPNS,
+        storeOperationTimeout: Duration = .seconds(10),
         until done: @escaping @Sendable () -> Bool
     ) async throws {
         var configuration = PipelineConfiguration()
         configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
         configuration.commitInterval = .milliseconds(10)
+        configuration.storeOperationTimeout = storeOperationTimeout
         let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
                                             store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
@@ -72,6 +74,17 @@ struct NotificationPipelineTests {
         #expect(apns.sent.filter { $0.1 == .sandbox }.map(\.0.deviceToken) == [Self.alicePad, Self.alicePad])
         #expect(Set(apns.sent.map(\.0.apnsID)).count == 6)
         #expect(publisher.messages(on: "push.results").allSatisfy { $0.key == Array("e1".utf8) || $0.key == Array("e2".utf8) })
+    }
+
+    @Test func aLookupThatNeverAnswersIsCancelledAndRetried() async throws {
+        let store = try await Self.registeredStore(hangFirstLookups: 1)
+        let source = FakeSource([Self.request(0, Self.event("e1"))])
+        let publisher = FakePublisher()
+        let apns = FakeAPNS()
+        try await Self.run(source: source, publisher: publisher, store: store, apns: apns, storeOperationTimeout: .milliseconds(200)) {
+            publisher.messages(on: "push.results").count == 4 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
+        }
+        #expect(apns.sent.count == 3, "delivered once the retried lookup answered")
     }
 
     @Test func redeliveredAndDuplicatedEventsRepublishTheRecordedOutcomeWithoutPushingAgain() async throws {
