@@ -81,7 +81,7 @@ public enum HeraldApplication {
             port: configuration.httpPort,
             readiness: {
                 guard pipeline.isConsuming else { return false }
-                return await answers(postgres, within: .seconds(2), logger: logger)
+                return (try? await postgres.query("SELECT 1", logger: logger)) != nil
             },
             metrics: { pipeline.metrics.prometheusText() },
             logger: logger
@@ -103,19 +103,5 @@ public enum HeraldApplication {
             )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
-    }
-
-    /// Whether PostgreSQL answers `SELECT 1` within `timeout`: while it is down, queries wait
-    /// for a connection, and a readiness probe must say "no" rather than hang.
-    static func answers(_ postgres: PostgresClient, within timeout: Duration, logger: Logger) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask { (try? await postgres.query("SELECT 1", logger: logger)) != nil }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            defer { group.cancelAll() }
-            return await group.next() ?? false
-        }
     }
 }
