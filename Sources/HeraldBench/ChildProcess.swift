@@ -50,7 +50,7 @@ struct MockAPNSProcess {
     let logPath: String
     let credentials: ProviderTokenCredentials
 
-    static func start(executable: String, workspace: Workspace, maxConcurrentStreams: Int) throws -> MockAPNSProcess {
+    static func start(executable: String, workspace: Workspace, maxConcurrentStreams: Int) async throws -> MockAPNSProcess {
         let key = P256.Signing.PrivateKey()
         let credentials = ProviderTokenCredentials(keyID: "BENCHKEY01", teamID: "BENCHTEAM1", privateKey: key)
         try key.pemRepresentation.write(toFile: workspace.path("AuthKey.p8"), atomically: true, encoding: .utf8)
@@ -81,7 +81,7 @@ struct MockAPNSProcess {
                 )
             }
             guard process.isRunning else { break }
-            Thread.sleep(forTimeInterval: 0.05)
+            try await Task.sleep(for: .milliseconds(50))
         }
         process.terminate()
         throw ValidationError("mock-apns (\(executable)) did not start listening")

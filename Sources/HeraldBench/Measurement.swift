@@ -30,9 +30,15 @@ struct ClientRun {
         let cpuBefore = cpu.microseconds
         let start = ContinuousClock.now
         try await body()
-        let elapsed = ContinuousClock.now - start
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = (ContinuousClock.now - start).inSeconds
         return ClientRun(requests: requests, wallSeconds: seconds, cpuMicroseconds: cpu.microseconds - cpuBefore)
+    }
+}
+
+extension Duration {
+    /// The duration in (fractional) seconds.
+    var inSeconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }
 

@@ -33,12 +33,12 @@ struct SenderBenchmark: AsyncParsableCommand {
         var logger = Logger(label: "herald-bench")
         logger.logLevel = .error
         let workspace = try Workspace()
-        let mock = try MockAPNSProcess.start(
+        let mock = try await MockAPNSProcess.start(
             executable: mockAPNS ?? Workspace.siblingExecutable("mock-apns"),
             workspace: workspace,
             maxConcurrentStreams: streams
         )
-        defer { print("mock-apns: \(mock.stop())") }
+        defer { print(mock.stop()) }
 
         let tokens = (0..<tokens).map { _ in
             (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()

@@ -1,5 +1,4 @@
 import Crypto
-import Foundation
 import NIOSSL
 import SwiftASN1
 import X509
@@ -12,7 +11,7 @@ import Musl
 import Darwin
 #endif
 
-/// A throw-away certificate authority and a server certificate it issued, made at start-up.
+/// A throw-away ``CertificateAuthority`` and a server certificate it issued, made at start-up.
 ///
 /// Clients trust ``certificateAuthorityPEM``; the server presents ``serverCertificate``, whose
 /// subject alternative names cover `localhost`, `127.0.0.1`, `::1` and the configured host.
@@ -22,64 +21,17 @@ struct SelfSignedTLSIdentity {
     let serverPrivateKey: NIOSSLPrivateKey
 
     init(host: String) throws {
-        let now = Date()
-        // Backdate a little so clients with a slightly slow clock still accept the certificates.
-        let notValidBefore = now.addingTimeInterval(-60 * 60)
-        let notValidAfter = now.addingTimeInterval(60 * 60 * 24 * 365)
-
-        let authorityKey = P256.Signing.PrivateKey()
-        let authorityName = try DistinguishedName {
-            OrganizationName("Herald")
-            CommonName("Herald Mock APNs CA")
-        }
-        let authorityPublicKey = Certificate.PublicKey(authorityKey.publicKey)
-        let authority = try Certificate(
-            version: .v3,
-            serialNumber: Certificate.SerialNumber(),
-            publicKey: authorityPublicKey,
-            notValidBefore: notValidBefore,
-            notValidAfter: notValidAfter,
-            issuer: authorityName,
-            subject: authorityName,
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
-                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
-                SubjectKeyIdentifier(hash: authorityPublicKey)
-            },
-            issuerPrivateKey: Certificate.PrivateKey(authorityKey)
+        let authority = try CertificateAuthority(commonName: "Herald Mock APNs CA")
+        let server = try authority.issue(
+            commonName: "localhost",
+            usage: .serverAuth,
+            alternativeNames: Self.subjectAlternativeNames(host: host)
         )
-
-        let serverKey = P256.Signing.PrivateKey()
-        let serverPublicKey = Certificate.PublicKey(serverKey.publicKey)
-        let server = try Certificate(
-            version: .v3,
-            serialNumber: Certificate.SerialNumber(),
-            publicKey: serverPublicKey,
-            notValidBefore: notValidBefore,
-            notValidAfter: notValidAfter,
-            issuer: authorityName,
-            subject: try DistinguishedName {
-                OrganizationName("Herald")
-                CommonName("localhost")
-            },
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
-                try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames(Self.subjectAlternativeNames(host: host))
-                SubjectKeyIdentifier(hash: serverPublicKey)
-                AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: authorityPublicKey).keyIdentifier)
-            },
-            issuerPrivateKey: Certificate.PrivateKey(authorityKey)
-        )
-
-        self.certificateAuthorityPEM = try authority.serializeAsPEM().pemString
+        self.certificateAuthorityPEM = try authority.pem
         var serializer = DER.Serializer()
-        try serializer.serialize(server)
+        try serializer.serialize(server.certificate)
         self.serverCertificate = try NIOSSLCertificate(bytes: serializer.serializedBytes, format: .der)
-        self.serverPrivateKey = try NIOSSLPrivateKey(bytes: Array(serverKey.derRepresentation), format: .der)
+        self.serverPrivateKey = try NIOSSLPrivateKey(bytes: Array(server.privateKey.derRepresentation), format: .der)
     }
 
     /// DNS names and IP addresses the server certificate is valid for.

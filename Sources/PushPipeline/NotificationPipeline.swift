@@ -515,5 +515,5 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 /// A store or ledger call that did not finish within its time limit (it is retried).
 struct StoreOperationTimedOut: Error, CustomStringConvertible {
     var timeout: Duration
-    var description: String { "no answer from PostgreSQL within \(timeout)" }
+    var description: String { "no answer from the store within \(timeout)" }
 }

@@ -131,61 +131,16 @@ struct ClientCertificateFiles {
 
     /// Generates a P-256 CA and a client certificate (extended key usage clientAuth) in `directory`.
     static func generate(in directory: TemporaryDirectory, name: String = "client") throws -> ClientCertificateFiles {
-        let now = Date()
-        let caKey = P256.Signing.PrivateKey()
-        let caName = try DistinguishedName {
-            OrganizationName("Herald tests")
-            CommonName("\(name) CA")
-        }
-        let caPublicKey = Certificate.PublicKey(caKey.publicKey)
-        let ca = try Certificate(
-            version: .v3,
-            serialNumber: Certificate.SerialNumber(),
-            publicKey: caPublicKey,
-            notValidBefore: now.addingTimeInterval(-3600),
-            notValidAfter: now.addingTimeInterval(86_400),
-            issuer: caName,
-            subject: caName,
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
-                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
-                SubjectKeyIdentifier(hash: caPublicKey)
-            },
-            issuerPrivateKey: Certificate.PrivateKey(caKey)
-        )
-
-        let clientKey = P256.Signing.PrivateKey()
-        let clientPublicKey = Certificate.PublicKey(clientKey.publicKey)
-        let client = try Certificate(
-            version: .v3,
-            serialNumber: Certificate.SerialNumber(),
-            publicKey: clientPublicKey,
-            notValidBefore: now.addingTimeInterval(-3600),
-            notValidAfter: now.addingTimeInterval(86_400),
-            issuer: caName,
-            subject: try DistinguishedName {
-                OrganizationName("Herald tests")
-                CommonName("Apple Push Services: com.example.shop")
-            },
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
-                try ExtendedKeyUsage([.clientAuth])
-                AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: caPublicKey).keyIdentifier)
-            },
-            issuerPrivateKey: Certificate.PrivateKey(caKey)
-        )
-
+        let authority = try CertificateAuthority(commonName: "\(name) CA", validity: 86_400)
+        let client = try authority.issue(commonName: "Apple Push Services: com.example.shop", usage: .clientAuth)
         let files = ClientCertificateFiles(
             caPath: directory.path("\(name)-ca.pem"),
             certificatePath: directory.path("\(name)-cert.pem"),
             privateKeyPath: directory.path("\(name)-key.pem")
         )
-        try ca.serializeAsPEM().pemString.write(toFile: files.caPath, atomically: true, encoding: .utf8)
-        try client.serializeAsPEM().pemString.write(toFile: files.certificatePath, atomically: true, encoding: .utf8)
-        try clientKey.pemRepresentation.write(toFile: files.privateKeyPath, atomically: true, encoding: .utf8)
+        try authority.pem.write(toFile: files.caPath, atomically: true, encoding: .utf8)
+        try client.certificate.serializeAsPEM().pemString.write(toFile: files.certificatePath, atomically: true, encoding: .utf8)
+        try client.privateKey.pemRepresentation.write(toFile: files.privateKeyPath, atomically: true, encoding: .utf8)
         return files
     }
 
