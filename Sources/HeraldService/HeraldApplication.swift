@@ -81,7 +81,9 @@ public enum HeraldApplication {
             port: configuration.httpPort,
             readiness: {
                 guard pipeline.isConsuming else { return false }
-                return (try? await postgres.query("SELECT 1", logger: logger)) != nil
+                // Bounded: while PostgreSQL is down a query waits for a connection indefinitely.
+                let probe: @Sendable () async throws -> Void = { _ = try await postgres.query("SELECT 1", logger: logger) }
+                return (try? await withTimeout(.seconds(2), abandoning: probe)) != nil
             },
             metrics: { pipeline.metrics.prometheusText() },
             logger: logger

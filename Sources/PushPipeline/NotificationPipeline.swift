@@ -471,7 +471,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         while true {
             if Task.isCancelled { throw CancellationError() }
             do {
-                return try await Self.withTimeout(configuration.storeOperationTimeout, operation)
+                return try await withTimeout(configuration.storeOperationTimeout, abandoning: operation)
             } catch {
                 attempt += 1
                 logger.warning("retrying \(what)", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
@@ -484,25 +484,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         }
     }
 
-    /// Runs `operation`, cancelling it and throwing ``StoreOperationTimedOut`` after `timeout`.
-    private static func withTimeout<Result: Sendable>(
-        _ timeout: Duration,
-        _ operation: @escaping @Sendable () async throws -> Result
-    ) async throws -> Result {
-        try await withThrowingTaskGroup(of: Result?.self) { group in
-            group.addTask { try await operation() }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard case .some(.some(let result)) = try await group.next() else {
-                throw StoreOperationTimedOut(timeout: timeout)
-            }
-            return result
-        }
-    }
-
     private static func milliseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
@@ -510,10 +491,4 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private static func epochMilliseconds() -> Int64 {
         Int64(Date().timeIntervalSince1970 * 1000)
     }
-}
-
-/// A store or ledger call that did not finish within its time limit (it is retried).
-struct StoreOperationTimedOut: Error, CustomStringConvertible {
-    var timeout: Duration
-    var description: String { "no answer from the store within \(timeout)" }
 }

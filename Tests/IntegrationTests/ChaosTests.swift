@@ -112,15 +112,7 @@ struct ChaosTests {
         #expect(stopped)
     }
 
-    @Test(
-        .disabled(
-            """
-            The test process stalls after PostgreSQL restarts while Herald finishes (its /metrics \
-            showed every result delivered and /health/ready 200 in a manual run); the harness \
-            side is not yet understood (issue 4).
-            """
-        )
-    )
+    @Test
     func postgresStoppedForTenSecondsLosesNothingAndReportsUnready() async throws {
         // Driven by the scenario's poll loop, one short step per poll, so the result reader
         // keeps polling (and keeps its group membership) through the outage.

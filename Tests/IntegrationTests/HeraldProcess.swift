@@ -98,29 +98,52 @@ func httpStatus(port: Int, path: String) -> Int? {
 }
 
 /// The project's local-services script (scripts/services.sh), for outage drills.
+/// `scripts/services.sh` commands (outage drills) run from tests.
+///
+/// Spawned with posix_spawn and reaped with waitpid: Foundation's `Process` sometimes never
+/// noticed this short-lived child exit while a `herald` child was running (the bash stayed a
+/// zombie and `isRunning` true), which stalled the PostgreSQL-outage test for good.
 enum LocalServices {
     static func run(_ command: String) async throws {
-        let process = try start(command)
-        // Polled rather than waitUntilExit(), which can block a cooperative thread for good.
-        while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+        let pid = try spawn(command)
+        while true {
+            if let status = try reap(pid, blocking: false) { return try check(status, command) }
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 
     /// For clean-up in a `defer`, where nothing can be awaited.
     static func runBlocking(_ command: String) throws {
-        let process = try start(command)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestFailure("services.sh \(command) failed") }
+        let pid = try spawn(command)
+        while true {
+            if let status = try reap(pid, blocking: true) { return try check(status, command) }
+        }
     }
 
-    private static func start(_ command: String) throws -> Process {
+    private static func spawn(_ command: String) throws -> pid_t {
         let script = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("scripts/services.sh")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = [script.path, command]
-        try process.run()
-        return process
+            .appendingPathComponent("scripts/services.sh").path
+        let arguments = ["/bin/bash", script, command]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, "/bin/bash", nil, nil, &argv, environ)
+        guard result == 0 else { throw TestFailure("services.sh \(command): posix_spawn failed (\(result))") }
+        return pid
+    }
+
+    /// The wait status once `pid` exited, nil while it runs (only when not `blocking`).
+    private static func reap(_ pid: pid_t, blocking: Bool) throws -> Int32? {
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, blocking ? 0 : WNOHANG)
+        if result == pid { return status }
+        if result == 0 || (result == -1 && errno == EINTR) { return nil }
+        throw TestFailure("waitpid(\(pid)) failed: errno \(errno)")
+    }
+
+    private static func check(_ status: Int32, _ command: String) throws {
+        // Exited normally with code 0: WIFEXITED and WEXITSTATUS == 0 both mean status == 0.
+        guard status == 0 else { throw TestFailure("services.sh \(command) failed (wait status \(status))") }
     }
 }

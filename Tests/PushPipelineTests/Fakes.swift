@@ -83,7 +83,7 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private let lookupFailuresLeft: Atomic<Int>
     private let lookupHangsLeft: Atomic<Int>
 
-    /// The first `failures` lookups throw; the `hangs` after them never answer (until cancelled).
+    /// The first `failures` lookups throw; the `hangs` after them never answer, even when cancelled.
     init(failFirstLookups failures: Int = 0, hangFirstLookups hangs: Int = 0) {
         lookupFailuresLeft = Atomic(failures)
         lookupHangsLeft = Atomic(hangs)
@@ -91,7 +91,10 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
 
     func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
         if lookupFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
-        if lookupHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 { try await Task.sleep(for: .seconds(3600)) }
+        if lookupHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
+            // Like a query on a connection that died mid-transaction: never answers, deaf to cancellation.
+            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
+        }
         return rows.withLock { rows in
             var result: [String: [DeviceToken]] = [:]
             for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
