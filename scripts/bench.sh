@@ -1,20 +1,11 @@
 #!/usr/bin/env bash
 # Herald's benchmarks (see BENCHMARKS.md): the APNs sender against h2load on the same mock APNs,
-# and the batched token lookup on PostgreSQL. Starts the local services like scripts/test.sh.
+# and the batched token lookup on PostgreSQL, on the local services scripts/test.sh uses.
 # Extra arguments go to `herald-bench sender` (e.g. --requests 50000 --rounds 7).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-export PATH="/opt/swift/usr/bin:$PATH"
+# shellcheck source=scripts/release-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 
-scripts/services.sh start
-trap 'scripts/services.sh stop' EXIT
-# shellcheck disable=SC1091
-source .local/run/services.env
-
-# The same flags as scripts/test.sh, so tests and benchmarks share one release build.
-swift build -c release --build-tests -Xswiftc -enable-testing
-BIN="$(swift build -c release --show-bin-path)"
 "$BIN/herald-bench" sender "$@"
 echo
 "$BIN/herald-bench" lookup --users 1000
