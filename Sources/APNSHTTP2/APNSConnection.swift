@@ -1,7 +1,6 @@
 import APNSCore
 import Logging
 import NIOCore
-import NIOHTTP2
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -77,20 +76,6 @@ final class APNSConnection: APNSPooledConnection {
                 pingInterval: TimeAmount(pingInterval),
                 pingTimeout: TimeAmount(pingTimeout)
             )
-            let http2Configuration = {
-                var configuration = NIOHTTP2Handler.ConnectionConfiguration()
-                configuration.initialSettings = [
-                    HTTP2Setting(parameter: .enablePush, value: 0),
-                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                    HTTP2Setting(parameter: .maxHeaderListSize, value: HPACKDecoderDefaults.maxHeaderListSize),
-                ]
-                // Every header value is built here or validated on input (control characters in
-                // topic and collapse ID are rejected), so NIOHTTP2's per-request checks of both
-                // directions only cost CPU: a third of the sender's time in `herald-bench sender`.
-                configuration.headerBlockValidation = .disabled
-                configuration.contentLengthValidation = .disabled
-                return configuration
-            }()
             let sniHostname = endpoint.isIPAddress ? nil : endpoint.host
             let sslContext = self.sslContext
 
@@ -109,9 +94,6 @@ final class APNSConnection: APNSPooledConnection {
                         )
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniHostname))
-                        try pipeline.addHandler(
-                            NIOHTTP2Handler(mode: .client, connectionConfiguration: http2Configuration)
-                        )
                         try pipeline.addHandler(handler)
                         return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), ready.futureResult)
                     }
@@ -214,9 +196,4 @@ final class APNSConnection: APNSPooledConnection {
             }
         }
     }
-}
-
-/// HPACK defaults NIOHTTP2 uses when no setting is given.
-enum HPACKDecoderDefaults {
-    static let maxHeaderListSize = 16384
 }

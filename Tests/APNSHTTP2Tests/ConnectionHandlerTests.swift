@@ -4,15 +4,92 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
-import NIOHTTP2
 import Testing
 
 @testable import APNSHTTP2
 
-/// Drives ``APNSConnectionHandler`` with HTTP/2 frames on a `NIOAsyncTestingChannel`: no sockets,
-/// virtual time for deadlines and PINGs.
+/// Drives ``APNSConnectionHandler`` with HTTP/2 bytes on a `NIOAsyncTestingChannel`: no sockets,
+/// virtual time for deadlines and PINGs. Inbound frames are framed here and their headers
+/// HPACK-encoded with Huffman coding; what the handler writes is cut into frames and decoded.
 @Suite("Connection handler", .timeLimit(.minutes(1)))
 struct ConnectionHandlerTests {
+    /// A frame the handler wrote, decoded. SETTINGS frames are kept apart (``Harness/settingsWritten``).
+    enum Written: CustomStringConvertible {
+        case headers(streamID: UInt32, HPACKHeaders, endStream: Bool, block: ByteBuffer)
+        case data(streamID: UInt32, String, endStream: Bool)
+        case rstStream(streamID: UInt32, code: HTTP2Wire.ErrorCode)
+        case ping(UInt64, ack: Bool)
+        case windowUpdate(streamID: UInt32, increment: Int)
+        case goAway(lastStreamID: UInt32, code: HTTP2Wire.ErrorCode)
+
+        var streamID: UInt32 {
+            switch self {
+            case .headers(let id, _, _, _), .data(let id, _, _), .rstStream(let id, _), .windowUpdate(let id, _): id
+            case .ping, .goAway: 0
+            }
+        }
+
+        var description: String {
+            switch self {
+            case .headers(let id, let headers, let end, _): "HEADERS(\(id), \(headers), end: \(end))"
+            case .data(let id, let body, let end): "DATA(\(id), \(body), end: \(end))"
+            case .rstStream(let id, let code): "RST_STREAM(\(id), \(code))"
+            case .ping(let data, let ack): "PING(\(data), ack: \(ack))"
+            case .windowUpdate(let id, let increment): "WINDOW_UPDATE(\(id), \(increment))"
+            case .goAway(let last, let code): "GOAWAY(\(last), \(code))"
+            }
+        }
+    }
+
+    /// The client's side of the byte stream, decoded as it arrives.
+    struct OutboundDecoder {
+        var prefaceSeen = false
+        var reader = HTTP2Wire.FrameReader()
+        var hpack = HPACKDecoder(allocator: ByteBufferAllocator())
+        var frames: [Written] = []
+        /// Each SETTINGS frame the handler wrote: nil for an acknowledgement, else its parameters.
+        var settings: [[UInt16: UInt32]?] = []
+
+        mutating func consume(_ bytes: ByteBuffer) throws {
+            var bytes = bytes
+            if !prefaceSeen {
+                #expect(bytes.readBytes(length: HTTP2Wire.clientPreface.count) == HTTP2Wire.clientPreface)
+                prefaceSeen = true
+            }
+            reader.append(bytes)
+            while var frame = try reader.nextFrame() {
+                switch frame.type {
+                case .headers:
+                    let block = frame.payload
+                    let headers = try hpack.decodeHeaders(from: &frame.payload)
+                    #expect(frame.flags.contains(.endHeaders))
+                    frames.append(.headers(streamID: frame.streamID, headers, endStream: frame.flags.contains(.endStream), block: block))
+                case .data:
+                    frames.append(.data(streamID: frame.streamID, String(buffer: frame.payload), endStream: frame.flags.contains(.endStream)))
+                case .rstStream:
+                    frames.append(.rstStream(streamID: frame.streamID, code: .init(rawValue: frame.payload.readInteger()!)))
+                case .ping:
+                    frames.append(.ping(frame.payload.readInteger()!, ack: frame.flags.contains(.ack)))
+                case .windowUpdate:
+                    frames.append(.windowUpdate(streamID: frame.streamID, increment: Int(frame.payload.readInteger(as: UInt32.self)!)))
+                case .goAway:
+                    let last: UInt32 = frame.payload.readInteger()!
+                    frames.append(.goAway(lastStreamID: last, code: .init(rawValue: frame.payload.readInteger()!)))
+                case .settings:
+                    if frame.flags.contains(.ack) {
+                        settings.append(nil)
+                    } else {
+                        var parameters: [UInt16: UInt32] = [:]
+                        while let id = frame.payload.readInteger(as: UInt16.self) { parameters[id] = frame.payload.readInteger() }
+                        settings.append(parameters)
+                    }
+                default:
+                    Issue.record("unexpected frame type \(frame.type.rawValue)")
+                }
+            }
+        }
+    }
+
     final class Harness: Sendable {
         let loop: NIOAsyncTestingEventLoop
         let channel: NIOAsyncTestingChannel
@@ -20,8 +97,11 @@ struct ConnectionHandlerTests {
         let ready: EventLoopFuture<Int>
         private let recordedEvents = NIOLockedValueBox<[APNSConnectionEvent]>([])
         private let requestIDs = NIOLockedValueBox<UInt64>(0)
+        private let outbound = NIOLockedValueBox(OutboundDecoder())
+        private let responseEncoder = NIOLockedValueBox(HPACKEncoder(allocator: ByteBufferAllocator()))
 
         var events: [APNSConnectionEvent] { recordedEvents.withLockedValue { $0 } }
+        var settingsWritten: [[UInt16: UInt32]?] { outbound.withLockedValue { $0.settings } }
 
         init(pingInterval: TimeAmount = .seconds(60), pingTimeout: TimeAmount = .seconds(20)) async throws {
             let loop = NIOAsyncTestingEventLoop()
@@ -51,11 +131,34 @@ struct ConnectionHandlerTests {
         }
 
         /// Sends the server's first SETTINGS frame and returns the stream limit the handler reports.
-        func becomeReady(maxConcurrentStreams: Int? = 10) async throws -> Int {
-            let settings =
-                maxConcurrentStreams.map { [HTTP2Setting(parameter: .maxConcurrentStreams, value: $0)] } ?? []
-            try await channel.writeInbound(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings))))
+        func becomeReady(maxConcurrentStreams: Int? = 10, initialWindowSize: Int? = nil) async throws -> Int {
+            var settings: [(UInt16, Int)] = []
+            if let maxConcurrentStreams { settings.append((HTTP2Wire.Setting.maxConcurrentStreams, maxConcurrentStreams)) }
+            if let initialWindowSize { settings.append((HTTP2Wire.Setting.initialWindowSize, initialWindowSize)) }
+            try await sendSettings(settings)
             return try await ready.get()
+        }
+
+        func sendSettings(_ settings: [(UInt16, Int)]) async throws {
+            var payload = ByteBuffer()
+            for (identifier, value) in settings {
+                payload.writeInteger(identifier)
+                payload.writeInteger(UInt32(value))
+            }
+            try await send(.settings, payload: payload)
+        }
+
+        /// Writes one inbound frame.
+        func send(
+            _ type: HTTP2Wire.FrameType,
+            flags: HTTP2Wire.Flags = [],
+            streamID: UInt32 = 0,
+            payload: ByteBuffer = ByteBuffer()
+        ) async throws {
+            var bytes = ByteBuffer()
+            bytes.writeHTTP2FrameHeader(length: payload.readableBytes, type: type, flags: flags, streamID: streamID)
+            bytes.writeImmutableBuffer(payload)
+            try await channel.writeInbound(bytes)
         }
 
         func start(
@@ -86,36 +189,52 @@ struct ConnectionHandlerTests {
             return task
         }
 
-        /// Every frame written so far.
-        func writtenFrames() async throws -> [HTTP2Frame] {
-            await loop.run()
-            var frames: [HTTP2Frame] = []
-            while let frame = try await channel.readOutbound(as: HTTP2Frame.self) { frames.append(frame) }
-            return frames
+        private func takeFrames(atMost count: Int) -> [Written] {
+            outbound.withLockedValue { decoder in
+                let taken = Array(decoder.frames.prefix(count))
+                decoder.frames.removeFirst(taken.count)
+                return taken
+            }
         }
 
-        /// Waits until `count` frames were written and returns them.
-        func waitForFrames(_ count: Int) async throws -> [HTTP2Frame] {
-            var frames: [HTTP2Frame] = []
+        /// Every frame written so far and not yet returned.
+        func writtenFrames() async throws -> [Written] {
+            await loop.run()
+            while let bytes = try await channel.readOutbound(as: ByteBuffer.self) {
+                try outbound.withLockedValue { try $0.consume(bytes) }
+            }
+            return takeFrames(atMost: .max)
+        }
+
+        /// Waits until `count` frames (not counting SETTINGS) were written and returns them.
+        func waitForFrames(_ count: Int) async throws -> [Written] {
+            var frames = takeFrames(atMost: count)
             while frames.count < count {
-                frames.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self))
+                let bytes = try await channel.waitForOutboundWrite(as: ByteBuffer.self)
+                try outbound.withLockedValue { try $0.consume(bytes) }
+                frames += takeFrames(atMost: count - frames.count)
             }
             return frames
         }
 
-        func respond(on streamID: HTTP2StreamID, status: Int, apnsID: String? = nil, body: String? = nil) async throws {
+        /// A HEADERS block encoded as a server would (Huffman coding included).
+        func headerBlock(_ headers: HPACKHeaders) throws -> ByteBuffer {
+            var block = ByteBuffer()
+            try responseEncoder.withLockedValue { try $0.encode(headers: headers, to: &block) }
+            return block
+        }
+
+        func respond(on streamID: UInt32, status: Int, apnsID: String? = nil, body: String? = nil) async throws {
             var headers: HPACKHeaders = [":status": "\(status)"]
             if let apnsID { headers.add(name: "apns-id", value: apnsID) }
-            try await channel.writeInbound(
-                HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body == nil)))
+            try await send(
+                .headers,
+                flags: body == nil ? [.endHeaders, .endStream] : .endHeaders,
+                streamID: streamID,
+                payload: try headerBlock(headers)
             )
             if let body {
-                try await channel.writeInbound(
-                    HTTP2Frame(
-                        streamID: streamID,
-                        payload: .data(.init(data: .byteBuffer(ByteBuffer(string: body)), endStream: true))
-                    )
-                )
+                try await send(.data, flags: .endStream, streamID: streamID, payload: ByteBuffer(string: body))
             }
         }
 
@@ -160,27 +279,40 @@ struct ConnectionHandlerTests {
         )
     }
 
+    @Test func sendsThePrefaceAndAcknowledgesTheServersSettings() async throws {
+        let harness = try await Harness()
+        _ = try await harness.writtenFrames()
+        #expect(harness.settingsWritten.count == 1)
+        #expect(harness.settingsWritten.first??[HTTP2Wire.Setting.enablePush] == 0)
+        _ = try await harness.becomeReady()
+        _ = try await harness.writtenFrames()
+        #expect(harness.settingsWritten.count == 2)
+        #expect(harness.settingsWritten.last! == nil)  // the acknowledgement
+    }
+
     @Test func sendsHeadersAndBodyAndMatchesTheAnswer() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
         let task = await harness.start()
         let frames = try await harness.waitForFrames(2)
 
-        #expect(frames[0].streamID == 1)
-        guard case .headers(let headers) = frames[0].payload else {
-            Issue.record("expected HEADERS, got \(frames[0].payload)")
+        guard case .headers(1, let headers, let endStream, let block) = frames[0] else {
+            Issue.record("expected HEADERS on stream 1, got \(frames[0])")
             return
         }
-        #expect(!headers.endStream)
-        #expect(headers.headers.first(name: ":path") == "/3/device/a1b2c3")
-        #expect(headers.headers.first(name: "authorization") == "bearer jwt-1")
-        #expect(headers.headers.first(name: ":authority") == "api.push.apple.com")
-        guard case .data(let data) = frames[1].payload, case .byteBuffer(let body) = data.data else {
-            Issue.record("expected DATA, got \(frames[1].payload)")
+        #expect(!endStream)
+        #expect(headers.first(name: ":path") == "/3/device/a1b2c3")
+        #expect(headers.first(name: "authorization") == "bearer jwt-1")
+        #expect(headers.first(name: ":authority") == "api.push.apple.com")
+        // Values are literals without Huffman coding: the path and JWT appear as they are.
+        #expect(String(buffer: block).contains("/3/device/a1b2c3"))
+        #expect(String(buffer: block).contains("bearer jwt-1"))
+        guard case .data(1, let body, let bodyEndsStream) = frames[1] else {
+            Issue.record("expected DATA on stream 1, got \(frames[1])")
             return
         }
-        #expect(data.endStream)
-        #expect(String(buffer: body) == #"{"aps":{"alert":"hi"}}"#)
+        #expect(bodyEndsStream)
+        #expect(body == #"{"aps":{"alert":"hi"}}"#)
 
         try await harness.respond(on: 1, status: 200, apnsID: "00000000-0000-4000-8000-000000000001")
         let outcome = try await task.value
@@ -198,8 +330,8 @@ struct ConnectionHandlerTests {
         let second = await harness.start()
         let frames = try await harness.waitForFrames(2)
         #expect(frames[0].streamID == 3)
-        if case .headers(let headers) = frames[0].payload {
-            #expect(headers.headers.first(name: "authorization") == "bearer jwt-2")
+        if case .headers(_, let headers, _, _) = frames[0] {
+            #expect(headers.first(name: "authorization") == "bearer jwt-2")
         }
         try await harness.respond(on: 3, status: 200)
         try await harness.respond(on: 1, status: 200)
@@ -229,6 +361,107 @@ struct ConnectionHandlerTests {
         )
     }
 
+    @Test func answerSplitOverHeadersContinuationAndPaddedData() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        let task = await harness.start()
+        _ = try await harness.waitForFrames(2)
+        var block = try harness.headerBlock([":status": "400", "apns-id": "split"])
+        let first = block.readSlice(length: 3)!
+        try await harness.send(.headers, streamID: 1, payload: first)
+        try await harness.send(.continuation, flags: .endHeaders, streamID: 1, payload: block)
+        var padded = ByteBuffer()
+        padded.writeInteger(UInt8(4))
+        padded.writeString(#"{"reason":"BadDeviceToken"}"#)
+        padded.writeRepeatingByte(0, count: 4)
+        try await harness.send(.data, flags: [.padded, .endStream], streamID: 1, payload: padded)
+        #expect(try await task.value.response == APNSResponse(status: 400, apnsID: "split", reason: .badDeviceToken))
+    }
+
+    @Test func interruptedHeaderBlockIsAProtocolError() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        let task = await harness.start()
+        _ = try await harness.waitForFrames(2)
+        let block = try harness.headerBlock([":status": "200"])
+        try await harness.send(.headers, streamID: 1, payload: block)
+        try await harness.send(.ping, payload: ByteBuffer(integer: UInt64(7)))
+        let frames = try await harness.writtenFrames()
+        #expect(frames.contains { if case .goAway(_, .protocolError) = $0 { true } else { false } })
+        #expect(await Self.transportError(task)?.description.hasPrefix("connection failed") == true)
+        #expect(!harness.channel.isActive)
+    }
+
+    @Test func oversizedFrameIsAFrameSizeError() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        try await harness.send(.data, streamID: 1, payload: ByteBuffer(repeating: 0, count: HTTP2Wire.defaultMaxFrameSize + 1))
+        let frames = try await harness.writtenFrames()
+        #expect(frames.contains { if case .goAway(_, .frameSizeError) = $0 { true } else { false } })
+        #expect(!harness.channel.isActive)
+    }
+
+    @Test func bodyWaitsForFlowControlCredit() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady(initialWindowSize: 10)
+        let task = await harness.start()
+        var frames = try await harness.waitForFrames(2)
+        guard case .data(1, let head, false) = frames[1] else {
+            Issue.record("expected the first 10 body bytes, got \(frames[1])")
+            return
+        }
+        #expect(head == #"{"aps":{"a"#)
+        // A second request queues behind the first.
+        let second = await harness.start()
+        frames = try await harness.waitForFrames(1)
+        #expect(frames.count == 1)
+        if case .headers(3, _, _, _) = frames[0] {} else { Issue.record("expected HEADERS on 3, got \(frames)") }
+        #expect(try await harness.writtenFrames().isEmpty)
+
+        try await harness.send(.windowUpdate, streamID: 1, payload: ByteBuffer(integer: UInt32(100)))
+        frames = try await harness.writtenFrames()
+        // Stream 1 finishes its body; then stream 3 sends what its own window allows.
+        guard frames.count == 2, case .data(1, let tail, true) = frames[0], case .data(3, let head3, false) = frames[1]
+        else {
+            Issue.record("expected the rest of stream 1's body and the start of stream 3's, got \(frames)")
+            return
+        }
+        #expect(head + tail == #"{"aps":{"alert":"hi"}}"#)
+        #expect(head3 == head)
+        // A larger initial window moves the open stream's window too.
+        try await harness.sendSettings([(HTTP2Wire.Setting.initialWindowSize, 100)])
+        frames = try await harness.writtenFrames()
+        guard frames.count == 1, case .data(3, let tail3, true) = frames[0] else {
+            Issue.record("expected the rest of stream 3's body, got \(frames)")
+            return
+        }
+        #expect(tail3 == tail)
+        try await harness.respond(on: 1, status: 200)
+        try await harness.respond(on: 3, status: 200)
+        #expect(try await task.value.response.status == 200)
+        #expect(try await second.value.response.status == 200)
+    }
+
+    @Test func serverPingIsAcknowledged() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        try await harness.send(.ping, payload: ByteBuffer(integer: UInt64(42)))
+        let frames = try await harness.writtenFrames()
+        guard frames.count == 1, case .ping(42, ack: true) = frames[0] else {
+            Issue.record("expected PING ACK, got \(frames)")
+            return
+        }
+    }
+
+    @Test func pushPromiseIsAProtocolError() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        try await harness.send(.pushPromise, flags: .endHeaders, streamID: 1, payload: ByteBuffer(integer: UInt32(2)))
+        let frames = try await harness.writtenFrames()
+        #expect(frames.contains { if case .goAway(_, .protocolError) = $0 { true } else { false } })
+        #expect(!harness.channel.isActive)
+    }
+
     @Test func deadlineResetsTheStream() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
@@ -239,12 +472,7 @@ struct ConnectionHandlerTests {
         let error = await Self.transportError(slow)
         #expect(error?.isDeadlineExceeded == true)
         let frames = try await harness.writtenFrames()
-        #expect(
-            frames.contains { frame in
-                if case .rstStream(.cancel) = frame.payload { return frame.streamID == 1 }
-                return false
-            }
-        )
+        #expect(frames.contains { if case .rstStream(1, .cancel) = $0 { true } else { false } })
         // The other stream keeps its own deadline.
         try await harness.respond(on: 3, status: 200)
         #expect(try await patient.value.response.status == 200)
@@ -263,6 +491,14 @@ struct ConnectionHandlerTests {
         #expect(await Self.transportError(second)?.isDeadlineExceeded == true)
     }
 
+    private static func goAway(lastStreamID: UInt32, debugData: String) -> ByteBuffer {
+        var payload = ByteBuffer()
+        payload.writeInteger(lastStreamID)
+        payload.writeInteger(HTTP2Wire.ErrorCode.noError.rawValue)
+        payload.writeString(debugData)
+        return payload
+    }
+
     @Test func goAwayFailsStreamsAboveTheLastIDAndDrains() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
@@ -271,16 +507,7 @@ struct ConnectionHandlerTests {
         let five = await harness.start()
         _ = try await harness.waitForFrames(6)
 
-        try await harness.channel.writeInbound(
-            HTTP2Frame(
-                streamID: .rootStream,
-                payload: .goAway(
-                    lastStreamID: 3,
-                    errorCode: .noError,
-                    opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)
-                )
-            )
-        )
+        try await harness.send(.goAway, payload: Self.goAway(lastStreamID: 3, debugData: #"{"reason":"Shutdown"}"#))
         let refused = await Self.transportError(five)
         #expect(refused?.description.hasPrefix("stream reset") == true)
         #expect(refused?.description.contains("Shutdown") == true)
@@ -314,8 +541,10 @@ struct ConnectionHandlerTests {
         let reset = await harness.start()
         let lost = await harness.start()
         _ = try await harness.waitForFrames(4)
-        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.refusedStream)))
-        #expect(await Self.transportError(reset)?.description.hasPrefix("stream reset") == true)
+        try await harness.send(.rstStream, streamID: 1, payload: ByteBuffer(integer: UInt32(7)))  // REFUSED_STREAM
+        let resetError = await Self.transportError(reset)
+        #expect(resetError?.description.hasPrefix("stream reset") == true)
+        #expect(resetError?.description.contains("REFUSED_STREAM") == true)
 
         try await harness.channel.close()
         #expect(await Self.transportError(lost)?.description.hasPrefix("connection failed") == true)
@@ -325,12 +554,7 @@ struct ConnectionHandlerTests {
     @Test func settingsChangesAreReported() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady(maxConcurrentStreams: 1)
-        try await harness.channel.writeInbound(
-            HTTP2Frame(
-                streamID: .rootStream,
-                payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: 500)]))
-            )
-        )
+        try await harness.sendSettings([(HTTP2Wire.Setting.maxConcurrentStreams, 500)])
         guard case .streamLimitChanged(500) = harness.events.first else {
             Issue.record("expected streamLimitChanged(500), got \(harness.events)")
             return
@@ -340,18 +564,19 @@ struct ConnectionHandlerTests {
     @Test func idleConnectionPingsAndClosesWithoutAck() async throws {
         let harness = try await Harness(pingInterval: .seconds(60), pingTimeout: .seconds(20))
         _ = try await harness.becomeReady()
+        _ = try await harness.writtenFrames()
         // Inbound traffic during the first interval: no PING yet.
         await harness.loop.advanceTime(by: .seconds(60))
         #expect(try await harness.writtenFrames().isEmpty)
         // A whole idle interval: PING.
         await harness.loop.advanceTime(by: .seconds(60))
         let frames = try await harness.writtenFrames()
-        guard frames.count == 1, case .ping(let data, ack: false) = frames[0].payload else {
+        guard frames.count == 1, case .ping(let data, ack: false) = frames[0] else {
             Issue.record("expected one PING, got \(frames)")
             return
         }
         // Acknowledged: the connection stays.
-        try await harness.channel.writeInbound(HTTP2Frame(streamID: .rootStream, payload: .ping(data, ack: true)))
+        try await harness.send(.ping, flags: .ack, payload: ByteBuffer(integer: data))
         await harness.loop.advanceTime(by: .seconds(30))
         #expect(harness.channel.isActive)
         // Two idle intervals later a PING goes unanswered: closed after the timeout.
@@ -363,31 +588,20 @@ struct ConnectionHandlerTests {
     @Test func usedConnectionWindowIsReturned() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
-        let channel = harness.channel
-        // NIOHTTP2 reports the connection window after DATA frames; above half nothing is sent.
-        try await harness.loop.executeInContext {
-            channel.pipeline.fireUserInboundEventTriggered(
-                NIOHTTP2WindowUpdatedEvent(streamID: .rootStream, inboundWindowSize: 40_000, outboundWindowSize: 65_535)
-            )
-        }
+        let task = await harness.start()
+        _ = try await harness.waitForFrames(2)
+        // Below half the window nothing is sent; at half, the received bytes are returned.
+        try await harness.send(.data, streamID: 1, payload: ByteBuffer(repeating: 0x20, count: 16_384))
         #expect(try await harness.writtenFrames().isEmpty)
-        try await harness.loop.executeInContext {
-            channel.pipeline.fireUserInboundEventTriggered(
-                NIOHTTP2WindowUpdatedEvent(streamID: .rootStream, inboundWindowSize: 30_000, outboundWindowSize: 65_535)
-            )
-            // Stream windows are left alone.
-            channel.pipeline.fireUserInboundEventTriggered(
-                NIOHTTP2WindowUpdatedEvent(streamID: 1, inboundWindowSize: 10, outboundWindowSize: 65_535)
-            )
-        }
+        try await harness.send(.data, streamID: 1, payload: ByteBuffer(repeating: 0x20, count: 16_384))
         let frames = try await harness.writtenFrames()
-        #expect(frames.count == 1)
-        guard let frame = frames.first, case .windowUpdate(let increment) = frame.payload else {
-            Issue.record("expected WINDOW_UPDATE, got \(frames)")
+        guard frames.count == 1, case .windowUpdate(0, let increment) = frames[0] else {
+            Issue.record("expected a connection WINDOW_UPDATE, got \(frames)")
             return
         }
-        #expect(frame.streamID == .rootStream)
-        #expect(increment == 35_535)
+        #expect(increment == 32_768)
+        try await harness.respond(on: 1, status: 200)
+        #expect(try await task.value.response.status == 200)
     }
 
     @Test func cancellationResetsTheStream() async throws {
@@ -399,9 +613,8 @@ struct ConnectionHandlerTests {
         try await harness.loop.executeInContext { handler.value.cancelStream(requestID: 1) }
         await #expect(throws: CancellationError.self) { try await task.value }
         let frames = try await harness.writtenFrames()
-        #expect(frames.contains { if case .rstStream = $0.payload { $0.streamID == 1 } else { false } })
+        #expect(frames.contains { if case .rstStream(1, _) = $0 { true } else { false } })
     }
-
     @Test func gracefulCloseWaitsForInFlightStreams() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
