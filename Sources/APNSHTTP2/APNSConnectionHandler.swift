@@ -291,7 +291,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
         do {
             while let frame = try reader.nextFrame() {
                 try received(frame)
-                if self.context == nil { return }
+                if case .closed = lifecycle { return }
             }
         } catch {
             failConnection(error)

@@ -7,7 +7,7 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-/// Sends APNs requests over pooled HTTP/2 connections (swift-nio-http2 over TLS).
+/// Sends APNs requests over pooled HTTP/2 connections (``APNSConnectionHandler`` over swift-nio-ssl).
 ///
 /// Add the client to a `ServiceGroup`: `run()` opens and owns the connections, and on graceful
 /// shutdown or cancellation stops taking requests, lets in-flight ones finish for

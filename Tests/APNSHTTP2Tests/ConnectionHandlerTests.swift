@@ -378,6 +378,42 @@ struct ConnectionHandlerTests {
         #expect(try await task.value.response == APNSResponse(status: 400, apnsID: "split", reason: .badDeviceToken))
     }
 
+    @Test func framesSplitAcrossReadsAreReassembled() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        let task = await harness.start()
+        _ = try await harness.waitForFrames(2)
+        var bytes = ByteBuffer()
+        let block = try harness.headerBlock([":status": "410", "apns-id": "bytewise"])
+        bytes.writeHTTP2FrameHeader(length: block.readableBytes, type: .headers, flags: .endHeaders, streamID: 1)
+        bytes.writeImmutableBuffer(block)
+        let body = ByteBuffer(string: #"{"reason":"Unregistered","timestamp":1700000000000}"#)
+        bytes.writeHTTP2FrameHeader(length: body.readableBytes, type: .data, flags: .endStream, streamID: 1)
+        bytes.writeImmutableBuffer(body)
+        while let byte = bytes.readSlice(length: 1) { try await harness.channel.writeInbound(byte) }
+        #expect(
+            try await task.value.response
+                == APNSResponse(status: 410, apnsID: "bytewise", reason: .unregistered, timestampMilliseconds: 1_700_000_000_000)
+        )
+    }
+
+    @Test func smallerHeaderTableIsAnnouncedAndObeyed() async throws {
+        let harness = try await Harness()
+        _ = try await harness.becomeReady()
+        try await harness.sendSettings([(HTTP2Wire.Setting.headerTableSize, 0)])
+        let task = await harness.start()
+        let frames = try await harness.waitForFrames(2)
+        guard case .headers(1, let headers, _, let block) = frames[0] else {
+            Issue.record("expected HEADERS, got \(frames)")
+            return
+        }
+        // The block starts with a dynamic table size update to 0 (RFC 7541 section 6.3).
+        #expect(block.getInteger(at: block.readerIndex, as: UInt8.self) == 0x20)
+        #expect(headers.first(name: ":path") == "/3/device/a1b2c3")
+        try await harness.respond(on: 1, status: 200)
+        #expect(try await task.value.response.status == 200)
+    }
+
     @Test func interruptedHeaderBlockIsAProtocolError() async throws {
         let harness = try await Harness()
         _ = try await harness.becomeReady()
