@@ -825,8 +825,8 @@ final class APNSConnectionHandler: ChannelInboundHandler {
     private func flushOutput() {
         guard let context, output.readableBytes > 0 else { return }
         context.writeAndFlush(wrapOutboundOut(output), promise: nil)
-        // A fresh buffer: the written one may still be queued below.
-        output = context.channel.allocator.buffer(capacity: 16 * 1024)
+        // Reuses the storage once TLS has encrypted the bytes (copy-on-write while it has not).
+        output.clear()
     }
 
     private func cancelTimers() {
