@@ -145,15 +145,22 @@ struct ChaosTests {
         #expect(readyDuringOutage == 503, "unready while PostgreSQL is down")
     }
 
-    @Test func secondInstanceJoinsThenFirstLeavesLosingNothingPushingNothingTwice() async throws {
+    /// Both rebalance protocols: eager (range: every partition is revoked, then reassigned) and
+    /// cooperative (cooperative-sticky: only the partitions that move are revoked).
+    @Test(arguments: ["range", "cooperative-sticky"])
+    func secondInstanceJoinsThenFirstLeavesLosingNothingPushingNothingTwice(assignmentStrategy: String) async throws {
         var second: HeraldProcess?
         var firstLeft = false
-        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
+        let strategy = ["HERALD_KAFKA_PARTITION_ASSIGNMENT_STRATEGY": assignmentStrategy]
+        try await Self.exactlyOnce(users: 25, events: 100, extraEnvironment: strategy) { outcomes, expected, herald in
             if second == nil, outcomes >= expected / 5 {
                 second = try HeraldProcess(environment: herald.environment, logPath: herald.logPath + ".second")
             }
             if !firstLeft, outcomes >= expected / 2 {
                 firstLeft = true
+                let log = try String(contentsOfFile: herald.logPath, encoding: .utf8)
+                let rebalanceProtocol = assignmentStrategy == "range" ? "EAGER" : "COOPERATIVE"
+                #expect(log.contains("kafka.rebalance_protocol=\(rebalanceProtocol)"), "rebalanced with \(rebalanceProtocol)")
                 herald.send(SIGTERM)
                 #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
                 herald = try #require(second)

@@ -211,7 +211,8 @@ private let rdKafkaRebalance: @convention(c) (
     guard let handle else { return }
     let context = RDKafkaClientContext.from(handle)
     let listener = context?.rebalanceListener.withLock { $0 }
-    let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+    let rebalanceProtocol = String(cString: rd_kafka_rebalance_protocol(handle))
+    let cooperative = rebalanceProtocol == "COOPERATIVE"
     let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
     switch error {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
@@ -220,10 +221,16 @@ private let rdKafkaRebalance: @convention(c) (
         } else {
             _ = rd_kafka_assign(handle, list)
         }
-        context?.logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)"])
+        context?.logger.info(
+            "partitions assigned",
+            metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+        )
         listener?.partitionsAssigned(partitions)
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-        context?.logger.info("partitions revoked", metadata: ["kafka.partitions": "\(partitions)"])
+        context?.logger.info(
+            "partitions revoked",
+            metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+        )
         if let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty {
             let commitList = KafkaTopicPartition.makeList(offsets)
             let commitError = rd_kafka_commit(handle, commitList, 0)
