@@ -3,12 +3,13 @@
 #   PostgreSQL (Debian's binaries, initdb + pg_ctl, as an unprivileged user, loopback only),
 #   Tansu (Kafka-compatible broker, in-memory) and scripts/kafka-apiversions-proxy.py in front
 #   of it (works around librdkafka 2.0.2's ApiVersions v3 parsing bug; see that file).
-# Usage: scripts/services.sh start|stop|env|status|pg-stop|pg-start
+# Usage: scripts/services.sh start|stop|env|status|pg-stop|pg-start|broker-cut|broker-restore
 #   start  installs missing deps, starts everything on free 127.0.0.1 ports and writes
 #          .local/run/services.env (source it); a no-op when already running.
 #   stop   stops by recorded PID, removes pid files, env file and the PostgreSQL data.
 #   env    prints .local/run/services.env.
 #   pg-stop, pg-start  stop PostgreSQL keeping its data, and start it again (outage drills).
+#   broker-cut, broker-restore  drop every client connection to the broker, and allow them again.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -119,6 +120,15 @@ make_pg_base() {
   echo "$PGBASE" >"$RUN/pg.base"
 }
 
+# Starts the ApiVersions proxy on 127.0.0.1:$1 in front of Tansu on 127.0.0.1:$2.
+start_proxy() {
+  setsid python3 "$PROXY" --listen "127.0.0.1:$1" --upstream "127.0.0.1:$2" \
+    >>"$RUN/proxy.log" 2>&1 </dev/null &
+  echo $! >"$RUN/proxy.pid"
+  wait_tcp "$1" proxy
+  log "kafka proxy ready on 127.0.0.1:$1"
+}
+
 start_all() {
   if alive postgres postgres && alive tansu tansu && alive proxy kafka-apiversions-proxy &&
     [[ -f "$ENV_FILE" ]]; then
@@ -168,11 +178,8 @@ print(*(s.getsockname()[1] for s in socks))')"
   wait_tcp "$tport" tansu
   log "tansu ready on 127.0.0.1:$tport"
 
-  setsid python3 "$PROXY" --listen "127.0.0.1:$pport" --upstream "127.0.0.1:$tport" \
-    >"$RUN/proxy.log" 2>&1 </dev/null &
-  echo $! >"$RUN/proxy.pid"
-  wait_tcp "$pport" proxy
-  log "kafka proxy ready on 127.0.0.1:$pport"
+  : >"$RUN/proxy.log"
+  start_proxy "$pport" "$tport"
 
   cat >"$ENV_FILE.tmp" <<EOF
 export HERALD_KAFKA_BROKERS=127.0.0.1:$pport
@@ -200,6 +207,17 @@ case "${1:-}" in
     PGBASE="$(cat "$RUN/pg.base")"
     start_pg
     ;;
+  broker-cut)
+    # Broker outage drills in tests: every client's connection to the broker drops (the proxy
+    # that all clients go through stops; Tansu keeps running and keeps its data) ...
+    stop_pid proxy kafka-apiversions-proxy
+    ;;
+  broker-restore)
+    # ... and the broker is reachable again at the same address.
+    # shellcheck disable=SC1090
+    source "$ENV_FILE"
+    start_proxy "${HERALD_KAFKA_BROKERS##*:}" "${HERALD_TANSU_URL##*:}"
+    ;;
   env)
     [[ -f "$ENV_FILE" ]] || { log "not running (no $ENV_FILE)" >&2; exit 1; }
     cat "$ENV_FILE"
@@ -210,7 +228,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 start|stop|env|status" >&2
+    echo "usage: $0 start|stop|env|status|pg-stop|pg-start|broker-cut|broker-restore" >&2
     exit 2
     ;;
 esac

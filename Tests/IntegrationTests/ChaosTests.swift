@@ -145,6 +145,27 @@ struct ChaosTests {
         #expect(readyDuringOutage == 503, "unready while PostgreSQL is down")
     }
 
+    @Test func brokerUnreachableForTenSecondsLosesNothingAndPushesNothingTwice() async throws {
+        // Every client reaches Tansu through the local proxy; stopping it drops all their
+        // connections while the broker keeps its data, like a network partition.
+        let clock = ContinuousClock()
+        var cutAt: ContinuousClock.Instant?
+        var restored = false
+        defer {
+            if cutAt != nil, !restored { try? LocalServices.runBlocking("broker-restore") }
+        }
+        try await Self.exactlyOnce(users: 25, events: 200) { outcomes, expected, _ in
+            if cutAt == nil, outcomes >= expected / 5 {
+                try await LocalServices.run("broker-cut")
+                cutAt = clock.now
+            } else if let cutAt, !restored, clock.now - cutAt >= .seconds(10) {
+                try await LocalServices.run("broker-restore")
+                restored = true
+            }
+        }
+        #expect(restored)
+    }
+
     /// Both rebalance protocols: eager (range: every partition is revoked, then reassigned) and
     /// cooperative (cooperative-sticky: only the partitions that move are revoked).
     @Test(arguments: ["range", "cooperative-sticky"])
