@@ -8,9 +8,18 @@ import Testing
 /// Crashes, restarts and graceful stops of the real `herald` process on real services.
 @Suite(.timeLimit(.minutes(10)), .serialized)
 struct ChaosTests {
+    /// How far a scenario got.
+    struct Progress {
+        /// Distinct outcomes read; seconds behind Herald (the reader's group join alone takes 3 s).
+        var outcomes: Int
+        /// Pushes the mock APNs accepted, repeats included, as they happen: a disruption meant to
+        /// find Herald mid-run waits for these.
+        var pushes: Int
+    }
+
     /// Publishes `events` events to every device of `users`, runs Herald as a child process,
-    /// and calls `disrupt` with the number of distinct outcomes seen so far, on each poll.
-    /// Returns the result records once every (event, device) has an outcome.
+    /// and calls `disrupt` with the progress so far, on each poll. Returns the result records
+    /// once every (event, device) has an outcome.
     static func runScenario(
         testbed: HeraldTestbed,
         users: [String],
@@ -18,7 +27,7 @@ struct ChaosTests {
         events: Int,
         timeout: Duration = .seconds(400),
         extraEnvironment: [String: String] = [:],
-        disrupt: (_ outcomes: Int, _ herald: inout HeraldProcess) async throws -> Void
+        disrupt: (_ progress: Progress, _ herald: inout HeraldProcess) async throws -> Void
     ) async throws -> [ResultRecord] {
         let environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             .merging(extraEnvironment) { $1 }
@@ -41,7 +50,8 @@ struct ChaosTests {
             results += batch
             keys.formUnion(batch.map(\.key))
             if !batch.isEmpty { print("progress \(clock.now): \(keys.count) outcomes") }
-            try await disrupt(keys.count, &herald)
+            let pushes = testbed.production.totalAcceptedPushes + testbed.sandbox.totalAcceptedPushes
+            try await disrupt(Progress(outcomes: keys.count, pushes: pushes), &herald)
         }
         results += try await reader.read(timeout: .seconds(2)) { _ in false }.compactMap(ResultRecord.init)
         herald.send(SIGTERM)
@@ -82,7 +92,7 @@ struct ChaosTests {
         users userCount: Int,
         events: Int,
         extraEnvironment: [String: String] = [:],
-        disrupt: (_ outcomes: Int, _ expected: Int, _ herald: inout HeraldProcess) async throws -> Void
+        disrupt: (_ progress: Progress, _ expected: Int, _ herald: inout HeraldProcess) async throws -> Void
     ) async throws {
         let testbed = try HeraldTestbed(partitions: 4)
         try await testbed.withMocks {
@@ -95,15 +105,15 @@ struct ChaosTests {
                 devices: devices,
                 events: events,
                 extraEnvironment: extraEnvironment
-            ) { outcomes, herald in try await disrupt(outcomes, expected, &herald) }
+            ) { progress, herald in try await disrupt(progress, expected, &herald) }
             expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results)
         }
     }
 
     @Test func sigtermMidRunExitsZeroWithin30SecondsAndARestartLosesNothing() async throws {
         var stopped = false
-        try await Self.exactlyOnce(users: 25, events: 100) { outcomes, expected, herald in
-            guard !stopped, outcomes >= expected / 3 else { return }
+        try await Self.exactlyOnce(users: 25, events: 100) { progress, expected, herald in
+            guard !stopped, progress.pushes >= expected / 3 else { return }
             stopped = true
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
@@ -126,8 +136,8 @@ struct ChaosTests {
             if stoppedAt != nil, !restarted { try? LocalServices.runBlocking("pg-start") }
         }
         try await Self.exactlyOnce(users: 25, events: 400, extraEnvironment: ["HERALD_HTTP_PORT": String(httpPort)]) {
-            outcomes, expected, _ in
-            if stoppedAt == nil, outcomes >= expected / 5 {
+            progress, expected, _ in
+            if stoppedAt == nil, progress.pushes >= expected / 5 {
                 try await LocalServices.run("pg-stop")
                 stoppedAt = clock.now
             } else if let stoppedAt, !restarted {
@@ -154,8 +164,8 @@ struct ChaosTests {
         defer {
             if cutAt != nil, !restored { try? LocalServices.runBlocking("broker-restore") }
         }
-        try await Self.exactlyOnce(users: 25, events: 200) { outcomes, expected, _ in
-            if cutAt == nil, outcomes >= expected / 5 {
+        try await Self.exactlyOnce(users: 25, events: 200) { progress, expected, _ in
+            if cutAt == nil, progress.pushes >= expected / 5 {
                 try await LocalServices.run("broker-cut")
                 cutAt = clock.now
             } else if let cutAt, !restored, clock.now - cutAt >= .seconds(10) {
@@ -173,11 +183,13 @@ struct ChaosTests {
         var second: HeraldProcess?
         var firstLeft = false
         let strategy = ["HERALD_KAFKA_PARTITION_ASSIGNMENT_STRATEGY": assignmentStrategy]
-        try await Self.exactlyOnce(users: 25, events: 100, extraEnvironment: strategy) { outcomes, expected, herald in
-            if second == nil, outcomes >= expected / 5 {
+        // On outcomes read, which lag the pushes: on pushes, the first instance would leave
+        // before the rebalance that the second one's join starts, which it must log.
+        try await Self.exactlyOnce(users: 25, events: 100, extraEnvironment: strategy) { progress, expected, herald in
+            if second == nil, progress.outcomes >= expected / 5 {
                 second = try HeraldProcess(environment: herald.environment, logPath: herald.logPath + ".second")
             }
-            if !firstLeft, outcomes >= expected / 2 {
+            if !firstLeft, progress.outcomes >= expected / 2 {
                 firstLeft = true
                 let log = try String(contentsOfFile: herald.logPath, encoding: .utf8)
                 let rebalanceProtocol = assignmentStrategy == "range" ? "EAGER" : "COOPERATIVE"
@@ -197,16 +209,18 @@ struct ChaosTests {
             let devices = TestDevice.twoPerUser(users)
             let events = Int(ProcessInfo.processInfo.environment["HERALD_CHAOS_EVENTS"] ?? "200")!
             var kills = 0
-            var outcomesAtRestart = 0
+            var pushesAtRestart = 0
             let results = try await Self.runScenario(testbed: testbed, users: users, devices: devices, events: events) {
-                outcomes, herald in
-                // Kill once a sixth is done, and again once the restarted process made progress.
-                let threshold = kills == 0 ? events * devices.count / 6 : max(events * devices.count / 2, outcomesAtRestart + 1000)
-                guard kills < 2, outcomes >= threshold else { return }
+                progress, herald in
+                // Kill once a sixth is pushed, and again once the restarted process pushed 1,000 more.
+                let pushes = progress.pushes
+                let threshold = kills == 0 ? events * devices.count / 6 : max(events * devices.count / 2, pushesAtRestart + 1000)
+                guard kills < 2, pushes >= threshold else { return }
                 herald.send(SIGKILL)
                 #expect(try await herald.waitForExit(timeout: .seconds(10)) != nil)
                 kills += 1
-                outcomesAtRestart = outcomes
+                pushesAtRestart = pushes
+                print("SIGKILL \(kills) after \(pushes) pushes")
                 herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
             }
             #expect(kills == 2)
