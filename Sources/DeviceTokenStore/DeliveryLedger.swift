@@ -50,10 +50,11 @@ public protocol DeliveryLedger: Sendable {
     /// The recorded outcomes of these events, by event ID and then token.
     func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]]
 
-    /// Records an outcome unless one is already recorded for (event, token), and returns the one
-    /// that stands. With `mark`, the token is marked unregistered in the same transaction and
-    /// `unregisteredEvent` is kept only if that mark changed the row.
-    func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery
+    /// Records each outcome unless one is already recorded for its (event, token), and returns,
+    /// in order, the one that stands for each. An outcome with a `mark` marks its token
+    /// unregistered in the same transaction as its insert and keeps its `unregisteredEvent` only
+    /// if that mark changed the row; an outcome without one keeps none.
+    func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery]
 
     /// Deletes outcomes recorded before `date`; returns how many.
     func pruneDeliveries(recordedBefore date: Date) async throws -> Int

@@ -20,59 +20,73 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         return deliveries
     }
 
-    /// One statement records the outcome, so without a registry mark it is one round trip and
-    /// no transaction: this write sits between APNs' answer and the result's publication, and
-    /// its latency is the window in which a crash repeats a push.
-    public func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery {
-        guard let mark else {
-            return try await Self.standing(delivery, client.query(Self.insertOrFetch(delivery, unregisteredEvent: nil), logger: logger))
+    /// One prepared statement records the whole batch, so without registry marks it is one
+    /// round trip and no transaction: the batch sits between APNs' answers and their results'
+    /// publication, and its latency is the window in which a crash repeats a push. With marks,
+    /// the marks and the statement share one transaction.
+    public func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        // One row per (event, token): the first outcome given for it stands for every copy.
+        var rows: [RecordedDelivery] = []
+        var rowOfKey: [DeliveryKey: Int] = [:]
+        let rowOfEntry = batch.map { entry in
+            if let row = rowOfKey[DeliveryKey(entry.delivery)] { return row }
+            var row = entry.delivery
+            // Kept only when a mark of this (event, token) changes the registry row (below).
+            row.unregisteredEvent = nil
+            rows.append(row)
+            rowOfKey[DeliveryKey(row)] = rows.count - 1
+            return rows.count - 1
+        }
+        guard !rows.isEmpty else { return [] }
+        guard batch.contains(where: { $0.mark != nil }) else {
+            let standing = try await Self.standing(rows, client.execute(RecordDeliveriesStatement(rows), logger: logger))
+            return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger
-        return try await client.withTransaction(logger: logger) { connection in
-            let marked = try await Self.markUnregistered(
-                topic: mark.topic,
-                token: mark.token,
-                at: mark.at,
-                on: connection,
-                logger: logger
-            )
-            let query = Self.insertOrFetch(delivery, unregisteredEvent: marked ? delivery.unregisteredEvent : nil)
-            return try await Self.standing(delivery, connection.query(query, logger: logger))
+        let standing = try await client.withTransaction(logger: logger) { connection in
+            // Tokens are locked in one order, so two instances marking the same tokens cannot deadlock.
+            let marks = batch.indices.compactMap { index in batch[index].mark.map { (index, $0) } }
+                .sorted { ($0.1.topic, $0.1.token) < ($1.1.topic, $1.1.token) }
+            for (index, mark) in marks {
+                let marked = try await Self.markUnregistered(
+                    topic: mark.topic,
+                    token: mark.token,
+                    at: mark.at,
+                    on: connection,
+                    logger: logger
+                )
+                if marked { rows[rowOfEntry[index]].unregisteredEvent = batch[index].delivery.unregisteredEvent }
+            }
+            return try await Self.standing(rows, connection.execute(RecordDeliveriesStatement(rows), logger: logger))
         }
+        return rowOfEntry.map { standing[$0] }
     }
 
-    /// Inserts the outcome unless (event, token) has one, and returns the outcome that stands:
-    /// the new row, or the one another delivery of the same event recorded first.
-    private static func insertOrFetch(_ delivery: RecordedDelivery, unregisteredEvent: [UInt8]?) -> PostgresQuery {
-        let result = String(decoding: delivery.result, as: UTF8.self)
-        let event = unregisteredEvent.map { String(decoding: $0, as: UTF8.self) }
-        return """
-            WITH inserted AS (
-                INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event)
-                VALUES (\(delivery.eventID), \(delivery.token), \(delivery.topic), \(delivery.userID), \(result), \(event))
-                ON CONFLICT (event_id, token) DO NOTHING
-                RETURNING topic, user_id, result, unregistered_event
-            )
-            SELECT topic, user_id, result, unregistered_event FROM inserted
-            UNION ALL
-            SELECT topic, user_id, result, unregistered_event FROM push.deliveries
-            WHERE event_id = \(delivery.eventID) AND token = \(delivery.token) AND NOT EXISTS (SELECT 1 FROM inserted)
-            """
-    }
-
-    /// The outcome ``insertOrFetch(_:unregisteredEvent:)`` returned for `delivery`.
-    private static func standing(_ delivery: RecordedDelivery, _ rows: PostgresRowSequence) async throws -> RecordedDelivery {
-        for try await (topic, userID, result, unregisteredEvent) in rows.decode((String, String, String, String?).self) {
-            return RecordedDelivery(
-                eventID: delivery.eventID,
-                token: delivery.token,
-                topic: topic,
-                userID: userID,
-                result: Array(result.utf8),
-                unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
-            )
+    /// The outcome that stands for each of `rows`, in order, from what ``RecordDeliveriesStatement``
+    /// returned for them.
+    ///
+    /// An outcome another transaction commits while the statement runs is neither inserted nor
+    /// seen by it: that throws, and the caller's retry finds the outcome.
+    private static func standing(
+        _ rows: [RecordedDelivery],
+        _ returned: AsyncThrowingMapSequence<PostgresRowSequence, RecordDeliveriesStatement.Row>
+    ) async throws -> [RecordedDelivery] {
+        var inserted = Set<DeliveryKey>()
+        var recordedBefore: [DeliveryKey: RecordedDelivery] = [:]
+        for try await (key, earlier) in returned {
+            if let earlier {
+                recordedBefore[key] = earlier
+            } else {
+                inserted.insert(key)
+            }
         }
-        throw PostgresLedgerError(detail: "no outcome for \(delivery.eventID) after recording it")
+        return try rows.map { row in
+            if let earlier = recordedBefore[DeliveryKey(row)] { return earlier }
+            guard inserted.contains(DeliveryKey(row)) else {
+                throw PostgresLedgerError(detail: "no outcome for \(row.eventID) after recording it")
+            }
+            return row
+        }
     }
 
     public func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
@@ -110,7 +124,82 @@ struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     }
 }
 
-/// The ledger found itself in a state its statements rule out.
+/// Inserts each outcome unless its (event, token) has one. Returns the key of each inserted row
+/// (with no outcome: the one given stands) and each outcome recorded earlier, in full.
+struct RecordDeliveriesStatement: PostgresPreparedStatement {
+    static let sql = """
+        WITH batch AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                AS b(event_id, token, topic, user_id, result, unregistered_event)
+        ), inserted AS (
+            INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event)
+            SELECT event_id, token, topic, user_id, result, NULLIF(unregistered_event, '') FROM batch
+            ON CONFLICT (event_id, token) DO NOTHING
+            RETURNING event_id, token
+        )
+        SELECT event_id, token, NULL, NULL, NULL, NULL FROM inserted
+        UNION ALL
+        SELECT d.event_id, d.token, d.topic, d.user_id, d.result, d.unregistered_event
+        FROM push.deliveries AS d JOIN batch AS b ON d.event_id = b.event_id AND d.token = b.token
+        WHERE NOT EXISTS (SELECT 1 FROM inserted AS i WHERE i.event_id = b.event_id AND i.token = b.token)
+        """
+    /// The row's key, and the outcome recorded earlier (nil for a row this statement inserted).
+    typealias Row = (DeliveryKey, RecordedDelivery?)
+
+    var deliveries: [RecordedDelivery]
+
+    init(_ deliveries: [RecordedDelivery]) {
+        self.deliveries = deliveries
+    }
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 6)
+        bindings.append(deliveries.map(\.eventID))
+        bindings.append(deliveries.map(\.token))
+        bindings.append(deliveries.map(\.topic))
+        bindings.append(deliveries.map(\.userID))
+        bindings.append(deliveries.map { String(decoding: $0.result, as: UTF8.self) })
+        // postgres-nio binds no arrays of optionals: a missing event travels as '' (an event is
+        // a JSON object, never empty).
+        bindings.append(deliveries.map { $0.unregisteredEvent.map { String(decoding: $0, as: UTF8.self) } ?? "" })
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        let (eventID, token, topic, userID, result, unregisteredEvent) = try row.decode(
+            (String, String, String?, String?, String?, String?).self
+        )
+        let key = DeliveryKey(eventID: eventID, token: token)
+        guard let topic, let userID, let result else { return (key, nil) }
+        let earlier = RecordedDelivery(
+            eventID: eventID,
+            token: token,
+            topic: topic,
+            userID: userID,
+            result: Array(result.utf8),
+            unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
+        )
+        return (key, earlier)
+    }
+}
+
+/// A delivery-ledger row's primary key.
+struct DeliveryKey: Hashable, Sendable {
+    var eventID: String
+    var token: String
+
+    init(eventID: String, token: String) {
+        self.eventID = eventID
+        self.token = token
+    }
+
+    init(_ delivery: RecordedDelivery) {
+        self.init(eventID: delivery.eventID, token: delivery.token)
+    }
+}
+
+/// The ledger statement did not return an outcome it was given (one that another transaction
+/// committed while it ran); a retry finds it.
 struct PostgresLedgerError: Error, CustomStringConvertible {
     var detail: String
     var description: String { "delivery ledger: \(detail)" }

@@ -382,8 +382,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             result: result.json(),
             unregisteredEvent: unregisteredEvent
         )
-        let registryMark = mark
-        let recorded = try await withStoreRetry { try await self.ledger.record(delivery, marking: registryMark) }
+        let entry = (delivery: delivery, mark: mark)
+        let recorded = try await withStoreRetry { try await self.ledger.record([entry])[0] }
         recentOutcomes.withLock { $0.insert(recorded, key: event.id + "/" + device.token) }
         return recorded
     }

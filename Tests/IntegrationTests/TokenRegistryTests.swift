@@ -163,37 +163,62 @@ struct TokenRegistryTests {
         }
     }
 
-    /// The pipeline marks through the ledger, in one transaction with the recorded outcome; the
-    /// push.unregistered event is kept only when the row was marked.
-    @Test func recordingA410OutcomeKeepsTheUnregisteredEventOnlyWhenItMarked() async throws {
+    /// The pipeline records outcomes in batches and marks through the ledger, in one transaction
+    /// with the recorded outcomes: each caller gets the outcome that stands, and a push.unregistered
+    /// event is kept only when its own mark changed the row.
+    @Test func recordingABatchReturnsTheOutcomesThatStandAndKeepsUnregisteredEventsOnlyWhenTheyMarked() async throws {
         try await RegistryDatabase.withStore { store, database in
             let registeredAgain = TestDevice.randomToken()
             let stale = TestDevice.randomToken()
+            let delivered = TestDevice.randomToken()
+            let recordedBefore = TestDevice.randomToken()
             try await store.apply(register(registeredAgain, at: t(101)))
             try await store.apply(register(stale, at: t(99)))
-            func outcome(_ token: String) -> RecordedDelivery {
+            let event = "\(topic)-event"
+            let otherEvent = "\(topic)-other-event"
+            func outcome(_ token: String, event: String = event, _ status: String) -> RecordedDelivery {
                 RecordedDelivery(
-                    eventID: "\(topic)-event",
+                    eventID: event,
                     token: token,
                     topic: topic,
                     userID: "u-1",
-                    result: Array(#"{"status":"unregistered"}"#.utf8),
-                    unregisteredEvent: Array(#"{"token":"\#(token)"}"#.utf8)
+                    result: Array(#"{"status":"\#(status)","event":"\#(event)"}"#.utf8),
+                    unregisteredEvent: status == "unregistered" ? Array(#"{"token":"\#(token)","event":"\#(event)"}"#.utf8) : nil
                 )
             }
-            let kept = try await store.record(
-                outcome(registeredAgain),
-                marking: UnregisterMark(topic: topic, token: registeredAgain, at: t(100))
-            )
-            #expect(kept.unregisteredEvent == nil)
-            #expect(try await database.row(topic, registeredAgain)?.unregisteredAt == nil)
+            let first = try await store.record([(outcome(recordedBefore, "delivered"), nil)])
+            #expect(first == [outcome(recordedBefore, "delivered")])
 
-            let marked = try await store.record(outcome(stale), marking: UnregisterMark(topic: topic, token: stale, at: t(100)))
-            #expect(marked.unregisteredEvent == outcome(stale).unregisteredEvent)
+            let mark = { (token: String) in UnregisterMark(topic: topic, token: token, at: t(100)) }
+            let batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)] = [
+                (outcome(delivered, "delivered"), nil),
+                (outcome(registeredAgain, "unregistered"), mark(registeredAgain)),
+                (outcome(stale, "unregistered"), mark(stale)),
+                (outcome(stale, event: otherEvent, "unregistered"), mark(stale)),
+                (outcome(recordedBefore, "failed"), nil),
+                (outcome(delivered, "rejected"), nil),
+            ]
+            let standing = try await store.record(batch)
+            #expect(standing.count == batch.count)
+            #expect(standing[0] == outcome(delivered, "delivered"))
+            var notMarked = outcome(registeredAgain, "unregistered")
+            notMarked.unregisteredEvent = nil
+            #expect(standing[1] == notMarked, "registered again after APNs' timestamp: no event")
+            #expect(try await database.row(topic, registeredAgain)?.unregisteredAt == nil)
+            // Two 410s of one token with the same timestamp: only the first applied marks.
+            let staleOutcomes = [standing[2], standing[3]]
+            #expect(staleOutcomes.filter { $0.unregisteredEvent != nil }.count == 1)
+            #expect(staleOutcomes.map(\.result) == [outcome(stale, "unregistered").result, outcome(stale, event: otherEvent, "unregistered").result])
             #expect(try await database.row(topic, stale)?.unregisteredAt == t(100))
-            let recorded = try await store.recordedDeliveries(eventIDs: ["\(topic)-event"])
-            #expect(recorded["\(topic)-event"]?[stale]?.unregisteredEvent == outcome(stale).unregisteredEvent)
-            #expect(recorded["\(topic)-event"]?[registeredAgain]?.unregisteredEvent == nil)
+            #expect(standing[4] == outcome(recordedBefore, "delivered"), "recorded before: that outcome stands")
+            #expect(standing[5] == standing[0], "the same (event, token) twice in one batch: one outcome stands")
+
+            let recorded = try await store.recordedDeliveries(eventIDs: [event, otherEvent])
+            #expect(recorded[event]?.count == 4 && recorded[otherEvent]?.count == 1)
+            for outcome in standing {
+                #expect(recorded[outcome.eventID]?[outcome.token] == outcome)
+            }
+            #expect(try await store.record([]).isEmpty)
         }
     }
 

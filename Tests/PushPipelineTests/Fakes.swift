@@ -147,18 +147,26 @@ extension FakeStore {
         }
     }
 
-    func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws -> RecordedDelivery {
-        var stored = delivery
-        if let mark {
-            let marked = try await markUnregistered(topic: mark.topic, token: mark.token, at: mark.at)
-            if !marked { stored.unregisteredEvent = nil }
+    func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        var standing: [RecordedDelivery] = []
+        for (delivery, mark) in batch {
+            var stored = delivery
+            if let mark {
+                let marked = try await markUnregistered(topic: mark.topic, token: mark.token, at: mark.at)
+                if !marked { stored.unregisteredEvent = nil }
+            } else {
+                stored.unregisteredEvent = nil
+            }
+            standing.append(
+                deliveries.withLock { deliveries in
+                    let key = delivery.eventID + "/" + delivery.token
+                    if let existing = deliveries[key] { return existing }
+                    deliveries[key] = stored
+                    return stored
+                }
+            )
         }
-        return deliveries.withLock { deliveries in
-            let key = delivery.eventID + "/" + delivery.token
-            if let existing = deliveries[key] { return existing }
-            deliveries[key] = stored
-            return stored
-        }
+        return standing
     }
 
     func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
