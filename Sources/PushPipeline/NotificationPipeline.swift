@@ -27,12 +27,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Outcomes this process recorded lately, checked after claiming (event, token): a copy of
     /// the event whose ledger lookup ran before the first copy recorded must not push again.
     private let recentOutcomes = Mutex(RecentOutcomes(capacity: 100_000))
-    /// Bounds APNs requests in flight across all events.
+    /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     private let sendLimit: ConcurrencyLimit
+    /// Records outcomes in batches (group commit).
+    private let ledgerWriter: LedgerWriter
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
     /// What the pipeline did so far.
-    public let metrics = PipelineMetrics()
+    public let metrics: PipelineMetrics
 
     /// True while the consume loop runs and its last poll succeeded.
     public var isConsuming: Bool { consuming.load(ordering: .relaxed) }
@@ -53,6 +55,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
         self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
+        let ledgerWriter = LedgerWriter(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
+        self.ledgerWriter = ledgerWriter
+        self.metrics = PipelineMetrics(unrecordedOutcomes: { ledgerWriter.unrecordedCount })
         self.logger = logger
     }
 
@@ -61,43 +66,60 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     ///
     /// At most `maxInFlightMessages` are processed at once: when the window is full the
     /// partitions are paused, and polling goes on (for rebalances and liveness) until it drains.
+    /// The ledger writer runs beside the consume loop until the last in-flight message finished.
     public func run() async throws {
         source.setRebalanceListener(self)
         try await withGracefulShutdownHandler {
-            try await withThrowingDiscardingTaskGroup { group in
-                let clock = ContinuousClock()
-                var lastCommit = clock.now
-                var paused = false
-                while !isStopping.load(ordering: .relaxed) {
-                    let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
-                    if (room <= 0) != paused {
-                        paused.toggle()
-                        try await paused ? source.pauseAll() : source.resumeAll()
-                    }
-                    let messages = try await poll(maxMessages: max(1, min(room, configuration.pollBatchSize)))
-                    let consumedAt = clock.now
-                    var requests: [KafkaMessage] = []
-                    for message in messages {
-                        tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
-                        if message.topic == configuration.topics.tokens {
-                            group.addTask { await self.processTokenUpdate(message) }
-                        } else {
-                            requests.append(message)
-                        }
-                    }
-                    if !requests.isEmpty {
-                        group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
-                    }
-                    if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
-                        await commitFinished()
-                        lastCommit = clock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // Above the deliveries' priority: its round trip is the crash window, and it should
+                // not queue for a thread behind the sends it holds up.
+                group.addTask(priority: .high) {
+                    await self.ledgerWriter.run { batch throws(CancellationError) in
+                        try await self.withStoreRetry { try await self.ledger.record(batch) }
                     }
                 }
+                defer { group.cancelAll() }
+                try await consume()
             }
             await commitFinished()
             consuming.store(false, ordering: .relaxed)
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
+        }
+    }
+
+    /// Polls and processes messages until graceful shutdown; returns once every message it
+    /// started is finished or abandoned.
+    private func consume() async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            let clock = ContinuousClock()
+            var lastCommit = clock.now
+            var paused = false
+            while !isStopping.load(ordering: .relaxed) {
+                let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+                if (room <= 0) != paused {
+                    paused.toggle()
+                    try await paused ? source.pauseAll() : source.resumeAll()
+                }
+                let messages = try await poll(maxMessages: max(1, min(room, configuration.pollBatchSize)))
+                let consumedAt = clock.now
+                var requests: [KafkaMessage] = []
+                for message in messages {
+                    tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
+                    if message.topic == configuration.topics.tokens {
+                        group.addTask { await self.processTokenUpdate(message) }
+                    } else {
+                        requests.append(message)
+                    }
+                }
+                if !requests.isEmpty {
+                    group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
+                }
+                if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
+                    await commitFinished()
+                    lastCommit = clock.now
+                }
+            }
         }
     }
 
@@ -338,8 +360,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         metrics.recordResult(outcome.status)
     }
 
-    /// Records an outcome in the ledger right after APNs' answer; a 410 also marks the token
-    /// unregistered in the same transaction.
+    /// Records an outcome in the ledger right after APNs' answer, with the next batch of the
+    /// ledger writer; a 410 also marks the token unregistered in the same transaction.
     private func record(
         _ outcome: DeliveryOutcome,
         of event: NotificationEvent,
@@ -382,8 +404,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             result: result.json(),
             unregisteredEvent: unregisteredEvent
         )
-        let entry = (delivery: delivery, mark: mark)
-        let recorded = try await withStoreRetry { try await self.ledger.record([entry])[0] }
+        let recorded = try await ledgerWriter.record(delivery, marking: mark)
         recentOutcomes.withLock { $0.insert(recorded, key: event.id + "/" + device.token) }
         return recorded
     }

@@ -19,6 +19,9 @@ public struct PipelineConfiguration: Sendable, Hashable {
     public var maxInFlightMessages = 512
     /// APNs requests in flight at once, over all events; more wait unsent.
     public var maxConcurrentSends = 1000
+    /// Most outcomes one delivery-ledger write records; outcomes that arrive while a write is in
+    /// flight are written together in the next.
+    public var maxOutcomesPerLedgerWrite = 500
     /// Largest number of messages taken from one poll.
     public var pollBatchSize = 128
     /// How often finished offsets are committed.

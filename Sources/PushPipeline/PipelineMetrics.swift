@@ -1,6 +1,7 @@
 import Synchronization
 
-/// Counters of what the pipeline did, exposed at /metrics in Prometheus' text format.
+/// Counters of what the pipeline did, and one gauge of its crash window, exposed at /metrics in
+/// Prometheus' text format.
 public final class PipelineMetrics: Sendable {
     private let consumed = Atomic<Int>(0)
     private let deadLettered = Atomic<Int>(0)
@@ -8,8 +9,13 @@ public final class PipelineMetrics: Sendable {
     private let commits = Atomic<Int>(0)
     private let republished = Atomic<Int>(0)
     private let results = Mutex<[DeliveryResult.Status: Int]>([:])
+    private let unrecordedOutcomes: @Sendable () -> Int
 
-    public init() {}
+    /// `unrecordedOutcomes` counts the outcomes APNs answered that are not yet in the delivery
+    /// ledger.
+    init(unrecordedOutcomes: @escaping @Sendable () -> Int) {
+        self.unrecordedOutcomes = unrecordedOutcomes
+    }
 
     func recordConsumed(_ count: Int) { consumed.add(count, ordering: .relaxed) }
     func recordDeadLetter() { deadLettered.add(1, ordering: .relaxed) }
@@ -44,6 +50,11 @@ public final class PipelineMetrics: Sendable {
         for status in DeliveryResult.Status.allCases {
             lines.append("herald_results_total{status=\"\(status.rawValue)\"} \(resultCount(status))")
         }
+        // What a crash now would push a second time (besides answers still on their way).
+        lines += [
+            "# TYPE herald_ledger_unrecorded_outcomes gauge",
+            "herald_ledger_unrecorded_outcomes \(unrecordedOutcomes())",
+        ]
         return lines.joined(separator: "\n") + "\n"
     }
 }

@@ -82,11 +82,17 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private let deliveries = Mutex<[String: RecordedDelivery]>([:])
     private let lookupFailuresLeft: Atomic<Int>
     private let lookupHangsLeft: Atomic<Int>
+    private let recordFailuresLeft: Atomic<Int>
+    private let recordHangsLeft: Atomic<Int>
+    private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
 
-    /// The first `failures` lookups throw; the `hangs` after them never answer, even when cancelled.
-    init(failFirstLookups failures: Int = 0, hangFirstLookups hangs: Int = 0) {
+    /// The first `failures` lookups throw; the `hangs` after them never answer, even when
+    /// cancelled. Likewise for ledger writes.
+    init(failFirstLookups failures: Int = 0, hangFirstLookups hangs: Int = 0, failFirstRecords: Int = 0, hangFirstRecords: Int = 0) {
         lookupFailuresLeft = Atomic(failures)
         lookupHangsLeft = Atomic(hangs)
+        recordFailuresLeft = Atomic(failFirstRecords)
+        recordHangsLeft = Atomic(hangFirstRecords)
     }
 
     func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
@@ -148,6 +154,11 @@ extension FakeStore {
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        if recordFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
+        if recordHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
+            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
+        }
+        writtenBatches.withLock { $0.append(batch.map(\.delivery)) }
         var standing: [RecordedDelivery] = []
         for (delivery, mark) in batch {
             var stored = delivery
@@ -174,6 +185,9 @@ extension FakeStore {
     }
 
     var recordedCount: Int { deliveries.withLock { $0.count } }
+
+    /// Every batch the ledger wrote, oldest first.
+    var recordedBatches: [[RecordedDelivery]] { writtenBatches.withLock { $0 } }
 }
 
 /// Answers from a script per token and records every request.

@@ -23,8 +23,18 @@ struct NotificationPipelineTests {
         return #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
     }
 
-    static func registeredStore(failFirstLookups: Int = 0, hangFirstLookups: Int = 0) async throws -> FakeStore {
-        let store = FakeStore(failFirstLookups: failFirstLookups, hangFirstLookups: hangFirstLookups)
+    static func registeredStore(
+        failFirstLookups: Int = 0,
+        hangFirstLookups: Int = 0,
+        failFirstRecords: Int = 0,
+        hangFirstRecords: Int = 0
+    ) async throws -> FakeStore {
+        let store = FakeStore(
+            failFirstLookups: failFirstLookups,
+            hangFirstLookups: hangFirstLookups,
+            failFirstRecords: failFirstRecords,
+            hangFirstRecords: hangFirstRecords
+        )
         let registered = Date(timeIntervalSince1970: 1_700_000_000)
         for (user, token, environment) in [("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
                                            ("bob", bobPhone, .production)] {
@@ -85,6 +95,20 @@ struct NotificationPipelineTests {
             publisher.messages(on: "push.results").count == 4 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
         }
         #expect(apns.sent.count == 3, "delivered once the retried lookup answered")
+    }
+
+    @Test func aLedgerWriteThatFailsOrNeverAnswersIsRetriedAndNothingIsPushedTwice() async throws {
+        let store = try await Self.registeredStore(failFirstRecords: 2, hangFirstRecords: 1)
+        let source = FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
+        let publisher = FakePublisher()
+        let apns = FakeAPNS()
+        try await Self.run(source: source, publisher: publisher, store: store, apns: apns, storeOperationTimeout: .milliseconds(200)) {
+            publisher.messages(on: "push.results").count == 3 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
+        }
+        #expect(apns.sent.count == 3, "each device pushed once")
+        #expect(store.recordedCount == 3)
+        let written = store.recordedBatches.flatMap { $0.map(\.token) }
+        #expect(written.sorted() == [Self.alicePhone, Self.alicePad, Self.bobPhone].sorted(), "every outcome written once it went through")
     }
 
     @Test func redeliveredAndDuplicatedEventsRepublishTheRecordedOutcomeWithoutPushingAgain() async throws {
