@@ -60,6 +60,7 @@ public struct HeraldConfiguration: Sendable {
             maxAttempts: try reader.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
             deliveryDeadline: .seconds(try reader.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
         )
+        pipeline.maxConcurrentSends = try reader.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...10_000)
         self.pipeline = pipeline
 
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")

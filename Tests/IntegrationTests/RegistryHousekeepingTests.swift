@@ -3,6 +3,7 @@ import Foundation
 import HeraldService
 import Logging
 import PostgresNIO
+import PushPipeline
 import ServiceLifecycle
 import Testing
 
@@ -148,6 +149,7 @@ extension TokenRegistryTests {
     @Test func defaults() throws {
         let configuration = try HeraldConfiguration(environment: [:])
         #expect(configuration.postgresPoolSize == 20)
+        #expect(configuration.pipeline.maxConcurrentSends == 1000)
         #expect(configuration.housekeeping == HousekeepingConfiguration())
         #expect(configuration.housekeeping.interval == .seconds(3600))
         #expect(configuration.housekeeping.ledgerRetention == .seconds(168 * 3600))
@@ -158,12 +160,14 @@ extension TokenRegistryTests {
     @Test func readsEveryKey() throws {
         let configuration = try HeraldConfiguration(environment: [
             "HERALD_POSTGRES_POOL_SIZE": "7",
+            "HERALD_MAX_CONCURRENT_SENDS": "250",
             "HERALD_HOUSEKEEPING_INTERVAL_S": "60",
             "HERALD_LEDGER_RETENTION_HOURS": "24",
             "HERALD_TOKEN_PURGE_DAYS": "90",
             "HERALD_TOKEN_TOMBSTONE_DAYS": "14",
         ])
         #expect(configuration.postgresPoolSize == 7)
+        #expect(configuration.pipeline.maxConcurrentSends == 250)
         #expect(configuration.housekeeping.interval == .seconds(60))
         #expect(configuration.housekeeping.ledgerRetention == .seconds(24 * 3600))
         #expect(configuration.housekeeping.unregisteredTokenRetention == .seconds(90 * 86_400))
@@ -173,6 +177,8 @@ extension TokenRegistryTests {
 
     @Test(arguments: [
         ("HERALD_POSTGRES_POOL_SIZE", "0"),
+        ("HERALD_MAX_CONCURRENT_SENDS", "0"),
+        ("HERALD_MAX_CONCURRENT_SENDS", "10001"),
         ("HERALD_LEDGER_RETENTION_HOURS", "a week"),
         ("HERALD_TOKEN_PURGE_DAYS", "-1"),
         ("HERALD_HOUSEKEEPING_INTERVAL_S", "0"),
