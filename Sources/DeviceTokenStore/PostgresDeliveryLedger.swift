@@ -9,12 +9,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         let rows = try await client.execute(RecordedDeliveriesStatement(eventIDs: eventIDs), logger: logger)
         for try await (eventID, token, topic, userID, result, unregisteredEvent) in rows {
             deliveries[eventID, default: [:]][token] = RecordedDelivery(
-                eventID: eventID,
-                token: token,
-                topic: topic,
-                userID: userID,
-                result: Array(result.utf8),
-                unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
+                row: (eventID, token, topic, userID, result, unregisteredEvent)
             )
         }
         return deliveries
@@ -171,15 +166,22 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         )
         let key = DeliveryKey(eventID: eventID, token: token)
         guard let topic, let userID, let result else { return (key, nil) }
-        let earlier = RecordedDelivery(
-            eventID: eventID,
-            token: token,
-            topic: topic,
-            userID: userID,
-            result: Array(result.utf8),
-            unregisteredEvent: unregisteredEvent.map { Array($0.utf8) }
+        return (key, RecordedDelivery(row: (eventID, token, topic, userID, result, unregisteredEvent)))
+    }
+}
+
+extension RecordedDelivery {
+    /// An outcome from a `push.deliveries` row: event ID, token, topic, user ID, result and
+    /// unregistered event, the JSON columns as text.
+    fileprivate init(row: (String, String, String, String, String, String?)) {
+        self.init(
+            eventID: row.0,
+            token: row.1,
+            topic: row.2,
+            userID: row.3,
+            result: Array(row.4.utf8),
+            unregisteredEvent: row.5.map { Array($0.utf8) }
         )
-        return (key, earlier)
     }
 }
 
