@@ -336,6 +336,32 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// How many connection pools (distinct credentials) the client has.
     var credentialCount: Int { pools.count }
 
+    /// Whether every configured endpoint (production and sandbox) can be reached now: a
+    /// connection to it is open, or a TCP connection to it opens within `timeout`.
+    ///
+    /// The probe only opens (and at once closes) a plain TCP connection, no TLS and no provider
+    /// token, and only while no APNs connection to that endpoint is open, so a busy client never
+    /// probes and an idle one touches APNs once per readiness check at most.
+    public func canReachEndpoints(timeout: Duration = .seconds(2)) async -> Bool {
+        for environment in [APNSEnvironment.production, .sandbox] {
+            if pools.contains(where: { $0.state.withLockedValue { $0.snapshot(environment) }.liveConnections > 0 }) {
+                continue
+            }
+            let endpoint = configuration.endpoint(for: environment)
+            do {
+                let channel = try await ClientBootstrap(group: eventLoopGroup)
+                    .connectTimeout(TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+                    .connect(host: endpoint.host, port: endpoint.port)
+                    .get()
+                try? await channel.close()
+            } catch {
+                logger.debug("APNs endpoint unreachable", metadata: [APNSLoggingKeys.endpoint: "\(endpoint)", APNSLoggingKeys.error: "\(error)"])
+                return false
+            }
+        }
+        return true
+    }
+
     // MARK: Connections
 
     private func requestConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) {

@@ -36,9 +36,9 @@ public struct UnregisterMark: Sendable, Hashable {
     public var topic: String
     public var token: String
     /// APNs' timestamp.
-    public var at: Date
+    public var at: Timestamp
 
-    public init(topic: String, token: String, at: Date) {
+    public init(topic: String, token: String, at: Timestamp) {
         self.topic = topic
         self.token = token
         self.at = at

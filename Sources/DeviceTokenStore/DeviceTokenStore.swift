@@ -1,5 +1,4 @@
 public import APNSCore
-public import Foundation
 
 /// An active device of a user for one app.
 public struct DeviceToken: Sendable, Hashable {
@@ -30,7 +29,7 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
     public var topic: String
     public var environment: APNSEnvironment
     /// When the app registered or unregistered the token.
-    public var timestamp: Date
+    public var timestamp: Timestamp
 
     public init(
         action: Action,
@@ -38,7 +37,7 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
         token: String,
         topic: String,
         environment: APNSEnvironment,
-        timestamp: Date
+        timestamp: Timestamp
     ) {
         self.action = action
         self.userID = userID
@@ -67,5 +66,5 @@ public protocol DeviceTokenStore: Sendable {
 
     /// Marks a token unregistered after APNs answered 410 with timestamp `at`; returns whether
     /// the row was marked (false when it was registered again after `at`, or is unknown).
-    func markUnregistered(topic: String, token: String, at: Date) async throws -> Bool
+    func markUnregistered(topic: String, token: String, at: Timestamp) async throws -> Bool
 }

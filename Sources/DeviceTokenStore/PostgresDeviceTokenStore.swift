@@ -1,5 +1,4 @@
 public import APNSCore
-public import Foundation
 public import Logging
 public import PostgresNIO
 
@@ -108,7 +107,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
         }
     }
 
-    public func markUnregistered(topic: String, token: String, at time: Date) async throws -> Bool {
+    public func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
             try await Self.markUnregistered(topic: topic, token: token, at: time, on: connection, logger: logger)
@@ -125,7 +124,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
     static func markUnregistered(
         topic: String,
         token: String,
-        at time: Date,
+        at time: Timestamp,
         on connection: PostgresConnection,
         logger: Logger
     ) async throws -> Bool {

@@ -77,7 +77,7 @@ struct LookupBenchmark: AsyncParsableCommand {
 
     /// Two production devices per user, registered with concurrency 16.
     static func register(_ userIDs: [String], topic: String, in store: PostgresDeviceTokenStore) async throws {
-        let registeredAt = Date()
+        let registeredAt = Timestamp.now()
         try await withThrowingTaskGroup(of: Void.self) { group in
             var pending = userIDs.flatMap { user in (0..<2).map { (user, $0) } }[...]
             func registerNext() {

@@ -77,13 +77,18 @@ public enum HeraldApplication {
             apns: apns,
             logger: logger
         )
+        // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
+        let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
         let health = HealthServer(
             port: configuration.httpPort,
             readiness: {
-                guard pipeline.isConsuming else { return false }
-                // Bounded: while PostgreSQL is down a query waits for a connection indefinitely.
-                let probe: @Sendable () async throws -> Void = { _ = try await postgres.query("SELECT 1", logger: logger) }
-                return (try? await withTimeout(.seconds(2), abandoning: probe)) != nil
+                await Readiness.check(
+                    consuming: pipeline.isConsuming,
+                    joinedGroup: consumer.hasJoinedGroup,
+                    publishBlockedBy: pipeline.publishBlockedBy,
+                    database: { await database.check() },
+                    apns: { await apns.canReachEndpoints() }
+                )
             },
             metrics: { pipeline.metrics.prometheusText() },
             logger: logger

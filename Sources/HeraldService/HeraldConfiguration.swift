@@ -61,6 +61,7 @@ public struct HeraldConfiguration: Sendable {
             deliveryDeadline: .seconds(try reader.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
         )
         pipeline.maxConcurrentSends = try reader.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...10_000)
+        pipeline.derivesCollapseID = try reader.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
         self.pipeline = pipeline
 
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")

@@ -1,3 +1,4 @@
+import DeviceTokenStore
 import Foundation
 import PushPipeline
 public import Logging
@@ -39,7 +40,7 @@ public struct JSONLogHandler: LogHandler {
     }
 
     private static func timestamp() -> String {
-        RFC3339.format(Date())
+        RFC3339.format(Timestamp.now())
     }
 
     private static func quoted(_ text: String) -> String {

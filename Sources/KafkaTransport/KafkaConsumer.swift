@@ -85,6 +85,12 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
+    /// Whether the group has assigned this member its partitions (none is an assignment too),
+    /// and the assignment has not been lost since.
+    public var hasJoinedGroup: Bool {
+        client.context.hasJoinedGroup.load(ordering: .relaxed)
+    }
+
     /// Registers who finishes and commits a partition's work before a rebalance takes it away.
     public func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
         client.context.rebalanceListener.withLock { $0 = listener }

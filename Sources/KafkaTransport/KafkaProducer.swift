@@ -20,8 +20,10 @@ public final class KafkaProducer: Service, Sendable {
         self.flushTimeout = flushTimeout
     }
 
-    /// Produces `message` and waits for its delivery report; throws if the broker refused it
-    /// or librdkafka gave up (message.timeout.ms).
+    /// Produces `message` once and waits for its delivery report, however long librdkafka
+    /// retries (bounded by `message.timeout.ms`); throws if the broker refused it or librdkafka
+    /// gave up. A ``KafkaError`` says whether sending it again can help (``KafkaError/isRetriable``).
+    /// Only a record librdkafka did not take (its local queue was full) is handed over again.
     public func send(_ message: KafkaOutgoingMessage) async throws {
         while true {
             do {
@@ -74,7 +76,7 @@ public final class KafkaProducer: Service, Sendable {
                 opaque.release()
                 if let headers { rd_kafka_headers_destroy(headers) }
                 if error == RD_KAFKA_RESP_ERR__QUEUE_FULL { throw KafkaError.queueFull() }
-                throw KafkaError.produce(String(cString: rd_kafka_err2str(error)), isRetriable: false)
+                throw KafkaError.produce(ProduceErrorCause(error))
             }
         }
     }

@@ -15,7 +15,7 @@ import Synchronization
 public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendable {
     private let configuration: PipelineConfiguration
     private let source: any MessageSource
-    private let publisher: any MessagePublisher
+    private let publisher: ReliablePublisher
     private let store: any DeviceTokenStore
     private let ledger: any DeliveryLedger
     private let sender: NotificationSender
@@ -39,6 +39,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// True while the consume loop runs and its last poll succeeded.
     public var isConsuming: Bool { consuming.load(ordering: .relaxed) }
 
+    /// The permanent broker errors (librdkafka's names) holding publishes right now: while any
+    /// does, the partitions of the messages waiting on them cannot move on.
+    public var publishBlockedBy: [String] { publisher.blockingCauses }
+
     public init(
         configuration: PipelineConfiguration,
         source: any MessageSource,
@@ -50,14 +54,18 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     ) {
         self.configuration = configuration
         self.source = source
-        self.publisher = publisher
+        let reliablePublisher = ReliablePublisher(publisher: publisher, logger: logger)
+        self.publisher = reliablePublisher
         self.store = store
         self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
         self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
         let ledgerWriter = LedgerWriter(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.ledgerWriter = ledgerWriter
-        self.metrics = PipelineMetrics(unrecordedOutcomes: { ledgerWriter.unrecordedCount })
+        self.metrics = PipelineMetrics(
+            unrecordedOutcomes: { ledgerWriter.unrecordedCount },
+            permanentPublishErrors: { reliablePublisher.permanentErrorCounts }
+        )
         self.logger = logger
     }
 
@@ -105,7 +113,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 let consumedAt = clock.now
                 var requests: [KafkaMessage] = []
                 for message in messages {
-                    tracker.withLock { $0.start(message.topicPartition, offset: message.offset) }
+                    // A partition revoked during the poll is the new owner's: not started here.
+                    guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
                     if message.topic == configuration.topics.tokens {
                         group.addTask { await self.processTokenUpdate(message) }
                     } else {
@@ -123,7 +132,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         }
     }
 
-    public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {}
+    public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
+        tracker.withLock { $0.assign(partitions) }
+    }
 
     /// Runs on the consumer's poll thread (not the cooperative pool) while the pipeline's
     /// children keep running: waits for the partitions' in-flight messages, within a bound, so
@@ -321,7 +332,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             priority: event.priority,
             apnsID: apnsID,
             expiration: event.expiration,
-            collapseID: event.collapseID,
+            collapseID: event.collapseID ?? (configuration.derivesCollapseID ? NotificationID.collapseID(eventID: event.id) : nil),
             payload: event.payload
         )
         // The permit covers the send and the ledger write, so at most `maxConcurrentSends`
@@ -386,7 +397,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         var mark: UnregisterMark?
         var unregisteredEvent: [UInt8]?
         if outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            mark = UnregisterMark(topic: event.topic, token: device.token, at: Date(timeIntervalSince1970: Double(millis) / 1000))
+            mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
             unregisteredEvent = UnregisteredTokenEvent(
                 token: device.token,
                 topic: event.topic,
@@ -456,7 +467,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 KafkaHeader(key: "herald-source-partition", text: String(message.partition)),
                 KafkaHeader(key: "herald-source-offset", text: String(message.offset)),
             ]
-        try await publishReliably(
+        try await publisher.publishDeadLetter(
             KafkaOutgoingMessage(
                 topic: configuration.topics.deadLetters,
                 key: message.key,
@@ -467,23 +478,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         metrics.recordDeadLetter()
     }
 
-    /// Publishes, retrying with backoff until the broker acknowledges or the task is cancelled:
-    /// a result is never dropped.
+    /// Publishes until the broker acknowledges or the task is cancelled: a result is never dropped.
     private func publishReliably(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
-        try await retryingForever(what: "publish to \(message.topic)") {
-            try await self.publisher.send(message)
-        }
+        try await publisher.publish(message)
     }
 
-    /// Runs a registry operation, retrying with backoff while PostgreSQL is unavailable.
+    /// Runs a registry or ledger operation, each attempt bounded by `storeOperationTimeout`,
+    /// retrying with backoff while PostgreSQL is unavailable.
     private func withStoreRetry<Result: Sendable>(
-        _ operation: @escaping @Sendable () async throws -> Result
-    ) async throws(CancellationError) -> Result {
-        try await retryingForever(what: "token store", operation)
-    }
-
-    private func retryingForever<Result: Sendable>(
-        what: String,
         _ operation: @escaping @Sendable () async throws -> Result
     ) async throws(CancellationError) -> Result {
         let policy = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
@@ -495,7 +497,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 return try await withTimeout(configuration.storeOperationTimeout, abandoning: operation)
             } catch {
                 attempt += 1
-                logger.warning("retrying \(what)", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
+                logger.warning("retrying token store", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
                 do {
                     try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
                 } catch {
@@ -510,6 +512,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     private static func epochMilliseconds() -> Int64 {
-        Int64(Date().timeIntervalSince1970 * 1000)
+        Timestamp.now().millisecondsSince1970
     }
 }

@@ -3,6 +3,10 @@ public import KafkaTransport
 /// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
 /// the highest offset taken when nothing is in flight. A message that never finishes (a
 /// cancelled delivery) therefore holds its partition's commit back and is redelivered.
+///
+/// A partition revoked from this member takes no new message until it is assigned again:
+/// messages of it that a poll gathered before the revocation belong to the new owner, which
+/// reads them again from the committed offset; nothing is committed for it meanwhile.
 public struct OffsetTracker: Sendable {
     private struct PartitionState {
         var inFlight: Set<Int64> = []
@@ -17,17 +21,27 @@ public struct OffsetTracker: Sendable {
     }
 
     private var partitions: [KafkaTopicPartition: PartitionState] = [:]
+    /// Partitions revoked and not assigned again since.
+    private var revoked: Set<KafkaTopicPartition> = []
     /// Messages taken and not yet finished, over all partitions.
     public private(set) var inFlightCount = 0
 
     public init() {}
 
-    /// Records that `offset` of `partition` was taken for processing.
-    public mutating func start(_ partition: KafkaTopicPartition, offset: Int64) {
+    /// Records that `offset` of `partition` was taken for processing; false (and nothing
+    /// recorded) when the partition was revoked from this member: the message must not start.
+    public mutating func start(_ partition: KafkaTopicPartition, offset: Int64) -> Bool {
+        guard !revoked.contains(partition) else { return false }
         var state = partitions[partition] ?? PartitionState()
         if state.inFlight.insert(offset).inserted { inFlightCount += 1 }
         state.nextOffset = max(state.nextOffset, offset + 1)
         partitions[partition] = state
+        return true
+    }
+
+    /// Records that these partitions now belong to this member.
+    public mutating func assign(_ assigned: [KafkaTopicPartition]) {
+        revoked.subtract(assigned)
     }
 
     /// Records that every result of `offset` is published.
@@ -54,6 +68,7 @@ public struct OffsetTracker: Sendable {
     /// Messages of theirs still in flight no longer count against the window.
     public mutating func revoke(_ revoked: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
         var offsets: [KafkaTopicPartition: Int64] = [:]
+        self.revoked.formUnion(revoked)
         for partition in revoked {
             guard let state = partitions.removeValue(forKey: partition) else { continue }
             inFlightCount -= state.inFlight.count

@@ -34,6 +34,9 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// a query waiting for a connection that a restarted PostgreSQL never gives back must not
     /// stall its partition for good.
     public var storeOperationTimeout: Duration = .seconds(10)
+    /// Sends an event without `collapse_id` with one derived from its id
+    /// (HERALD_APNS_DERIVED_COLLAPSE_ID), so a crash's repeat of an alert replaces the first copy.
+    public var derivesCollapseID = false
 
     public init() {}
 }

@@ -10,11 +10,16 @@ public final class PipelineMetrics: Sendable {
     private let republished = Atomic<Int>(0)
     private let results = Mutex<[DeliveryResult.Status: Int]>([:])
     private let unrecordedOutcomes: @Sendable () -> Int
+    private let permanentPublishErrors: @Sendable () -> [String: Int]
 
     /// `unrecordedOutcomes` counts the outcomes APNs answered that are not yet in the delivery
-    /// ledger.
-    init(unrecordedOutcomes: @escaping @Sendable () -> Int) {
+    /// ledger; `permanentPublishErrors` the permanent broker errors seen, by cause.
+    init(
+        unrecordedOutcomes: @escaping @Sendable () -> Int,
+        permanentPublishErrors: @escaping @Sendable () -> [String: Int]
+    ) {
         self.unrecordedOutcomes = unrecordedOutcomes
+        self.permanentPublishErrors = permanentPublishErrors
     }
 
     func recordConsumed(_ count: Int) { consumed.add(count, ordering: .relaxed) }
@@ -49,6 +54,10 @@ public final class PipelineMetrics: Sendable {
         ]
         for status in DeliveryResult.Status.allCases {
             lines.append("herald_results_total{status=\"\(status.rawValue)\"} \(resultCount(status))")
+        }
+        lines.append("# TYPE herald_publish_permanent_errors_total counter")
+        for (cause, count) in permanentPublishErrors().sorted(by: { $0.key < $1.key }) {
+            lines.append("herald_publish_permanent_errors_total{cause=\"\(cause)\"} \(count)")
         }
         // What a crash now would push a second time (besides answers still on their way).
         lines += [

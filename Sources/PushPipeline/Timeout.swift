@@ -7,7 +7,8 @@ public struct OperationTimedOut: Error, CustomStringConvertible {
 }
 
 /// Runs `operation`; after `timeout` cancels it, stops waiting for it and throws
-/// ``OperationTimedOut``.
+/// ``OperationTimedOut``. When the caller is cancelled first, the operation is cancelled too
+/// and the caller stops waiting at once.
 ///
 /// Not waiting is the point: a postgres-nio query whose connection died mid-transaction was
 /// seen neither to answer nor to react to cancellation, and waiting for it (as a task group
@@ -26,18 +27,22 @@ public func withTimeout<Result: Sendable>(
             handOver.deliver(.failure(error))
         }
     }
-    return try await withThrowingTaskGroup(of: Result?.self) { group in
-        group.addTask { try await handOver.value }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            return nil
+    return try await withTaskCancellationHandler {
+        try await withThrowingTaskGroup(of: Result?.self) { group in
+            group.addTask { try await handOver.value }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard case .some(.some(let value)) = try await group.next() else {
+                work.cancel()
+                throw OperationTimedOut(timeout: timeout)
+            }
+            return value
         }
-        defer { group.cancelAll() }
-        guard case .some(.some(let value)) = try await group.next() else {
-            work.cancel()
-            throw OperationTimedOut(timeout: timeout)
-        }
-        return value
+    } onCancel: {
+        work.cancel()
     }
 }
 

@@ -10,9 +10,10 @@ import Testing
 /// Housekeeping on the real PostgreSQL. These tests delete by age across the whole database, so
 /// they run in the serialized registry suite, and each uses dates no other test writes.
 extension TokenRegistryTests {
-    static let year2001 = Date(timeIntervalSince1970: 978_307_200)
+    static let year2001 = Timestamp(millisecondsSince1970: 978_307_200_000)
+    static let year2001DayBefore = Timestamp(millisecondsSince1970: 978_307_200_000 - 86_400_000)
     static let year2002 = Date(timeIntervalSince1970: 1_009_843_200)
-    static let year2003 = Date(timeIntervalSince1970: 1_041_379_200)
+    static let year2003 = Timestamp(millisecondsSince1970: 1_041_379_200_000)
 
     @Test func ledgerPruningDeletesOnlyOutcomesRecordedBeforeTheCutOff() async throws {
         try await RegistryDatabase.withStore { store, database in
@@ -39,7 +40,7 @@ extension TokenRegistryTests {
             let recentlyUnregistered = TestDevice.randomToken()
             let activeSinceLongAgo = TestDevice.randomToken()
             let registeredAgain = TestDevice.randomToken()
-            try await database.insertRow(topic, purged, user: "u-1", registeredAt: Self.year2001.addingTimeInterval(-86_400), unregisteredAt: Self.year2001)
+            try await database.insertRow(topic, purged, user: "u-1", registeredAt: Self.year2001DayBefore, unregisteredAt: Self.year2001)
             try await database.insertRow(topic, recentlyUnregistered, user: "u-1", registeredAt: Self.year2001, unregisteredAt: Self.year2003)
             try await database.insertRow(topic, activeSinceLongAgo, user: "u-1", registeredAt: Self.year2001)
             try await database.insertRow(topic, registeredAgain, user: "u-1", registeredAt: Self.year2001, unregisteredAt: Self.year2001)

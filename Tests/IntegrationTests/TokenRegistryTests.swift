@@ -15,21 +15,22 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(5)))
 struct TokenRegistryTests {
     let topic = "com.example.registry.\(UUID().uuidString.prefix(8).lowercased())"
-    /// Whole seconds an hour ago, so timestamps survive PostgreSQL's microseconds exactly.
-    let base = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 3600).rounded(.down))
+    /// An hour ago with its milliseconds (…40.748 is as likely as …40.000): every comparison
+    /// below is exact, so a timestamp that went through floating-point seconds shows.
+    let base = Timestamp(millisecondsSince1970: Timestamp.now().millisecondsSince1970 - 3_600_000)
 
-    func t(_ seconds: Double) -> Date { base.addingTimeInterval(seconds) }
+    func t(_ seconds: Int64) -> Timestamp { Timestamp(microsecondsSince1970: base.microsecondsSince1970 + seconds * 1_000_000) }
 
     func register(
         _ token: String,
         user: String = "u-1",
         environment: APNSEnvironment = .production,
-        at time: Date
+        at time: Timestamp
     ) -> TokenRegistryUpdate {
         TokenRegistryUpdate(action: .register, userID: user, token: token, topic: topic, environment: environment, timestamp: time)
     }
 
-    func unregister(_ token: String, at time: Date) -> TokenRegistryUpdate {
+    func unregister(_ token: String, at time: Timestamp) -> TokenRegistryUpdate {
         TokenRegistryUpdate(action: .unregister, userID: nil, token: token, topic: topic, environment: .production, timestamp: time)
     }
 
@@ -379,11 +380,11 @@ struct AppliedMigration: Equatable {
 struct RegistryRow: Equatable, CustomStringConvertible {
     var user: String
     var environment: String
-    var registeredAt: Date
-    var unregisteredAt: Date?
+    var registeredAt: Timestamp
+    var unregisteredAt: Timestamp?
 
     var description: String {
-        "\(user) \(environment) registered \(registeredAt.timeIntervalSince1970) unregistered \(unregisteredAt.map { "\($0.timeIntervalSince1970)" } ?? "-")"
+        "\(user) \(environment) registered \(registeredAt) unregistered \(unregisteredAt.map { "\($0)" } ?? "-")"
     }
 }
 
@@ -427,17 +428,17 @@ extension PostgresClient {
             WHERE topic = \(topic) AND token = \(token)
             """,
             logger: sqlLogger
-        ).decode((String, String, Date, Date?).self) {
+        ).decode((String, String, Timestamp, Timestamp?).self) {
             return RegistryRow(user: user, environment: environment, registeredAt: registeredAt, unregisteredAt: unregisteredAt)
         }
         return nil
     }
 
-    func tombstone(_ topic: String, _ token: String) async throws -> Date? {
+    func tombstone(_ topic: String, _ token: String) async throws -> Timestamp? {
         for try await date in try await query(
             "SELECT unregistered_at FROM push.token_tombstones WHERE topic = \(topic) AND token = \(token)",
             logger: sqlLogger
-        ).decode(Date.self) {
+        ).decode(Timestamp.self) {
             return date
         }
         return nil
@@ -449,8 +450,8 @@ extension PostgresClient {
         _ token: String,
         user: String,
         environment: String = "production",
-        registeredAt: Date,
-        unregisteredAt: Date? = nil
+        registeredAt: Timestamp,
+        unregisteredAt: Timestamp? = nil
     ) async throws {
         try await query(
             """

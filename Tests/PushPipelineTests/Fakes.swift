@@ -5,13 +5,17 @@ import KafkaTransport
 import PushPipeline
 import Synchronization
 
-/// Hands out a fixed list of messages once and records commits.
+/// Hands out a fixed list of messages once and records commits; can revoke partitions in the
+/// middle of the first poll, as librdkafka's rebalance callback may.
 final class FakeSource: MessageSource {
     private let pending: Mutex<[KafkaMessage]>
     private let commits = Mutex<[[KafkaTopicPartition: Int64]]>([])
+    private let listener = Mutex<(any KafkaRebalanceListener)?>(nil)
+    private let revokeDuringFirstPoll: Mutex<[KafkaTopicPartition]>
 
-    init(_ messages: [KafkaMessage]) {
+    init(_ messages: [KafkaMessage], revokingDuringFirstPoll revoked: [KafkaTopicPartition] = []) {
         pending = Mutex(messages)
+        revokeDuringFirstPoll = Mutex(revoked)
     }
 
     func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
@@ -19,6 +23,15 @@ final class FakeSource: MessageSource {
             let batch = Array(messages.prefix(maxMessages))
             messages.removeFirst(batch.count)
             return batch
+        }
+        let revoked = revokeDuringFirstPoll.withLock { revoked in
+            defer { revoked = [] }
+            return revoked
+        }
+        if !revoked.isEmpty, let listener = listener.withLock({ $0 }) {
+            // The batch was gathered before the revocation, as in one rd_kafka_consumer_poll loop.
+            let offsets = listener.partitionsRevoked(revoked)
+            if !offsets.isEmpty { commits.withLock { $0.append(offsets) } }
         }
         if batch.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
         return batch
@@ -28,7 +41,12 @@ final class FakeSource: MessageSource {
         commits.withLock { $0.append(offsets) }
     }
 
-    func setRebalanceListener(_ listener: any KafkaRebalanceListener) {}
+    /// Every commit, oldest first.
+    var allCommits: [[KafkaTopicPartition: Int64]] { commits.withLock { $0 } }
+
+    func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
+        self.listener.withLock { $0 = listener }
+    }
     func pauseAll() async throws {}
     func resumeAll() async throws {}
 
@@ -38,18 +56,42 @@ final class FakeSource: MessageSource {
     }
 }
 
-/// Records what was published; can refuse the first sends to exercise retries.
+/// Records what was published; can refuse the first sends to exercise retries, acknowledge
+/// the first ones late, or refuse sends with a broker's error.
 final class FakePublisher: MessagePublisher {
     private let sent = Mutex<[KafkaOutgoingMessage]>([])
     private let failuresLeft: Atomic<Int>
+    private let slowSendsLeft: Atomic<Int>
+    private let slowSendDelay: Duration
+    private let refusal: @Sendable (KafkaOutgoingMessage, Int) -> (any Error)?
+    private let attempts = Atomic(0)
 
-    init(failFirst failures: Int = 0) {
+    /// `refusing(message, attempt)` returns the error a send fails with (`attempt` counts every
+    /// send so far, from 1), or nil to accept it.
+    init(
+        failFirst failures: Int = 0,
+        acknowledgeFirst slowSends: Int = 0,
+        after delay: Duration = .zero,
+        refusing: @escaping @Sendable (KafkaOutgoingMessage, Int) -> (any Error)? = { _, _ in nil }
+    ) {
         failuresLeft = Atomic(failures)
+        slowSendsLeft = Atomic(slowSends)
+        slowSendDelay = delay
+        refusal = refusing
     }
 
     func send(_ message: KafkaOutgoingMessage) async throws {
+        let attempt = attempts.add(1, ordering: .relaxed).newValue
         if failuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
             throw FakeError.unavailable
+        }
+        if let error = refusal(message, attempt) { throw error }
+        if slowSendsLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
+            // Like a broker that acknowledges late: the record is written whatever the caller does.
+            let milliseconds = Int(slowSendDelay / .milliseconds(1))
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { continuation.resume() }
+            }
         }
         sent.withLock { $0.append(message) }
     }
@@ -74,8 +116,8 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private struct Row {
         var userID: String
         var environment: APNSEnvironment
-        var registeredAt: Date
-        var unregisteredAt: Date?
+        var registeredAt: Timestamp
+        var unregisteredAt: Timestamp?
     }
 
     private let rows = Mutex<[String: Row]>([:])
@@ -131,7 +173,7 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
         }
     }
 
-    func markUnregistered(topic: String, token: String, at time: Date) async throws -> Bool {
+    func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
         rows.withLock { rows in
             let key = "\(topic)|\(token)"
             guard var row = rows[key], time > row.registeredAt, row.unregisteredAt.map({ time > $0 }) ?? true else { return false }

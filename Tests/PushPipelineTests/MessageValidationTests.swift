@@ -119,7 +119,7 @@ import Testing
         #expect(update.action == .register)
         #expect(update.token == String(repeating: "ab", count: 32))
         #expect(update.environment == .production)
-        #expect(update.timestamp == Date(timeIntervalSince1970: 1_795_255_200.25))
+        #expect(update.timestamp == Timestamp(microsecondsSince1970: 1_795_255_200_250_000))
     }
 
     @Test func registerNeedsUserAndUnregisterDoesNot() throws {
@@ -150,7 +150,9 @@ import Testing
         #expect(RFC3339.format(date) == "2026-11-21T10:00:01.123Z")
         #expect(RFC3339.format(milliseconds: 0) == "1970-01-01T00:00:00.000Z")
         #expect(RFC3339.parse("2024-02-30T00:00:00Z") == nil)
-        #expect(RFC3339.parse("2024-02-29T00:00:00-05:30") == Date(timeIntervalSince1970: 1_709_184_600))
+        #expect(RFC3339.parse("2024-02-29T00:00:00-05:30") == Timestamp(millisecondsSince1970: 1_709_184_600_000))
+        #expect(RFC3339.parse("2026-11-21T10:00:40.748Z")?.millisecondsSince1970 == 1_795_255_240_748, "no floating-point rounding")
+        #expect(RFC3339.parse("2026-11-21T10:00:40.123456789Z")?.microsecondsSince1970 == 1_795_255_240_123_456, "finer digits are dropped")
     }
 
     @Test func apnsIDIsAStableLowercaseVersion5UUID() {

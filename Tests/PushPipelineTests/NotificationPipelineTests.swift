@@ -35,7 +35,7 @@ struct NotificationPipelineTests {
             failFirstRecords: failFirstRecords,
             hangFirstRecords: hangFirstRecords
         )
-        let registered = Date(timeIntervalSince1970: 1_700_000_000)
+        let registered = Timestamp(millisecondsSince1970: 1_700_000_000_000)
         for (user, token, environment) in [("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
                                            ("bob", bobPhone, .production)] {
             try await store.apply(TokenRegistryUpdate(action: .register, userID: user, token: token, topic: "com.example.shop",
@@ -202,7 +202,7 @@ struct NotificationPipelineTests {
 
     @Test func commitsOnlyBelowTheLowestUnfinishedOffset() {
         var tracker = OffsetTracker()
-        for offset in 10..<15 { tracker.start(partition, offset: Int64(offset)) }
+        for offset in 10..<15 { _ = tracker.start(partition, offset: Int64(offset)) }
         tracker.finish(partition, offset: 10)
         tracker.finish(partition, offset: 12)
         #expect(tracker.committableOffsets()[partition] == 11)

@@ -124,6 +124,9 @@ struct RDKafkaHandle: @unchecked Sendable {
 final class RDKafkaClientContext: Sendable {
     let logger: Logger
     let rebalanceListener = Mutex<(any KafkaRebalanceListener)?>(nil)
+    /// Set when the group assigned this member partitions (possibly none), cleared when the
+    /// assignment was lost without an orderly revocation.
+    let hasJoinedGroup = Atomic(false)
 
     init(logger: Logger) {
         self.logger = logger
@@ -181,7 +184,7 @@ private let rdKafkaBackgroundEvent: @convention(c) (OpaquePointer?, OpaquePointe
         if error == RD_KAFKA_RESP_ERR_NO_ERROR {
             report.continuation.resume()
         } else {
-            report.continuation.resume(throwing: KafkaError.delivery(String(cString: rd_kafka_err2str(error))))
+            report.continuation.resume(throwing: KafkaError.delivery(ProduceErrorCause(error)))
         }
     }
 }
@@ -192,6 +195,13 @@ final class DeliveryReport: Sendable {
 
     init(_ continuation: CheckedContinuation<Void, any Error>) {
         self.continuation = continuation
+    }
+}
+
+extension ProduceErrorCause {
+    /// librdkafka's name and text for `error`.
+    init(_ error: rd_kafka_resp_err_t) {
+        self.init(name: String(cString: rd_kafka_err2name(error)), message: String(cString: rd_kafka_err2str(error)))
     }
 }
 
@@ -225,6 +235,7 @@ private let rdKafkaRebalance: @convention(c) (
             "partitions assigned",
             metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
         )
+        context?.hasJoinedGroup.store(true, ordering: .relaxed)
         listener?.partitionsAssigned(partitions)
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
         context?.logger.info(
@@ -250,6 +261,7 @@ private let rdKafkaRebalance: @convention(c) (
     default:
         context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
         // The assignment is gone without an orderly revocation: nothing may be committed.
+        context?.hasJoinedGroup.store(false, ordering: .relaxed)
         _ = listener?.partitionsRevoked(partitions)
         _ = rd_kafka_assign(handle, nil)
     }

@@ -1,4 +1,5 @@
 public import APNSCore
+import DeviceTokenStore
 import Foundation
 
 /// The final answer for one device after retries.
@@ -44,7 +45,7 @@ public struct NotificationSender: Sendable {
     public init(
         client: any APNSClientProtocol,
         policy: RetryPolicy,
-        epochMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+        epochMilliseconds: @escaping @Sendable () -> Int64 = { Timestamp.now().millisecondsSince1970 }
     ) {
         self.client = client
         self.policy = policy

@@ -78,15 +78,3 @@ struct FieldReader {
         guard !text.utf8.contains(0) else { throw InputRejection(.schemaViolation, "\(name) contains NUL") }
     }
 }
-
-extension JSONValue {
-    /// Whether any string (or member name) anywhere in the value contains NUL.
-    var containsNUL: Bool {
-        switch self {
-        case .string(let text): text.utf8.contains(0)
-        case .array(let elements): elements.contains { $0.containsNUL }
-        case .object(let members): members.contains { $0.0.utf8.contains(0) || $0.1.containsNUL }
-        case .null, .bool, .number: false
-        }
-    }
-}

@@ -83,7 +83,7 @@ public struct NotificationEvent: Sendable, Hashable {
         guard case .object? = payload["aps"] else {
             throw InputRejection(.schemaViolation, "payload.aps must be a JSON object")
         }
-        guard !payload.containsNUL else { throw InputRejection(.schemaViolation, "payload contains NUL") }
+        // The payload is the app's: forwarded as given, `\u0000` escapes included.
         let bytes = payload.serialized()
         guard bytes.count <= pushType.maximumPayloadSize else {
             throw InputRejection(

@@ -19,11 +19,27 @@ public enum NotificationID {
         var bytes = Array(hasher.finalize().prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50
         bytes[8] = (bytes[8] & 0x3F) | 0x80
+        return hexadecimal(bytes, dashesBefore: [4, 6, 8, 10])
+    }
+
+    /// The `apns-collapse-id` Herald derives for an event without one
+    /// (HERALD_APNS_DERIVED_COLLAPSE_ID): 40 hex digits of SHA-1 over the namespace and the event
+    /// ID, so every device's copy, and a crash's repeat of it, collapse into one on the device.
+    /// Always within APNs' 64 bytes and free of characters a header value cannot carry.
+    public static func collapseID(eventID: String) -> String {
+        var hasher = Insecure.SHA1()
+        hasher.update(data: namespace)
+        hasher.update(data: Array("collapse/".utf8))
+        hasher.update(data: Array(eventID.utf8))
+        return hexadecimal(Array(hasher.finalize()), dashesBefore: [])
+    }
+
+    private static func hexadecimal(_ bytes: [UInt8], dashesBefore dashes: Set<Int>) -> String {
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
-        text.reserveCapacity(36)
+        text.reserveCapacity(bytes.count * 2 + dashes.count)
         for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
+            if dashes.contains(index) { text.append(UInt8(ascii: "-")) }
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0x0F)])
         }

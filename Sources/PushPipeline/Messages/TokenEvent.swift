@@ -1,6 +1,6 @@
 import APNSCore
 public import DeviceTokenStore
-public import Foundation
+import Foundation
 
 extension TokenRegistryUpdate {
     /// Validates a push.tokens value against the contract and normalises its token.
@@ -11,7 +11,11 @@ extension TokenRegistryUpdate {
             throw InputRejection(.schemaViolation, "action must be register or unregister")
         }
         let userID = try fields.string("user_id", bytes: 1...256, required: action == .register)
-        let rawToken = try fields.string("token", bytes: 1...1024, required: true)!
+        // A string that is not a token is `invalid_token`, whatever its length; a missing or
+        // non-string token is a schema violation.
+        guard case .string(let rawToken)? = fields.object["token"] else {
+            throw InputRejection(.schemaViolation, "token is required and must be a string")
+        }
         let topic = try fields.string("topic", bytes: 1...255, required: true)!
         var environment = APNSEnvironment.production
         if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
@@ -64,8 +68,9 @@ public enum DeviceTokenText {
 
 /// RFC 3339 timestamps, read and written without locale or calendar machinery.
 public enum RFC3339 {
-    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `t` and `z` are accepted too.
-    public static func parse(_ text: String) -> Date? {
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `t` and `z` are accepted too. The
+    /// result is exact to the microsecond (PostgreSQL's precision); finer digits are dropped.
+    public static func parse(_ text: String) -> Timestamp? {
         let bytes = Array(text.utf8)
         var index = 0
         func number(_ digits: Int) -> Int? {
@@ -90,13 +95,13 @@ public enum RFC3339 {
         guard (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day), hour < 24,
             minute < 60, second < 61
         else { return nil }
-        var fraction = 0.0
+        var microseconds: Int64 = 0
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             index += 1
-            var scale = 0.1
+            var scale: Int64 = 100_000
             let start = index
             while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 {
-                fraction += Double(bytes[index] - 0x30) * scale
+                microseconds += Int64(bytes[index] - 0x30) * scale
                 scale /= 10
                 index += 1
             }
@@ -117,13 +122,13 @@ public enum RFC3339 {
         }
         guard index == bytes.count else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
-        let seconds = Double(days * 86_400 + hour * 3600 + minute * 60 + min(second, 59) - offsetSeconds)
-        return Date(timeIntervalSince1970: seconds + fraction)
+        let seconds = Int64(days * 86_400 + hour * 3600 + minute * 60 + min(second, 59) - offsetSeconds)
+        return Timestamp(microsecondsSince1970: seconds * 1_000_000 + microseconds)
     }
 
     /// Formats as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, milliseconds), the form Herald writes.
-    public static func format(_ date: Date) -> String {
-        format(milliseconds: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+    public static func format(_ timestamp: Timestamp) -> String {
+        format(milliseconds: timestamp.millisecondsSince1970)
     }
 
     /// Formats milliseconds since 1970 as `YYYY-MM-DDTHH:MM:SS.mmmZ`.

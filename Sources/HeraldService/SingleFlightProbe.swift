@@ -1,0 +1,32 @@
+import PushPipeline
+import Synchronization
+
+/// A health check that runs at most once at a time and answers within its time limit.
+///
+/// A PostgreSQL query may wait for a connection, or on a dead one, far longer than a readiness
+/// request should: each check gives up after `timeout` (the operation is cancelled, see
+/// ``withTimeout(_:abandoning:)``). A check that an earlier, still unfinished one would only
+/// duplicate is not started: while an operation is outstanding, the answer is "not ready". So a
+/// PostgreSQL outage leaves at most one probe behind, however often readiness is asked.
+final class SingleFlightProbe: Sendable {
+    private let timeout: Duration
+    private let operation: @Sendable () async throws -> Void
+    private let outstanding = Atomic(false)
+
+    init(timeout: Duration, operation: @escaping @Sendable () async throws -> Void) {
+        self.timeout = timeout
+        self.operation = operation
+    }
+
+    /// Whether the operation succeeded within the time limit.
+    func check() async -> Bool {
+        guard outstanding.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return false
+        }
+        let finished: @Sendable () async throws -> Void = { [self] in
+            defer { outstanding.store(false, ordering: .releasing) }
+            try await operation()
+        }
+        return (try? await withTimeout(timeout, abandoning: finished)) != nil
+    }
+}

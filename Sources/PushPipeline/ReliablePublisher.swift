@@ -1,0 +1,135 @@
+import KafkaTransport
+import Logging
+import Synchronization
+
+/// Publishes results, unregistered events and dead letters until the broker acknowledges them.
+///
+/// Each attempt hands the record over once and waits for its delivery report, however long
+/// librdkafka retries it (`message.timeout.ms` bounds that): a slow broker is never answered by
+/// enqueueing the same record again. A failed attempt is tried again with backoff:
+/// - a retriable error (time-out, transport, leader change) clears up by itself;
+/// - a permanent one (record too large, unknown topic, denied ACL) needs an operator: while any
+///   publish is held by one, ``blockingCauses`` names it (Herald is unready), it is logged once
+///   per cause and counted, and the publish is retried slowly, so creating the topic or
+///   granting the ACL resumes the partition without a restart.
+///
+/// A dead letter too large for the broker is sent again without its value, with the header
+/// `herald-value-omitted: too_large`.
+final class ReliablePublisher: Sendable {
+    private struct Blocked {
+        /// Publishes currently held by each permanent cause.
+        var heldByCause: [String: Int] = [:]
+        /// Permanent errors seen so far, by cause.
+        var errorCounts: [String: Int] = [:]
+    }
+
+    private let publisher: any MessagePublisher
+    private let logger: Logger
+    private let retriableBackoff = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
+    private let permanentBackoff = RetryPolicy(initialBackoff: .seconds(1), maximumBackoff: .seconds(30))
+    private let blocked = Mutex(Blocked())
+
+    init(publisher: any MessagePublisher, logger: Logger) {
+        self.publisher = publisher
+        self.logger = logger
+    }
+
+    /// The permanent errors that hold publishes right now (empty when publishing works).
+    var blockingCauses: [String] {
+        blocked.withLock { $0.heldByCause.keys.sorted() }
+    }
+
+    /// Permanent publish errors seen since start, by cause (a metric).
+    var permanentErrorCounts: [String: Int] {
+        blocked.withLock { $0.errorCounts }
+    }
+
+    /// Publishes `message`; returns once the broker acknowledged it. Throws only when cancelled.
+    func publish(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
+        try await publish(message, omittingValueIfTooLarge: false)
+    }
+
+    /// Publishes a dead letter; one too large for the broker goes without its value.
+    func publishDeadLetter(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
+        try await publish(message, omittingValueIfTooLarge: true)
+    }
+
+    private func publish(_ message: KafkaOutgoingMessage, omittingValueIfTooLarge: Bool) async throws(CancellationError) {
+        var message = message
+        var generator = SystemRandomNumberGenerator()
+        var attempt = 0
+        var heldBy: String?
+        defer { if let heldBy { release(heldBy) } }
+        while true {
+            if Task.isCancelled { throw CancellationError() }
+            let failure: any Error
+            do {
+                try await publisher.send(message)
+                return
+            } catch {
+                failure = error
+            }
+            attempt += 1
+            let kafkaError = failure as? KafkaError
+            if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
+                logger.warning(
+                    "dead letter too large for the broker; sending it without its value",
+                    metadata: ["kafka.topic": "\(message.topic)", "error": "\(failure)"]
+                )
+                message.value = nil
+                message.headers.append(KafkaHeader(key: "herald-value-omitted", text: "too_large"))
+                continue
+            }
+            let policy: RetryPolicy
+            if let kafkaError, !kafkaError.isRetriable {
+                let cause = kafkaError.cause ?? "unknown"
+                if heldBy != cause {
+                    if let heldBy { release(heldBy) }
+                    hold(cause, topic: message.topic, error: kafkaError)
+                    heldBy = cause
+                }
+                policy = permanentBackoff
+            } else {
+                if let heldBy { release(heldBy) }
+                heldBy = nil
+                if attempt == 1 || attempt.isMultiple(of: 20) {
+                    logger.warning(
+                        "retrying publish",
+                        metadata: ["kafka.topic": "\(message.topic)", "error": "\(failure)", "attempt": "\(attempt)"]
+                    )
+                }
+                policy = retriableBackoff
+            }
+            do {
+                try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
+            } catch {
+                throw CancellationError()
+            }
+        }
+    }
+
+    /// Counts a permanent error; logs it when it is the first publish this cause holds.
+    private func hold(_ cause: String, topic: String, error: KafkaError) {
+        let first = blocked.withLock { state in
+            state.errorCounts[cause, default: 0] += 1
+            state.heldByCause[cause, default: 0] += 1
+            return state.heldByCause[cause] == 1
+        }
+        if first {
+            logger.error(
+                "publishing is blocked by a permanent broker error; Herald is unready until it clears",
+                metadata: ["kafka.topic": "\(topic)", "kafka.error": "\(cause)", "error": "\(error.message)"]
+            )
+        }
+    }
+
+    private func release(_ cause: String) {
+        let cleared = blocked.withLock { state in
+            state.heldByCause[cause, default: 1] -= 1
+            guard state.heldByCause[cause] == 0 else { return false }
+            state.heldByCause[cause] = nil
+            return true
+        }
+        if cleared { logger.info("publishing is no longer blocked", metadata: ["kafka.error": "\(cause)"]) }
+    }
+}

@@ -1,0 +1,194 @@
+import APNSCore
+import DeviceTokenStore
+import Foundation
+@testable import KafkaTransport
+import Logging
+import PushPipeline
+import ServiceLifecycle
+import ServiceLifecycleTestKit
+import Synchronization
+import Testing
+
+/// The Kafka-side gaps of the delivery guarantee: revocation inside a poll batch, publishes that
+/// are slow or refused for good, and the NUL and derived collapse-ID rules.
+@Suite(.timeLimit(.minutes(1)))
+struct DeliveryHardeningTests {
+    typealias Fixture = NotificationPipelineTests
+
+    /// Runs a pipeline with `configure` applied until `done` holds, then stops it gracefully.
+    static func run(
+        source: FakeSource,
+        publisher: FakePublisher,
+        store: FakeStore,
+        apns: FakeAPNS,
+        configure: (inout PipelineConfiguration) -> Void = { _ in },
+        until done: @escaping @Sendable (NotificationPipeline) -> Bool
+    ) async throws {
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
+        configuration.commitInterval = .milliseconds(10)
+        configure(&configuration)
+        let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
+                                            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await pipeline.run() }
+                while !done(pipeline) { try await Task.sleep(for: .milliseconds(5)) }
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test func messagesOfAPartitionRevokedDuringThePollAreNotStartedOrCommitted() async throws {
+        let revoked = KafkaTopicPartition(topic: "push.requests", partition: 1)
+        let kept = KafkaTopicPartition(topic: "push.requests", partition: 0)
+        let source = FakeSource(
+            [
+                Fixture.request(0, Fixture.event("kept", users: ["alice"]), partition: 0),
+                Fixture.request(7, Fixture.event("gone", users: ["bob"]), partition: 1),
+            ],
+            revokingDuringFirstPoll: [revoked]
+        )
+        let publisher = FakePublisher()
+        let apns = FakeAPNS()
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: apns) { _ in
+            source.committed[kept] == 1
+        }
+        #expect(apns.sent.map(\.0.deviceToken).sorted() == [Fixture.alicePhone, Fixture.alicePad].sorted(), "bob's event is the new owner's")
+        #expect(publisher.jsonObjects(on: "push.results").allSatisfy { $0["event_id"] as? String == "kept" })
+        #expect(source.allCommits.allSatisfy { $0[revoked] == nil }, "no offset committed for a partition not held")
+    }
+
+    @Test func aSlowAcknowledgementIsAwaitedNotAnsweredWithASecondCopy() async throws {
+        let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
+        // Acknowledged after 600 ms, far beyond the store time-out that used to abandon publishes.
+        let publisher = FakePublisher(acknowledgeFirst: 1, after: .milliseconds(600))
+        try await Self.run(
+            source: source,
+            publisher: publisher,
+            store: try await Fixture.registeredStore(),
+            apns: FakeAPNS(),
+            configure: { $0.storeOperationTimeout = .milliseconds(100) }
+        ) { _ in
+            source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
+        }
+        try await Task.sleep(for: .milliseconds(700))
+        #expect(publisher.messages(on: "push.results").count == 1, "one copy of the result")
+    }
+
+    @Test func aDeadLetterTooLargeForTheBrokerGoesWithoutItsValue() async throws {
+        let oversized = String(repeating: "x", count: 3000)
+        let source = FakeSource([Fixture.request(0, "{" + oversized)])
+        let publisher = FakePublisher(refusing: { message, _ in
+            guard message.topic == "push.dlq", message.value != nil else { return nil }
+            return KafkaError.delivery(ProduceErrorCause(name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large"))
+        })
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS()) { _ in
+            source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
+        }
+        let deadLetter = try #require(publisher.messages(on: "push.dlq").first)
+        #expect(publisher.messages(on: "push.dlq").count == 1)
+        #expect(deadLetter.value == nil)
+        let headers = Dictionary(deadLetter.headers.map { ($0.key, $0.value.map { String(decoding: $0, as: UTF8.self) }) }) { first, _ in first }
+        #expect(headers["herald-value-omitted"] == "too_large")
+        #expect(headers["herald-error"] == "invalid_json")
+    }
+
+    @Test func aPermanentPublishErrorMakesThePipelineReportItUntilItClears() async throws {
+        let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
+        // The results topic does not exist for the first two attempts, then an operator creates it.
+        let publisher = FakePublisher(refusing: { message, attempt in
+            attempt <= 2 ? KafkaError.delivery(ProduceErrorCause(name: "_UNKNOWN_TOPIC", message: "Local: Unknown topic")) : nil
+        })
+        let sawBlocked = Atomic(false)
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS()) { pipeline in
+            if pipeline.publishBlockedBy == ["_UNKNOWN_TOPIC"] { sawBlocked.store(true, ordering: .relaxed) }
+            guard source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1 else { return false }
+            #expect(pipeline.publishBlockedBy.isEmpty, "ready again once the record went through")
+            #expect(pipeline.metrics.prometheusText().contains(#"herald_publish_permanent_errors_total{cause="_UNKNOWN_TOPIC"} 1"#))
+            return true
+        }
+        let blocked = sawBlocked.load(ordering: .relaxed)
+        #expect(blocked)
+        #expect(publisher.messages(on: "push.results").count == 1)
+    }
+
+    @Test func aPayloadWithNULEscapesIsDeliveredAsGiven() async throws {
+        let event = #"{"id":"e1","user_ids":["bob"],"topic":"com.example.shop","payload":{"aps":{"alert":"a\u0000b"}}}"#
+        let source = FakeSource([Fixture.request(0, event)])
+        let publisher = FakePublisher()
+        let apns = FakeAPNS()
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: apns) { _ in
+            publisher.messages(on: "push.results").count == 1
+        }
+        #expect(publisher.messages(on: "push.dlq").isEmpty)
+        #expect(apns.sent.first.map { String(decoding: $0.0.payload, as: UTF8.self) } == #"{"aps":{"alert":"a\u0000b"}}"#)
+    }
+
+    @Test func derivedCollapseIDIsSentOnlyWhenConfiguredAndTheEventHasNone() async throws {
+        let ownCollapseID = #"{"id":"e2","user_ids":["bob"],"topic":"com.example.shop","collapse_id":"mine","payload":{"aps":{"alert":"x"}}}"#
+        for derives in [false, true] {
+            let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"])), Fixture.request(1, ownCollapseID)])
+            let publisher = FakePublisher()
+            let apns = FakeAPNS()
+            try await Self.run(
+                source: source,
+                publisher: publisher,
+                store: try await Fixture.registeredStore(),
+                apns: apns,
+                configure: { $0.derivesCollapseID = derives }
+            ) { _ in
+                publisher.messages(on: "push.results").count == 2
+            }
+            let byEvent = Dictionary(uniqueKeysWithValues: apns.sent.map { ($0.0.apnsID, $0.0.collapseID) })
+            let first = byEvent[NotificationID.derive(eventID: "e1", token: Fixture.bobPhone)] ?? nil
+            #expect(first == (derives ? NotificationID.collapseID(eventID: "e1") : nil))
+            #expect(byEvent[NotificationID.derive(eventID: "e2", token: Fixture.bobPhone)] == "mine")
+        }
+        let derived = NotificationID.collapseID(eventID: String(repeating: "é", count: 64))
+        #expect(derived.utf8.count <= 64 && derived.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F })
+        #expect(derived == NotificationID.collapseID(eventID: String(repeating: "é", count: 64)), "the same for every copy")
+    }
+}
+
+@Suite struct TimeoutTests {
+    @Test func aCancelledCallerCancelsTheOperation() async throws {
+        let operationCancelled = Atomic(false)
+        let started = Atomic(false)
+        let caller = Task {
+            try await withTimeout(.seconds(30)) {
+                started.store(true, ordering: .relaxed)
+                do {
+                    try await Task.sleep(for: .seconds(30))
+                } catch {
+                    operationCancelled.store(true, ordering: .relaxed)
+                    throw error
+                }
+            }
+        }
+        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(1)) }
+        caller.cancel()
+        await #expect(throws: CancellationError.self) { try await caller.value }
+        for _ in 0..<1000 where !operationCancelled.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let cancelled = operationCancelled.load(ordering: .relaxed)
+        #expect(cancelled, "the operation learned its caller went away")
+    }
+}
+
+@Suite struct OffsetTrackerRevocationTests {
+    @Test func aRevokedPartitionTakesNothingUntilAssignedAgain() {
+        let partition = KafkaTopicPartition(topic: "t", partition: 3)
+        var tracker = OffsetTracker()
+        let startedWhileOwned = tracker.start(partition, offset: 1)
+        let inFlightAtRevocation = tracker.revoke([partition])
+        let startedAfterRevocation = tracker.start(partition, offset: 2)
+        #expect(startedWhileOwned)
+        #expect(inFlightAtRevocation == [partition: 1])
+        #expect(!startedAfterRevocation)
+        #expect(tracker.committableOffsets().isEmpty)
+        tracker.assign([partition])
+        let startedWhenAssignedAgain = tracker.start(partition, offset: 2)
+        #expect(startedWhenAssignedAgain)
+    }
+}
