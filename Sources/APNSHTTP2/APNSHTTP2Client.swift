@@ -350,7 +350,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             let endpoint = configuration.endpoint(for: environment)
             do {
                 let channel = try await ClientBootstrap(group: eventLoopGroup)
-                    .connectTimeout(TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+                    .connectTimeout(TimeAmount(timeout))
                     .connect(host: endpoint.host, port: endpoint.port)
                     .get()
                 try? await channel.close()

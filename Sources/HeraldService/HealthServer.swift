@@ -8,17 +8,18 @@ public import ServiceLifecycle
 public final class HealthServer: Service, Sendable {
     private let host: String
     private let port: Int
-    private let readiness: @Sendable () async -> Bool
+    private let readiness: @Sendable () async -> [String]
     private let metrics: @Sendable () -> String
     private let logger: Logger
 
     /// - Parameters:
-    ///   - readiness: whether Herald can do its job now (database, consumer, APNs).
+    ///   - readiness: the conditions that keep Herald from doing its job now (database, consumer,
+    ///     APNs); empty when it is ready. `/health/ready` names them in its 503 body.
     ///   - metrics: the Prometheus text exposition.
     public init(
         host: String = "0.0.0.0",
         port: Int,
-        readiness: @escaping @Sendable () async -> Bool,
+        readiness: @escaping @Sendable () async -> [String],
         metrics: @escaping @Sendable () -> String,
         logger: Logger
     ) {
@@ -65,6 +66,7 @@ public final class HealthServer: Service, Sendable {
                 try await outbound.write(.head(HTTPResponseHead(version: request.version, status: status, headers: headers)))
                 try await outbound.write(.body(.byteBuffer(ByteBuffer(string: body))))
                 try await outbound.write(.end(nil))
+                if !request.isKeepAlive { return }
             }
         }
     }
@@ -72,7 +74,11 @@ public final class HealthServer: Service, Sendable {
     private func answer(path: String) async -> (HTTPResponseStatus, String) {
         switch path.split(separator: "?").first.map(String.init) ?? path {
         case "/health/live": (.ok, "live\n")
-        case "/health/ready": await readiness() ? (.ok, "ready\n") : (.serviceUnavailable, "not ready\n")
+        case "/health/ready":
+            switch await readiness() {
+            case []: (.ok, "ready\n")
+            case let unmet: (.serviceUnavailable, "not ready: \(unmet.joined(separator: ", "))\n")
+            }
         case "/metrics": (.ok, metrics())
         default: (.notFound, "not found\n")
         }

@@ -82,7 +82,7 @@ public enum HeraldApplication {
         let health = HealthServer(
             port: configuration.httpPort,
             readiness: {
-                await Readiness.check(
+                await Readiness.unmetConditions(
                     consuming: pipeline.isConsuming,
                     joinedGroup: consumer.hasJoinedGroup,
                     publishBlockedBy: pipeline.publishBlockedBy,

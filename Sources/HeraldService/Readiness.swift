@@ -1,17 +1,25 @@
-/// What `/health/ready` decides: Herald can do its job now.
+/// What `/health/ready` decides: whether Herald can do its job now, and if not, why.
 enum Readiness {
-    /// Ready when the consume loop polls, the consumer has joined its group, no permanent broker
-    /// error holds a publish, PostgreSQL answers and every APNs endpoint can be reached. The
-    /// cheap conditions are read first; the probes run only when those hold.
-    static func check(
+    /// The conditions that do not hold; empty when Herald is ready.
+    ///
+    /// Ready means: the consume loop polls, the consumer has joined its group, no permanent
+    /// broker error holds a publish, PostgreSQL answers and every APNs endpoint can be reached.
+    /// Both probes run concurrently and are bounded, so an answer takes at most one probe's time.
+    static func unmetConditions(
         consuming: Bool,
         joinedGroup: Bool,
         publishBlockedBy: [String],
-        database: () async -> Bool,
-        apns: () async -> Bool
-    ) async -> Bool {
-        guard consuming, joinedGroup, publishBlockedBy.isEmpty else { return false }
-        guard await database() else { return false }
-        return await apns()
+        database: @Sendable () async -> Bool,
+        apns: @Sendable () async -> Bool
+    ) async -> [String] {
+        async let databaseAnswers = database()
+        async let apnsReachable = apns()
+        var unmet: [String] = []
+        if !consuming { unmet.append("kafka_poll_failing") }
+        if !joinedGroup { unmet.append("kafka_group_not_joined") }
+        unmet += publishBlockedBy.map { "kafka_publish_blocked:\($0)" }
+        if await !databaseAnswers { unmet.append("postgres_unreachable") }
+        if await !apnsReachable { unmet.append("apns_unreachable") }
+        return unmet
     }
 }

@@ -64,13 +64,14 @@ struct ChaosTests {
     /// `crashes` SIGKILLs may each repeat the pushes that were in flight: APNs had answered
     /// (or was answering) but the outcome was not yet in the ledger. Those repeats must stay
     /// within the in-flight bound and be visible by their repeated apns-id.
+    @discardableResult
     static func expectExactlyOnce(
         testbed: HeraldTestbed,
         devices: [TestDevice],
         events: Int,
         results: [ResultRecord],
         crashes: Int = 0
-    ) {
+    ) -> Int {
         let byKey = Dictionary(grouping: results, by: \.key)
         #expect(byKey.count == events * devices.count, "every (event, device) has an outcome")
         #expect(byKey.values.allSatisfy { Set($0.map(\.value)).count == 1 }, "repeats only as identical copies")
@@ -86,6 +87,7 @@ struct ChaosTests {
         // Each send holds a permit until its outcome is in the ledger (README, "the crash window").
         #expect(repeated <= crashes * PipelineConfiguration().maxConcurrentSends, "repeats bounded by the send permits")
         if crashes == 0 { #expect(repeated == 0, "second pushes at the mock") }
+        return repeated
     }
 
     /// Runs a scenario over `userCount` users with two devices each and checks exactly-once.
@@ -134,7 +136,8 @@ struct ChaosTests {
         stop: String,
         start: String,
         extraEnvironment: [String: String] = [:],
-        whileDown: (Duration) async throws -> Void = { _ in }
+        whileDown: (Duration) async throws -> Void = { _ in },
+        afterRestart: () async throws -> Void = {}
     ) async throws {
         let clock = ContinuousClock()
         var stoppedAt: ContinuousClock.Instant?
@@ -155,13 +158,16 @@ struct ChaosTests {
                 } else {
                     try await whileDown(down)
                 }
+            } else if restarted {
+                try await afterRestart()
             }
         }
         #expect(restarted, "\(stop) and \(start) both came mid-run")
     }
 
     @Test func postgresStoppedForTenSecondsLosesNothingAndReportsUnready() async throws {
-        var readyDuringOutage: Int?
+        var readyDuringOutage: (status: Int, body: String)?
+        var readyAfterOutage = false
         let httpPort = try freePort()
         try await Self.exactlyOnceThroughOutage(
             events: 400,
@@ -170,11 +176,21 @@ struct ChaosTests {
             extraEnvironment: ["HERALD_HTTP_PORT": String(httpPort)]
         ) { down in
             if readyDuringOutage == nil, down >= .seconds(3) {
-                readyDuringOutage = httpStatus(port: httpPort, path: "/health/ready")
+                readyDuringOutage = httpGet(port: httpPort, path: "/health/ready")
                 #expect(httpStatus(port: httpPort, path: "/health/live") == 200)
             }
+        } afterRestart: {
+            // Herald reconnects with backoff: wait for it here, before the run can end.
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(30)
+            while !readyAfterOutage, clock.now < deadline {
+                readyAfterOutage = httpStatus(port: httpPort, path: "/health/ready") == 200
+                if !readyAfterOutage { try await Task.sleep(for: .milliseconds(200)) }
+            }
         }
-        #expect(readyDuringOutage == 503, "unready while PostgreSQL is down")
+        #expect(readyDuringOutage?.status == 503, "unready while PostgreSQL is down")
+        #expect(readyDuringOutage?.body.contains("postgres_unreachable") == true, "\(readyDuringOutage?.body ?? "")")
+        #expect(readyAfterOutage, "ready again once PostgreSQL is back")
     }
 
     /// Every client reaches Tansu through the local proxy; stopping it drops all their
@@ -217,21 +233,32 @@ struct ChaosTests {
             let events = Int(ProcessInfo.processInfo.environment["HERALD_CHAOS_EVENTS"] ?? "200")!
             var kills = 0
             var pushesAtRestart = 0
+            let clock = ContinuousClock()
+            // (time, pushes) on each poll, for the push rate just before a kill.
+            var samples: [(ContinuousClock.Instant, Int)] = []
+            var ratesAtKill: [Int] = []
             let results = try await Self.runScenario(testbed: testbed, users: users, devices: devices, events: events) {
                 progress, herald in
                 // Kill once a sixth is pushed, and again once the restarted process pushed 1,000 more.
                 let pushes = progress.pushes
+                let now = clock.now
+                samples.append((now, pushes))
+                samples.removeAll { now - $0.0 > .seconds(2) }
                 let threshold = kills == 0 ? events * devices.count / 6 : max(events * devices.count / 2, pushesAtRestart + 1000)
                 guard kills < 2, pushes >= threshold else { return }
                 herald.send(SIGKILL)
                 #expect(try await herald.waitForExit(timeout: .seconds(10)) != nil)
                 kills += 1
                 pushesAtRestart = pushes
-                print("SIGKILL \(kills) after \(pushes) pushes")
+                let window = now - samples[0].0
+                let rate = window > .zero ? Int(Double(pushes - samples[0].1) / (window / .seconds(1))) : 0
+                ratesAtKill.append(rate)
+                print("SIGKILL \(kills) after \(pushes) pushes, at \(rate) pushes/s over the last \(window)")
                 herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
             }
             #expect(kills == 2)
-            Self.expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results, crashes: kills)
+            let repeated = Self.expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results, crashes: kills)
+            print("crash window: \(repeated) repeats over \(kills) crashes (\(Double(repeated) / Double(max(kills, 1))) per crash) at \(ratesAtKill) pushes/s; bound \(PipelineConfiguration().maxConcurrentSends) per crash")
         }
     }
 }

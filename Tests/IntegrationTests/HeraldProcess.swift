@@ -74,6 +74,11 @@ func freePort() throws -> Int {
 
 /// The HTTP status of `GET path` on a loopback port, or nil when nothing answers.
 func httpStatus(port: Int, path: String) -> Int? {
+    httpGet(port: port, path: path)?.status
+}
+
+/// The status and body of `GET path` on a loopback port, or nil when nothing answers.
+func httpGet(port: Int, path: String) -> (status: Int, body: String)? {
     let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(socketFD) }
     var timeout = timeval(tv_sec: 5, tv_usec: 0)
@@ -90,11 +95,19 @@ func httpStatus(port: Int, path: String) -> Int? {
     guard connected else { return nil }
     let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
     guard write(socketFD, request, request.count) == request.count else { return nil }
-    var buffer = [UInt8](repeating: 0, count: 64)
-    let count = read(socketFD, &buffer, buffer.count)
-    guard count > 12 else { return nil }
-    // "HTTP/1.1 200 OK"
-    return Int(String(decoding: buffer[9..<12], as: UTF8.self))
+    // The server closes the connection after its answer ("Connection: close").
+    var response: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = read(socketFD, &buffer, buffer.count)
+        guard count > 0 else { break }
+        response += buffer[..<count]
+    }
+    // "HTTP/1.1 200 OK\r\n…\r\n\r\nbody"
+    guard response.count > 12, let status = Int(String(decoding: response[9..<12], as: UTF8.self)) else { return nil }
+    let text = String(decoding: response, as: UTF8.self)
+    let body = text.range(of: "\r\n\r\n").map { String(text[$0.upperBound...]) } ?? ""
+    return (status, body)
 }
 
 /// The project's local-services script (scripts/services.sh), for outage drills.

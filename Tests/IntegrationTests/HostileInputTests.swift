@@ -47,6 +47,9 @@ struct HostileInputTests {
         [
             (Array(#"{"action":"register","user_id":"u","token":"zz11","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
             (Array(#"{"action":"register","user_id":"u","token":"abc","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
+            (Array(#"{"action":"register","user_id":"u","token":"","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
+            (Array(#"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 250_000))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
+            (Array(#"{"action":"register","user_id":"u","token":42,"topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
             (Array(#"{"action":"register","token":"\#(String(repeating: "ab", count: 32))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
             (Array(#"{"action":"delete","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
             (Array(#"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"yesterday"}"#.utf8), "schema_violation"),

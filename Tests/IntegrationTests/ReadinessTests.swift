@@ -1,0 +1,102 @@
+import Foundation
+import HeraldService
+import MockAPNS
+import ServiceLifecycle
+import Testing
+
+/// `/health/ready` of the running `herald`: each condition of readiness turns it off and on
+/// (PostgreSQL's is in ``ChaosTests/postgresStoppedForTenSecondsLosesNothingAndReportsUnready()``).
+@Suite(.timeLimit(.minutes(5)))
+struct ReadinessTests {
+    /// Polls `/health/ready` every 200 ms until `done(status, body)` holds or `timeout` passes;
+    /// returns the last answer.
+    static func waitForReadiness(
+        port: Int,
+        timeout: Duration = .seconds(60),
+        until done: (Int?, String) -> Bool
+    ) async throws -> (status: Int?, body: String) {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while true {
+            let answer = httpGet(port: port, path: "/health/ready")
+            if done(answer?.status, answer?.body ?? "") || clock.now >= deadline { return (answer?.status, answer?.body ?? "") }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    @Test func anUnreachableAPNsEndpointMakesHeraldUnreadyUntilItCanBeReached() async throws {
+        let testbed = try HeraldTestbed()
+        try await testbed.withMocks {
+            let sandboxPort = try freePort()
+            let httpPort = try freePort()
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
+            environment["HERALD_HTTP_PORT"] = String(httpPort)
+            _ = try await testbed.heraldConfiguration(group: "migrate-only")
+            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+
+            // Once it consumes, only APNs is missing.
+            let down = try await Self.waitForReadiness(port: httpPort) { _, body in body == "not ready: apns_unreachable\n" }
+            #expect(down.status == 503)
+            #expect(down.body == "not ready: apns_unreachable\n")
+
+            let sandbox = MockAPNSServer(
+                configuration: MockAPNSConfiguration(
+                    port: sandboxPort,
+                    caCertificatePath: testbed.directory.appendingPathComponent("late-sandbox-ca.pem").path
+                ),
+                logger: testbed.logger
+            )
+            try await withRunningServices(ServiceGroup(services: [sandbox], logger: testbed.logger)) {
+                let up = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
+                #expect(up.status == 200, "ready once the sandbox endpoint listens: \(up.body)")
+            }
+            let downAgain = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 503 }
+            #expect(downAgain.body == "not ready: apns_unreachable\n")
+
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
+    /// A member that crashed stays in the group until its session times out, and the group
+    /// cannot finish the rebalance that a new member's join starts before that: the new member
+    /// polls, reaches PostgreSQL and APNs, and is still not ready until it has joined.
+    @Test func heraldIsUnreadyUntilItHasJoinedItsConsumerGroup() async throws {
+        let testbed = try HeraldTestbed()
+        try await testbed.withMocks {
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "10000"
+            environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "10000"
+            _ = try await testbed.heraldConfiguration(group: "migrate-only")
+            let logPath = testbed.directory.appendingPathComponent("herald.log").path
+
+            let firstPort = try freePort()
+            environment["HERALD_HTTP_PORT"] = String(firstPort)
+            let first = try HeraldProcess(environment: environment, logPath: logPath)
+            let firstReady = try await Self.waitForReadiness(port: firstPort) { status, _ in status == 200 }
+            #expect(firstReady.status == 200, "\(firstReady.body)")
+            first.send(SIGKILL)
+            _ = try await first.waitForExit(timeout: .seconds(10))
+
+            let secondPort = try freePort()
+            environment["HERALD_HTTP_PORT"] = String(secondPort)
+            let secondLog = logPath + ".second"
+            let second = try HeraldProcess(environment: environment, logPath: secondLog)
+            let joining = try await Self.waitForReadiness(port: secondPort) { status, body in
+                status != nil && !body.contains("kafka_poll_failing")
+            }
+            let joined = try String(contentsOfFile: secondLog, encoding: .utf8).contains("partitions assigned")
+            #expect(!joined, "the crashed member still held the group when the second one answered")
+            #expect(joining.status == 503)
+            #expect(joining.body == "not ready: kafka_group_not_joined\n")
+
+            let ready = try await Self.waitForReadiness(port: secondPort) { status, _ in status == 200 }
+            #expect(ready.status == 200, "ready once joined: \(ready.body)")
+            #expect(try String(contentsOfFile: secondLog, encoding: .utf8).contains("partitions assigned"))
+
+            second.send(SIGTERM)
+            #expect(try await second.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+}
