@@ -60,7 +60,10 @@ public struct HeraldConfiguration: Sendable {
             maxAttempts: try reader.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
             deliveryDeadline: .seconds(try reader.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
         )
-        pipeline.maxConcurrentSends = try reader.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...10_000)
+        pipeline.maxConcurrentSends = try reader.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...100_000)
+        pipeline.maxInFlightMessages = try reader.integer("HERALD_MAX_IN_FLIGHT_MESSAGES", default: pipeline.maxInFlightMessages, in: 1...1_000_000)
+        pipeline.pollBatchSize = try reader.integer("HERALD_POLL_BATCH_SIZE", default: pipeline.pollBatchSize, in: 1...100_000)
+        pipeline.maxOutcomesPerLedgerWrite = try reader.integer("HERALD_LEDGER_BATCH_SIZE", default: pipeline.maxOutcomesPerLedgerWrite, in: 1...10_000)
         pipeline.derivesCollapseID = try reader.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
         self.pipeline = pipeline
 

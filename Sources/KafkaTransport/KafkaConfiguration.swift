@@ -50,6 +50,9 @@ public struct KafkaMessage: Sendable, Hashable {
     /// nil for a tombstone.
     public var value: [UInt8]?
     public var headers: [KafkaHeader]
+    /// The record's timestamp (producer create time or broker log-append time, as the topic
+    /// says), milliseconds since 1970; nil when the record has none.
+    public var timestampMilliseconds: Int64?
 
     public init(
         topic: String,
@@ -57,7 +60,8 @@ public struct KafkaMessage: Sendable, Hashable {
         offset: Int64,
         key: [UInt8]?,
         value: [UInt8]?,
-        headers: [KafkaHeader] = []
+        headers: [KafkaHeader] = [],
+        timestampMilliseconds: Int64? = nil
     ) {
         self.topic = topic
         self.partition = partition
@@ -65,6 +69,7 @@ public struct KafkaMessage: Sendable, Hashable {
         self.key = key
         self.value = value
         self.headers = headers
+        self.timestampMilliseconds = timestampMilliseconds
     }
 
     public var topicPartition: KafkaTopicPartition { KafkaTopicPartition(topic: topic, partition: partition) }

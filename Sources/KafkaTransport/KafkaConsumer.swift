@@ -148,13 +148,16 @@ extension KafkaMessage {
                 index += 1
             }
         }
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(raw, &timestampType)
         self.init(
             topic: topic,
             partition: message.partition,
             offset: message.offset,
             key: key,
             value: value,
-            headers: headers
+            headers: headers,
+            timestampMilliseconds: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || timestamp < 0 ? nil : timestamp
         )
     }
 }

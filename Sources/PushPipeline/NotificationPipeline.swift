@@ -104,7 +104,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             var lastCommit = clock.now
             var paused = false
             while !isStopping.load(ordering: .relaxed) {
-                let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+                var room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+                if room < refill, !paused {
+                    room = try await waitForRoom()
+                }
                 if (room <= 0) != paused {
                     paused.toggle()
                     try await paused ? source.pauseAll() : source.resumeAll()
@@ -129,6 +132,28 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     lastCommit = clock.now
                 }
             }
+        }
+    }
+
+    /// The room in the window worth a poll: a full poll batch, or half the window if smaller.
+    /// Polling for less would split lookups into small batches.
+    private var refill: Int {
+        min(configuration.pollBatchSize, max(1, configuration.maxInFlightMessages / 2))
+    }
+
+    /// Waits, without polling, until the window has room for a refill or `windowFullPatience`
+    /// passed; returns the room. Pausing at once would drop librdkafka's prefetched messages,
+    /// and fetching them again after resuming costs a fetch round trip per window (measured:
+    /// the window was consumed in steps of its size, about one a second; BENCHMARKS.md), so
+    /// partitions are paused only when the window stays full, when APNs or PostgreSQL is slow
+    /// or down and polling must go on for rebalances.
+    private func waitForRoom() async throws -> Int {
+        let clock = ContinuousClock()
+        let deadline = clock.now + configuration.windowFullPatience
+        while true {
+            let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+            if room >= refill || clock.now >= deadline || isStopping.load(ordering: .relaxed) { return room }
+            try await Task.sleep(for: .milliseconds(1))
         }
     }
 
@@ -254,6 +279,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     /// Delivers one event to all its users' devices; returns once every result is published.
+    ///
+    /// Each result's task starts only once it holds a send permit, and gives it back when its
+    /// result is published: however large the fan-outs in flight, at most `maxConcurrentSends`
+    /// such tasks exist, and at most that many outcomes are known to APNs and not yet to the
+    /// ledger (the crash window).
     private func deliver(
         _ event: NotificationEvent,
         tokens: [String: [DeviceToken]],
@@ -261,6 +291,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         consumedAt: ContinuousClock.Instant
     ) async throws(CancellationError) {
         let finished = await withTaskGroup(of: Bool.self) { group in
+            /// Starts `work` once a permit is free; false when cancelled while waiting.
+            func start(_ work: @escaping @Sendable () async throws -> Void) async -> Bool {
+                do { try await sendLimit.acquire() } catch { return false }
+                group.addTask {
+                    defer { self.sendLimit.release() }
+                    return (try? await work()) != nil
+                }
+                return true
+            }
             for userID in event.userIDs {
                 // Recorded outcomes are republished whatever the registry says now (a 410 may
                 // have unregistered the device since); only unrecorded devices are sent to.
@@ -269,16 +308,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
                 }
                 if devices.isEmpty && outcomes.isEmpty {
-                    group.addTask {
-                        let result = self.noDevicesResult(event: event, userID: userID, consumedAt: consumedAt)
-                        return (try? await self.publish(result)) != nil
-                    }
+                    guard await start({ try await self.publish(self.noDevicesResult(event: event, userID: userID, consumedAt: consumedAt)) })
+                    else { return false }
                 }
                 for outcome in outcomes {
-                    group.addTask { (try? await self.republish(outcome)) != nil }
+                    guard await start({ try await self.republish(outcome) }) else { return false }
                 }
                 for device in devices {
-                    group.addTask { (try? await self.deliverOnce(event, to: device, consumedAt: consumedAt)) != nil }
+                    guard await start({ try await self.deliverOnce(event, to: device, consumedAt: consumedAt) }) else { return false }
                 }
             }
             return await group.allSatisfy { $0 }
@@ -335,19 +372,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             collapseID: event.collapseID ?? (configuration.derivesCollapseID ? NotificationID.collapseID(eventID: event.id) : nil),
             payload: event.payload
         )
-        // The permit covers the send and the ledger write, so at most `maxConcurrentSends`
-        // outcomes are ever known to APNs and not yet to the ledger: the crash window.
         let outcome: DeliveryOutcome
-        let recorded: RecordedDelivery
         do {
-            (outcome, recorded) = try await sendLimit.withPermit {
-                let outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
-                let recorded = try await record(outcome, of: event, to: device, apnsID: apnsID, consumedAt: consumedAt)
-                return (outcome, recorded)
-            }
+            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
         } catch {
             throw CancellationError()
         }
+        let recorded = try await record(outcome, of: event, to: device, apnsID: apnsID, consumedAt: consumedAt)
         if outcome.status != .delivered {
             logger.info(
                 "notification not delivered",

@@ -15,15 +15,21 @@ public struct PushTopics: Sendable, Hashable {
 public struct PipelineConfiguration: Sendable, Hashable {
     public var topics = PushTopics()
     public var retry = RetryPolicy()
-    /// Messages being processed at once, across partitions; polling waits when it is reached.
-    public var maxInFlightMessages = 512
-    /// APNs requests in flight at once, over all events; more wait unsent.
-    public var maxConcurrentSends = 1000
-    /// Most outcomes one delivery-ledger write records; outcomes that arrive while a write is in
-    /// flight are written together in the next.
+    /// Messages being processed at once, across partitions (HERALD_MAX_IN_FLIGHT_MESSAGES);
+    /// polling waits when it is reached.
+    public var maxInFlightMessages = 4096
+    /// Results being produced at once, over all events (HERALD_MAX_CONCURRENT_SENDS): each
+    /// holds a permit from before its APNs request until its result is published, so this
+    /// bounds the requests in flight and what a crash can push twice.
+    public var maxConcurrentSends = 2000
+    /// Most outcomes one delivery-ledger write records (HERALD_LEDGER_BATCH_SIZE); outcomes
+    /// that arrive while a write is in flight are written together in the next.
     public var maxOutcomesPerLedgerWrite = 500
-    /// Largest number of messages taken from one poll.
-    public var pollBatchSize = 128
+    /// Largest number of messages taken from one poll (HERALD_POLL_BATCH_SIZE); the events of
+    /// one poll share one token lookup per app and one ledger lookup.
+    public var pollBatchSize = 256
+    /// How long a full window is waited on before the partitions are paused.
+    public var windowFullPatience: Duration = .seconds(1)
     /// How often finished offsets are committed.
     public var commitInterval: Duration = .milliseconds(250)
     /// How long a rebalance waits for the revoked partitions' in-flight messages before letting

@@ -234,26 +234,25 @@ struct ChaosTests {
             var kills = 0
             var pushesAtRestart = 0
             let clock = ContinuousClock()
-            // (time, pushes) on each poll, for the push rate just before a kill.
-            var samples: [(ContinuousClock.Instant, Int)] = []
+            // Since the current process pushed its first notification: the push rate at a kill.
+            var since: (time: ContinuousClock.Instant, pushes: Int)?
             var ratesAtKill: [Int] = []
             let results = try await Self.runScenario(testbed: testbed, users: users, devices: devices, events: events) {
                 progress, herald in
                 // Kill once a sixth is pushed, and again once the restarted process pushed 1,000 more.
                 let pushes = progress.pushes
-                let now = clock.now
-                samples.append((now, pushes))
-                samples.removeAll { now - $0.0 > .seconds(2) }
+                if since == nil, pushes > pushesAtRestart { since = (clock.now, pushes) }
                 let threshold = kills == 0 ? events * devices.count / 6 : max(events * devices.count / 2, pushesAtRestart + 1000)
-                guard kills < 2, pushes >= threshold else { return }
+                guard kills < 2, pushes >= threshold, let start = since else { return }
+                let elapsed = clock.now - start.time
+                let rate = elapsed > .zero ? Int(Double(pushes - start.pushes) / (elapsed / .seconds(1))) : 0
                 herald.send(SIGKILL)
                 #expect(try await herald.waitForExit(timeout: .seconds(10)) != nil)
                 kills += 1
                 pushesAtRestart = pushes
-                let window = now - samples[0].0
-                let rate = window > .zero ? Int(Double(pushes - samples[0].1) / (window / .seconds(1))) : 0
+                since = nil
                 ratesAtKill.append(rate)
-                print("SIGKILL \(kills) after \(pushes) pushes, at \(rate) pushes/s over the last \(window)")
+                print("SIGKILL \(kills) after \(pushes) pushes, at \(rate) pushes/s")
                 herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
             }
             #expect(kills == 2)

@@ -2,9 +2,9 @@ import Synchronization
 
 /// Admits at most `limit` holders at once; others wait in FIFO order. Waiting is cancellable.
 ///
-/// The pipeline holds one permit per APNs request in flight, so a burst of large fan-outs
-/// queues here, unsent, instead of piling onto the connections where queued requests would
-/// run into their deadlines.
+/// The pipeline takes one permit per device before it starts that device's task, so a burst of
+/// large fan-outs queues here, as neither tasks nor requests, instead of piling onto the
+/// connections where queued requests would run into their deadlines.
 final class ConcurrencyLimit: Sendable {
     private struct Waiter {
         var id: Int
@@ -23,14 +23,9 @@ final class ConcurrencyLimit: Sendable {
         state = Mutex(State(available: max(1, limit)))
     }
 
-    /// Runs `body` holding a permit; throws `CancellationError` if cancelled while waiting.
-    func withPermit<Result: Sendable>(_ body: () async throws -> Result) async throws -> Result {
-        try await acquire()
-        defer { release() }
-        return try await body()
-    }
-
-    private func acquire() async throws {
+    /// Takes a permit, waiting for one in FIFO order; throws `CancellationError` if cancelled
+    /// while waiting. Every permit taken must be given back with ``release()``.
+    func acquire() async throws {
         let id = state.withLock { state -> Int? in
             if state.available > 0 {
                 state.available -= 1
@@ -58,7 +53,8 @@ final class ConcurrencyLimit: Sendable {
         }
     }
 
-    private func release() {
+    /// Gives a permit back, to the longest waiter if there is one.
+    func release() {
         let next = state.withLock { state -> Waiter? in
             if state.waiters.isEmpty {
                 state.available += 1
