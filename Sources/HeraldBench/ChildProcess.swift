@@ -23,11 +23,13 @@ final class Workspace {
 }
 
 enum ChildProcess {
-    /// Runs `executable` to completion and returns its standard output; throws on a non-zero exit.
-    static func runToCompletion(_ executable: String, arguments: [String]) throws -> String {
+    /// Runs `executable` to completion (with exactly `environment`, when given) and returns its
+    /// standard output; throws on a non-zero exit.
+    static func runToCompletion(_ executable: String, arguments: [String], environment: [String: String]? = nil) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        if let environment { process.environment = environment }
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output

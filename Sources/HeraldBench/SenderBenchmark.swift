@@ -40,11 +40,9 @@ struct SenderBenchmark: AsyncParsableCommand {
         )
         defer { print(mock.stop()) }
 
-        let tokens = (0..<tokens).map { _ in
-            (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-        }
-        let payload = Array(#"{"aps":{"alert":{"title":"Your order shipped","body":"Order 4711 is on its way"},"sound":"default"}}"#.utf8)
-        let topic = "com.example.bench"
+        let tokens = Self.randomTokens(tokens)
+        let payload = Self.payload
+        let topic = Self.topic
         let herald = try HeraldSenderClient(mock: mock, connections: connections, logger: logger)
         let h2loadClient = H2LoadClient(
             executable: h2load,
@@ -70,13 +68,7 @@ struct SenderBenchmark: AsyncParsableCommand {
             )
             for round in 1...rounds {
                 let batch = Self.requests(count: requests, tokens: tokens, topic: topic, payload: payload)
-                var delivered = 0
-                let heraldRun = try await ClientRun.measure(requests: requests, cpu: .thisProcess) {
-                    delivered = try await HeraldSenderClient.sendAll(batch, through: sender, concurrency: connections * streams)
-                }
-                guard delivered == requests else {
-                    throw ValidationError("Herald delivered \(delivered) of \(requests) requests in round \(round)")
-                }
+                let heraldRun = try await HeraldSenderClient.timedRound(batch, through: sender, concurrency: connections * streams)
                 let h2loadRun = try await h2loadClient.run(requests: requests, connections: connections, streams: streams)
                 heraldRuns.append(heraldRun)
                 h2loadRuns.append(h2loadRun)
@@ -91,6 +83,14 @@ struct SenderBenchmark: AsyncParsableCommand {
         print("median h2load: \(column(h2loadRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(h2loadCPU, width: 0)) CPU µs/request")
         print("herald/h2load CPU per request: median of rounds \(column(ratios.median, decimals: 2, width: 0)) (target <= 2.5)")
         print("herald/h2load throughput: \(column(heraldRuns.map(\.requestsPerSecond).median / h2loadRuns.map(\.requestsPerSecond).median, decimals: 2, width: 0))")
+    }
+
+    static let payload = Array(#"{"aps":{"alert":{"title":"Your order shipped","body":"Order 4711 is on its way"},"sound":"default"}}"#.utf8)
+    static let topic = "com.example.bench"
+
+    /// `count` random 32-byte device tokens in hex.
+    static func randomTokens(_ count: Int) -> [String] {
+        (0..<count).map { _ in (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
     }
 
     /// `count` alert requests cycling through `tokens`, each with its own apns-id.
@@ -135,6 +135,37 @@ struct HeraldSenderClient {
             defer { group.cancelAll() }
             try await body(sender)
         }
+    }
+
+    /// One timed round: `requests` (built before the clock starts) with `concurrency` in flight,
+    /// wall and CPU time of this process; throws unless every request was delivered.
+    static func timedRound(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> ClientRun {
+        var delivered = 0
+        let run = try await ClientRun.measure(requests: requests.count, cpu: .thisProcess) {
+            delivered = try await sendAll(requests, through: sender, concurrency: concurrency)
+        }
+        guard delivered == requests.count else {
+            throw ValidationError("Herald's sender delivered \(delivered) of \(requests.count) requests")
+        }
+        return run
+    }
+
+    /// The sender alone, as the pipeline benchmark's baseline: a client of `connections`
+    /// connections to `mock`, a warm-up of `concurrency` requests, then one timed round of
+    /// `count`. Returns the round and how many requests the mock got (warm-up included).
+    static func alone(mock: MockAPNSProcess, count: Int, connections: Int, concurrency: Int, logger: Logger) async throws -> (run: ClientRun, sent: Int) {
+        let client = try HeraldSenderClient(mock: mock, connections: connections, logger: logger)
+        let tokens = SenderBenchmark.randomTokens(1_000)
+        func requests(_ count: Int) -> [APNSRequest] {
+            SenderBenchmark.requests(count: count, tokens: tokens, topic: SenderBenchmark.topic, payload: SenderBenchmark.payload)
+        }
+        var run: ClientRun?
+        try await client.withRunningClient { sender in
+            _ = try await sendAll(requests(concurrency), through: sender, concurrency: concurrency)
+            run = try await timedRound(requests(count), through: sender, concurrency: concurrency)
+        }
+        guard let run else { throw ValidationError("the sender round did not run") }
+        return (run, concurrency + count)
     }
 
     /// Delivers every request with at most `concurrency` in flight; returns how many were delivered.

@@ -1,0 +1,396 @@
+import APNSCore
+import APNSHTTP2
+import ArgumentParser
+import Foundation
+import HeraldService
+import KafkaTransport
+import Logging
+import PushPipeline
+
+// `herald-bench pipeline` measures the real `herald run` executable end to end on the local
+// services: Tansu (behind its ApiVersions proxy) and PostgreSQL from scripts/services.sh, and a
+// mock-apns child. Per shape of workload it creates fresh topics, bulk-loads the device tokens
+// into push.device_tokens, starts Herald, produces every event as fast as the broker takes them
+// and reads push.results until every (event, device) has exactly one result. It reports
+// notifications/s from the first produce to the last result, produce-to-result latency, Herald's
+// CPU and memory, and the CPU of PostgreSQL, the broker, the mock and the machine over the same
+// window, beside two baselines of the same run: Herald's sender alone against the same mock, and
+// the broker alone (produce + consume). A missing, failed or twice-pushed notification fails it.
+
+/// `herald-bench pipeline`: see the comment above.
+struct PipelineBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pipeline",
+        abstract: "The real herald executable end to end: notifications/s, latency, CPU and memory per workload shape.",
+        discussion: """
+            Needs the local services: scripts/services.sh start; source .local/run/services.env. \
+            Shapes: single (one user per event), fanout (1,000 users per event), mixed (90 % \
+            single, 10 % 100 users); users have 1 to 3 devices. Each shape gets its own topics, \
+            consumer groups, app bundle ID and mock-apns. Exits non-zero if a notification is \
+            missing, was not delivered or was pushed twice.
+            """
+    )
+
+    @Option(help: "single, fanout, mixed or all.") var shape = "all"
+    @Option(help: "Notifications per shape (about; whole events).") var notifications = 100_000
+    @Flag(help: "1,000,000 notifications per shape.") var full = false
+    @Option(help: "Partitions of every topic.") var partitions = 12
+    @Flag(help: "ANALYZE push.device_tokens after loading the tokens (default: not, like an app API's bulk load).")
+    var analyze = false
+    @Flag(help: "Run every shape twice: tokens loaded without, then with ANALYZE.") var bothLoadModes = false
+    @Option(help: "herald processes in one consumer group (CPU is summed).") var instances = 1
+    @Option(name: .customLong("herald-env"), help: ArgumentHelp("Extra environment for herald (repeatable).", valueName: "KEY=VALUE"))
+    var heraldEnv: [String] = []
+    @Option(help: "Path of herald (default: next to herald-bench).") var herald: String?
+    @Option(help: "Path of mock-apns (default: next to herald-bench).") var mockAPNS: String?
+    @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
+    var plot: String?
+    @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
+
+    func validate() throws {
+        guard shape == "all" || PipelineShape(rawValue: shape) != nil else { throw ValidationError("--shape must be single, fanout, mixed or all") }
+        guard notifications > 0, instances > 0, partitions > 0 else { throw ValidationError("--notifications, --instances and --partitions must be positive") }
+        guard heraldEnv.allSatisfy({ $0.contains("=") }) else { throw ValidationError("--herald-env expects KEY=VALUE") }
+    }
+
+    func run() async throws {
+        let services = try BenchServices()
+        var logger = Logger(label: "herald-bench")
+        logger.logLevel = .error
+        let count = full ? 1_000_000 : notifications
+        let shapes = PipelineShape(rawValue: shape).map { [$0] } ?? PipelineShape.allCases
+        _ = try ChildProcess.runToCompletion(
+            herald ?? Workspace.siblingExecutable("herald"),
+            arguments: ["migrate"],
+            environment: ["HERALD_POSTGRES_URL": services.postgresURL, "HERALD_LOG_LEVEL": "warning"]
+        )
+        print("pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]")
+        let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
+        print("broker alone: \(count) records of ~90 B produced and read back at \(f(brokerRate)) records/s")
+        for shape in shapes {
+            for analyze in bothLoadModes ? [false, true] : [analyze] {
+                let suffix = bothLoadModes ? (analyze ? "-analyze" : "-no-analyze") : ""
+                var plotPath = ".local/bench/pipeline-\(shape)\(suffix).svg"
+                if let plot {
+                    plotPath = shapes.count == 1 && !bothLoadModes ? plot : plot.replacingOccurrences(of: ".svg", with: "") + "-\(shape)\(suffix).svg"
+                }
+                try await runShape(shape, analyze: analyze, count: count, services: services, brokerRate: brokerRate, plotPath: plotPath, logger: logger)
+            }
+        }
+    }
+
+    /// One shape: load, start mock and Herald, measure, stop, sender baseline, report and check.
+    private func runShape(
+        _ shape: PipelineShape,
+        analyze: Bool,
+        count: Int,
+        services: BenchServices,
+        brokerRate: Double,
+        plotPath: String,
+        logger: Logger
+    ) async throws {
+        let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
+        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag)
+        let topics = ["requests", "tokens", "results", "unregistered", "dlq"].map { "\(tag).push.\($0)" }
+        try services.createTopics(topics, partitions: partitions)
+        let loadStart = ContinuousClock.now
+        try await services.withPostgres(logger: logger) { try await workload.load(into: $0, analyze: analyze, logger: logger) }
+        print(
+            """
+
+            == shape \(shape) (\(shape.summary); 1-3 devices per user), topics \(tag).push.*
+            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications; \
+            tokens loaded \(analyze ? "with" : "without") ANALYZE in \(f((ContinuousClock.now - loadStart).inSeconds, 1)) s
+            """
+        )
+
+        let workspace = try Workspace()
+        let mock = try await MockAPNSProcess.start(
+            executable: mockAPNS ?? Workspace.siblingExecutable("mock-apns"),
+            workspace: workspace,
+            maxConcurrentStreams: 1_000
+        )
+        var mockSummary: String?
+        defer { if mockSummary == nil { _ = mock.stop() } }
+        var environment = [
+            "HERALD_KAFKA_BROKERS": services.brokers, "HERALD_KAFKA_GROUP": "\(tag).herald",
+            "HERALD_TOPIC_REQUESTS": topics[0], "HERALD_TOPIC_TOKENS": topics[1], "HERALD_TOPIC_RESULTS": topics[2],
+            "HERALD_TOPIC_UNREGISTERED": topics[3], "HERALD_TOPIC_DLQ": topics[4],
+            "HERALD_POSTGRES_URL": services.postgresURL,
+            // MockAPNSProcess.start wrote the provider key (PEM of credentials.privateKey) here.
+            "HERALD_APNS_KEY_PATH": workspace.path("AuthKey.p8"),
+            "HERALD_APNS_KEY_ID": mock.credentials.keyID, "HERALD_APNS_TEAM_ID": mock.credentials.teamID,
+            "HERALD_APNS_PRODUCTION_URL": "https://127.0.0.1:\(mock.port)", "HERALD_APNS_SANDBOX_URL": "https://127.0.0.1:\(mock.port)",
+            "HERALD_APNS_CA_PATH": mock.caPath,
+            "HERALD_LOG_LEVEL": "warning", "HERALD_LOG_FORMAT": "text", "HERALD_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        ]
+        for entry in heraldEnv {
+            let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            environment[String(parts[0])] = String(parts[1])
+        }
+        let configuration = try HeraldConfiguration(environment: environment)
+        let (pipeline, connections) = (configuration.pipeline, configuration.apns?.connectionsPerEndpoint ?? 2)
+        print(
+            "herald: \(connections) APNs connections, \(pipeline.maxConcurrentSends) concurrent sends, "
+                + "\(pipeline.maxInFlightMessages) in-flight messages, poll batch \(pipeline.pollBatchSize), ledger batch \(pipeline.maxOutcomesPerLedgerWrite)"
+        )
+
+        var heralds: [HeraldChild] = []
+        defer { heralds.forEach { $0.killIfRunning() } }
+        let run: PipelineRun
+        let autovacuumBefore = try await services.autovacuumCounts(logger: logger)
+        var autovacuumRuns: [String: Int] = [:]
+        do {
+            for index in 0..<instances {
+                heralds.append(
+                    try HeraldChild(
+                        executable: herald ?? Workspace.siblingExecutable("herald"),
+                        environment: environment,
+                        logPath: workspace.path("herald-\(index).log")
+                    )
+                )
+            }
+            for child in heralds { try await child.waitUntilReady() }
+            run = try await measure(workload, topics: topics, heralds: heralds, mockPID: mock.process.processIdentifier, services: services, logger: logger)
+            for child in heralds {
+                let status = try await child.stop()
+                guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
+            }
+            for (key, count) in try await services.autovacuumCounts(logger: logger) where count != autovacuumBefore[key] {
+                autovacuumRuns[key] = count - (autovacuumBefore[key] ?? 0)
+            }
+            try await services.withPostgres(logger: logger) { try await workload.delete(from: $0, logger: logger) }
+        } catch {
+            try? await services.withPostgres(logger: logger) { try await workload.delete(from: $0, logger: logger) }
+            try? FileManager.default.createDirectory(atPath: ".local/bench", withIntermediateDirectories: true)
+            for (index, child) in heralds.enumerated() {
+                let kept = ".local/bench/\(tag)-herald-\(index).log"
+                try? FileManager.default.copyItem(atPath: child.logPath, toPath: kept)
+                print("herald log kept: \(kept)")
+            }
+            throw error
+        }
+        let sender = try await HeraldSenderClient.alone(
+            mock: mock,
+            count: workload.tokens.count,
+            connections: connections,
+            concurrency: pipeline.maxConcurrentSends,
+            logger: logger
+        )
+        let summary = mock.stop()
+        mockSummary = summary
+        services.deleteTopics(topics)  // only now: no child process runs (see ProcStats.pids)
+
+        let runs = autovacuumRuns.sorted { $0.key < $1.key }.map { "\($0.key) +\($0.value)" }
+        print("postgres autovacuum while herald ran: \(runs.isEmpty ? "none" : runs.joined(separator: ", "))")
+        let senderLine = "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(f(sender.run.requestsPerSecond)) requests/s, \(f(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
+        let failures = report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
+            + mockFailures(summary, expected: workload.tokens.count + sender.sent)
+        guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
+    }
+
+    /// Produces the events and reads the results while sampling Herald and its neighbours.
+    private func measure(
+        _ workload: Workload,
+        topics: [String],
+        heralds: [HeraldChild],
+        mockPID: Int32,
+        services: BenchServices,
+        logger: Logger
+    ) async throws -> PipelineRun {
+        let producer = try KafkaProducer(configuration: services.kafka, logger: logger)
+        let reader = try KafkaConsumer(configuration: services.kafka, groupID: "\(topics[2]).reader", topics: [topics[2]], logger: logger)
+        let messages = (0..<workload.eventCount).map {
+            KafkaOutgoingMessage(topic: topics[0], key: Array(workload.eventID($0).utf8), value: workload.eventJSON($0))
+        }
+        let broker = services.brokerPIDs()
+        let heraldPIDs = heralds.map(\.pid)
+        func groups() -> [String: [Int32]] {
+            let postgres = ProcStats.pids { comm, _ in comm == "postgres" }
+            return ["herald": heraldPIDs, "postgres": postgres, "tansu": broker.tansu, "proxy": broker.proxy, "mock-apns": [mockPID]]
+        }
+        let (eventKey, tokenKey, statusKey) = (Array(#""event_id":""#.utf8), Array(#""token":""#.utf8), Array(#""status":""#.utf8))
+        let total = workload.tokens.count
+        return try await KafkaLoad.withClients(producer, reader) {
+            try await KafkaLoad.waitUntilJoined(reader)
+            var seen = [Bool](repeating: false, count: total)
+            var unique = 0
+            var run = PipelineRun(start: CPUSample.take(groups()))
+            let clock = ContinuousClock()
+            let startedAt = clock.now
+            run.firstProduceMilliseconds = wallMilliseconds()
+            async let produced = KafkaLoad.produceAll(messages, producer: producer)
+
+            /// Counts one push.results record against the workload.
+            func handle(_ message: KafkaMessage) {
+                guard let value = message.value, let id = jsonString(eventKey, in: value), let token = jsonString(tokenKey, in: value),
+                    let event = workload.eventIndex(id), let index = workload.tokenIndex[token].map(Int.init),
+                    workload.tokenEvents[index] == event
+                else {
+                    run.unexpected += 1
+                    return
+                }
+                guard !seen[index] else {
+                    run.duplicates += 1
+                    return
+                }
+                seen[index] = true
+                unique += 1
+                let status = jsonString(statusKey, in: value) ?? "unreadable"
+                if status != "delivered" { run.notDelivered[status, default: 0] += 1 }
+                run.resultEvents.append(Int32(event))
+                if let timestamp = message.timestampMilliseconds {
+                    run.resultTimes.append(timestamp)
+                } else {
+                    run.resultTimes.append(wallMilliseconds())
+                    run.withoutTimestamp += 1
+                }
+            }
+            var (lastUnique, lastTick) = (0, startedAt)
+            try await KafkaLoad.drain(reader, target: total, done: { unique }, handle: handle) {
+                run.rssKilobytes.append(heraldPIDs.map { ProcStats.statusKilobytes($0, "VmRSS") }.reduce(0, +))
+                let rate = Double(unique - lastUnique) / (clock.now - lastTick).inSeconds
+                print("  \(unique)/\(total) notifications, \(f(rate))/s over the last second, \(f((clock.now - startedAt).inSeconds, 1)) s")
+                (lastUnique, lastTick) = (unique, clock.now)
+                fflush(nil)  // show progress at once through a pipe (tee) too
+            }
+            run.seconds = (clock.now - startedAt).inSeconds
+            run.end = CPUSample.take(groups())
+            run.peakKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmHWM") }.max() ?? 0
+            (run.produceTimes, run.produceSeconds) = try await produced
+            // Two more seconds (outside the window) for late duplicates.
+            let graceEnd = clock.now + .seconds(2)
+            while clock.now < graceEnd {
+                for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(200)) { handle(message) }
+            }
+            run.rssAfterKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmRSS") }.reduce(0, +)
+            return run
+        }
+    }
+
+    /// Prints one shape's figures, writes its plot; returns what failed.
+    private func report(
+        _ run: PipelineRun,
+        shape: PipelineShape,
+        workload: Workload,
+        sender: ClientRun,
+        senderLine: String,
+        brokerRate: Double,
+        plotPath: String
+    ) -> [String] {
+        let total = Double(workload.tokens.count)
+        let latencies = run.resultTimes.indices.map { run.resultTimes[$0] - run.produceTimes[Int(run.resultEvents[$0])] }.sorted()
+        let throughput = total / run.seconds
+        /// CPU seconds of a process group over the window.
+        func cpu(_ name: String) -> Double { Double((run.end.ticks[name] ?? 0) - (run.start.ticks[name] ?? 0)) / ProcStats.ticksPerSecond }
+        func line(_ name: String, _ seconds: Double) -> String {
+            "  \(name.padding(toLength: 14, withPad: " ", startingAt: 0))\(column(seconds * 1e6 / total, width: 8)) µs/notification \(column(100 * seconds / run.seconds, decimals: 0, width: 5)) % of a core"
+        }
+        let benchSeconds = Double(run.end.benchMicroseconds - run.start.benchMicroseconds) / 1e6
+        let busy = 100 * Double(run.end.machine.busy - run.start.machine.busy) / Double(max(1, run.end.machine.total - run.start.machine.total))
+        let tenth = max(1, run.rssKilobytes.count / 10)
+        let firstRSS = run.rssKilobytes.prefix(tenth).reduce(0, +) / Int64(max(1, min(tenth, run.rssKilobytes.count)))
+        let lastRSS = run.rssKilobytes.suffix(tenth).reduce(0, +) / Int64(max(1, min(tenth, run.rssKilobytes.count)))
+        let clock = run.withoutTimestamp == 0 ? "result's Kafka timestamp" : "read time (\(run.withoutTimestamp) results had no Kafka timestamp)"
+        print(
+            """
+            throughput: \(f(throughput)) notifications/s (\(f(run.seconds, 2)) s first produce to last result; all events produced in \(f(run.produceSeconds, 2)) s)
+            latency produce -> result (\(clock) - event's produce time): p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms; first result \(f(Double((run.resultTimes.min() ?? 0) - run.firstProduceMilliseconds) / 1000, 2)) s after the first produce
+            CPU over the window:
+            \(line("herald", cpu("herald")))\(instances > 1 ? " (\(instances) instances)" : "")
+            \(line("postgres", cpu("postgres")))
+            \(line("broker: tansu", cpu("tansu")))
+            \(line("broker: proxy", cpu("proxy")))
+            \(line("mock-apns", cpu("mock-apns")))
+            \(line("herald-bench", benchSeconds)) (producer and result reader)
+              machine busy \(f(busy)) % of \(ProcessInfo.processInfo.activeProcessorCount) cores
+            herald memory: peak RSS (VmHWM\(instances > 1 ? ", largest instance" : "")) \(f(Double(run.peakKilobytes) / 1024, 1)) MB; RSS\(instances > 1 ? " (all instances)" : "") first tenth \(f(Double(firstRSS) / 1024, 1)) MB -> last tenth \(f(Double(lastRSS) / 1024, 1)) MB (\(f(Double(lastRSS - firstRSS) / 1024, 1)) MB), 2 s after the last result \(f(Double(run.rssAfterKilobytes) / 1024, 1)) MB
+            results: \(latencies.count) of \(workload.tokens.count), \(run.duplicates) duplicates, \(run.unexpected) unexpected, not delivered: \(run.notDelivered.isEmpty ? "none" : "\(run.notDelivered)")
+            \(senderLine)
+            broker alone: \(f(brokerRate)) records/s
+            headline: pipeline/sender-alone throughput \(f(throughput / sender.requestsPerSecond, 3)); herald CPU per notification / sender CPU per request \(f(cpu("herald") * 1e6 / total / sender.cpuMicrosecondsPerRequest, 2)) (herald \(f(cpu("herald") * 1e6 / total, 1)) µs, postgres \(f(cpu("postgres") * 1e6 / total, 1)) µs per notification)
+            """
+        )
+        writePlot(run, title: "herald pipeline, shape \(shape), \(workload.eventCount) events, \(workload.tokens.count) notifications", path: plotPath)
+        var failures: [String] = []
+        if latencies.count != workload.tokens.count { failures.append("\(workload.tokens.count - latencies.count) notifications without a result") }
+        if run.duplicates > 0 { failures.append("\(run.duplicates) duplicate results") }
+        if run.unexpected > 0 { failures.append("\(run.unexpected) results of no expected (event, device)") }
+        if !run.notDelivered.isEmpty { failures.append("not delivered: \(run.notDelivered)") }
+        return failures
+    }
+
+    /// Throughput and p50/p99 latency per second of the run (by the result's timestamp) as SVG.
+    private func writePlot(_ run: PipelineRun, title: String, path: String) {
+        var perSecond: [[Int64]] = []
+        for (index, time) in run.resultTimes.enumerated() {
+            let second = max(0, Int((time - run.firstProduceMilliseconds) / 1000))
+            while perSecond.count <= second { perSecond.append([]) }
+            perSecond[second].append(time - run.produceTimes[Int(run.resultEvents[index])])
+        }
+        let sorted = perSecond.map { $0.sorted() }
+        let svg = PipelinePlot.svg(
+            title: title,
+            throughput: sorted.map { Double($0.count) },
+            p50: sorted.map { $0.isEmpty ? nil : Double(percentile($0, 0.5)) },
+            p99: sorted.map { $0.isEmpty ? nil : Double(percentile($0, 0.99)) }
+        )
+        do {
+            let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            try svg.write(toFile: path, atomically: true, encoding: .utf8)
+            print("plot: \(path)")
+        } catch {
+            print("plot: cannot write \(path): \(error)")
+        }
+    }
+
+    /// Checks the mock's counters (printed as it stops) against what was sent.
+    private func mockFailures(_ summary: String, expected: Int) -> [String] {
+        print("\(summary) (expected accepted=\(expected): pipeline + sender baseline with warm-up)")
+        func counter(_ name: String) -> Int? {
+            summary.split(separator: " ").first { $0.hasPrefix("\(name)=") }.flatMap { Int($0.dropFirst(name.count + 1)) }
+        }
+        guard let accepted = counter("accepted"), let repeated = counter("repeated_apns_id") else { return ["cannot read mock-apns counters from '\(summary)'"] }
+        var failures: [String] = []
+        if accepted != expected { failures.append("mock-apns accepted \(accepted) pushes, expected \(expected)") }
+        if repeated > 0 { failures.append("mock-apns saw \(repeated) repeated apns-ids (pushed twice)") }
+        return failures
+    }
+}
+
+/// What one shape's measurement window saw.
+struct PipelineRun {
+    var start: CPUSample
+    var end: CPUSample
+    /// First produce to last result.
+    var seconds = 0.0
+    var produceSeconds = 0.0
+    var firstProduceMilliseconds: Int64 = 0
+    /// Produce time of each event, ms since 1970.
+    var produceTimes: [Int64] = []
+    /// Per unique result: its event, and its Kafka timestamp (read time if it had none).
+    var resultEvents: [Int32] = []
+    var resultTimes: [Int64] = []
+    var withoutTimestamp = 0
+    var duplicates = 0
+    var unexpected = 0
+    var notDelivered: [String: Int] = [:]
+    /// Herald's VmRSS (summed over instances) once a second, and the largest VmHWM.
+    var rssKilobytes: [Int64] = []
+    var peakKilobytes: Int64 = 0
+    /// Herald's VmRSS two seconds after the last result.
+    var rssAfterKilobytes: Int64 = 0
+
+    init(start: CPUSample) {
+        self.start = start
+        self.end = start
+    }
+}
+
+/// The value at `fraction` of sorted `values` (0 when empty).
+private func percentile(_ values: [Int64], _ fraction: Double) -> Int64 {
+    values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * fraction))]
+}
+
+private func f(_ value: Double, _ decimals: Int = 0) -> String { String(format: "%.\(decimals)f", value) }
