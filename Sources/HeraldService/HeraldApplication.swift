@@ -53,12 +53,26 @@ public enum HeraldApplication {
                 "no APNs credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID (or HERALD_APNS_CERT_PATH)"
             )
         }
+        // The pipeline's queries are equality lookups and batched writes, planned generically so
+        // their plans do not depend on statistics; housekeeping deletes by age, which needs
+        // custom plans, on a pool of its own (its passes run one at a time).
         let postgres = PostgresClient(
-            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: configuration.postgresPoolSize),
+            configuration: configuration.postgresURL.clientConfiguration(
+                maximumConnections: configuration.postgresPoolSize,
+                genericPlansOnly: true
+            ),
+            backgroundLogger: logger
+        )
+        let housekeepingPostgres = PostgresClient(
+            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: 2),
             backgroundLogger: logger
         )
         let store = PostgresDeviceTokenStore(client: postgres, logger: logger)
-        let housekeeping = RegistryHousekeeping(configuration: configuration.housekeeping, store: store, logger: logger)
+        let housekeeping = RegistryHousekeeping(
+            configuration: configuration.housekeeping,
+            store: PostgresDeviceTokenStore(client: housekeepingPostgres, logger: logger),
+            logger: logger
+        )
         let apns = try APNSHTTP2Client(configuration: apnsConfiguration, logger: logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let topics = configuration.pipeline.topics
@@ -96,6 +110,7 @@ public enum HeraldApplication {
         var groupConfiguration = ServiceGroupConfiguration(
                 services: [
                     .init(service: postgres),
+                    .init(service: housekeepingPostgres),
                     // Needs only PostgreSQL: stops just before it.
                     .init(service: housekeeping),
                     .init(service: apns),

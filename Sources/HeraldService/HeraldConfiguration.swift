@@ -248,7 +248,14 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     public var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
 
     /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
-    public func clientConfiguration(maximumConnections: Int = 20) -> PostgresClient.Configuration {
+    /// - Parameters:
+    ///   - maximumConnections: the pool's size.
+    ///   - genericPlansOnly: every prepared statement runs its generic plan (PostgreSQL's
+    ///     `plan_cache_mode = force_generic_plan` for the pool's sessions). For the pipeline's
+    ///     equality lookups the generic plan probes the indexes whatever the statistics say, while
+    ///     a custom plan made on stale statistics (right after an app API bulk-loads tokens) can
+    ///     scan the table and, being cheaper on paper, be kept until the next analyze.
+    public func clientConfiguration(maximumConnections: Int = 20, genericPlansOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
             port: port,
@@ -258,6 +265,9 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
             tls: requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
         )
         configuration.options.maximumConnections = maximumConnections
+        if genericPlansOnly {
+            configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
+        }
         return configuration
     }
 }

@@ -225,6 +225,39 @@ struct ChaosTests {
         #expect(firstLeft)
     }
 
+    /// Scale-out: three members of one group over 12 partitions split them and together push
+    /// every notification once.
+    @Test func threeInstancesSplitTwelvePartitionsAndDeliverEverythingOnce() async throws {
+        let testbed = try HeraldTestbed(partitions: 12)
+        try await testbed.withMocks {
+            let users = (0..<30).map { "user-\($0)" }
+            let devices = TestDevice.twoPerUser(users)
+            // Enough work (60,000 notifications) that it is still going when the others join.
+            let events = 1000
+            var others: [HeraldProcess] = []
+            let results = try await Self.runScenario(testbed: testbed, users: users, devices: devices, events: events) {
+                _, herald in
+                guard others.isEmpty else { return }
+                for index in 1...2 {
+                    others.append(try HeraldProcess(environment: herald.environment, logPath: herald.logPath + ".\(index)"))
+                }
+            }
+            for other in others {
+                other.send(SIGTERM)
+                #expect(try await other.waitForExit(timeout: .seconds(30)) == 0)
+            }
+            Self.expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results)
+            // Each member was assigned request partitions at some point.
+            let logPath = testbed.directory.appendingPathComponent("herald.log").path
+            for path in [logPath, logPath + ".1", logPath + ".2"] {
+                let assignments = try String(contentsOfFile: path, encoding: .utf8)
+                    .split(separator: "\n")
+                    .filter { $0.contains("partitions assigned") && $0.contains(testbed.topics.requests + "[") }
+                #expect(!assignments.isEmpty, "\(path) was assigned request partitions")
+            }
+        }
+    }
+
     @Test func sigkillTwiceMidRunLosesNothingAndRepeatsOnlyWhatWasInFlight() async throws {
         let testbed = try HeraldTestbed(partitions: 4)
         try await testbed.withMocks {
