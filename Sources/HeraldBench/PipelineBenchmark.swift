@@ -45,6 +45,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
     @Option(help: "Path of mock-apns (default: next to herald-bench).") var mockAPNS: String?
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
+    @Option(help: "Produce at this many notifications/s (an open load, for latency below saturation); 0: as fast as possible.")
+    var rate = 0
     @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
 
     func validate() throws {
@@ -219,7 +221,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
             let clock = ContinuousClock()
             let startedAt = clock.now
             run.firstProduceMilliseconds = wallMilliseconds()
-            async let produced = KafkaLoad.produceAll(messages, producer: producer)
+            // Events a second for the asked notification rate (events carry different numbers).
+            let eventsPerSecond = rate > 0 ? Double(rate) * Double(messages.count) / Double(total) : nil
+            async let produced = KafkaLoad.produceAll(messages, producer: producer, perSecond: eventsPerSecond)
 
             /// Counts one push.results record against the workload.
             func handle(_ message: KafkaMessage) {

@@ -243,18 +243,25 @@ enum KafkaLoad {
         }
     }
 
-    /// Produces every message as fast as librdkafka takes them, with at most `window` awaiting
+    /// Produces every message as fast as librdkafka takes them, or at `perSecond` messages a
+    /// second (an open load, for latency below saturation), with at most `window` awaiting
     /// their delivery report; returns each message's produce time (ms since 1970) and the seconds
     /// until the last report.
     static func produceAll(
         _ messages: [KafkaOutgoingMessage],
         producer: KafkaProducer,
+        perSecond: Double? = nil,
         window: Int = 5_000
     ) async throws -> (times: [Int64], seconds: Double) {
         let start = ContinuousClock.now
         return try await withThrowingTaskGroup(of: Void.self) { group in
             var times = [Int64](repeating: 0, count: messages.count)
             for (index, message) in messages.enumerated() {
+                if let perSecond {
+                    while Double(index) >= (ContinuousClock.now - start).inSeconds * perSecond {
+                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                }
                 if index >= window { try await group.next() }
                 try Task.checkCancellation()
                 times[index] = wallMilliseconds()
