@@ -150,7 +150,10 @@ extension TokenRegistryTests {
     @Test func defaults() throws {
         let configuration = try HeraldConfiguration(environment: [:])
         #expect(configuration.postgresPoolSize == 20)
-        #expect(configuration.pipeline.maxConcurrentSends == 1000)
+        #expect(configuration.pipeline.maxConcurrentSends == 2000)
+        #expect(configuration.pipeline.maxInFlightMessages == 4096)
+        #expect(configuration.pipeline.pollBatchSize == 256)
+        #expect(configuration.pipeline.maxOutcomesPerLedgerWrite == 500)
         #expect(configuration.housekeeping == HousekeepingConfiguration())
         #expect(configuration.housekeeping.interval == .seconds(3600))
         #expect(configuration.housekeeping.ledgerRetention == .seconds(168 * 3600))
@@ -179,7 +182,10 @@ extension TokenRegistryTests {
     @Test(arguments: [
         ("HERALD_POSTGRES_POOL_SIZE", "0"),
         ("HERALD_MAX_CONCURRENT_SENDS", "0"),
-        ("HERALD_MAX_CONCURRENT_SENDS", "10001"),
+        ("HERALD_MAX_CONCURRENT_SENDS", "100001"),
+        ("HERALD_MAX_IN_FLIGHT_MESSAGES", "0"),
+        ("HERALD_POLL_BATCH_SIZE", "0"),
+        ("HERALD_LEDGER_BATCH_SIZE", "10001"),
         ("HERALD_LEDGER_RETENTION_HOURS", "a week"),
         ("HERALD_TOKEN_PURGE_DAYS", "-1"),
         ("HERALD_HOUSEKEEPING_INTERVAL_S", "0"),

@@ -1,0 +1,32 @@
+@testable import DeviceTokenStore
+import HeraldService
+import Logging
+import PostgresNIO
+import Testing
+
+/// The token lookup on the pipeline's pool: planned generically, and that plan probes the
+/// active-token index by user and app, whatever the table's statistics say.
+@Suite struct LookupPlanTests {
+    @Test func thePipelinePoolPlansTheTokenLookupByUserAndApp() async throws {
+        let url = try PostgresURL(TestEnvironment.postgresURL)
+        let logger = Logger(label: "test.plan")
+        let client = PostgresClient(configuration: url.clientConfiguration(maximumConnections: 1, genericPlansOnly: true), backgroundLogger: logger)
+        let (mode, plan) = try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            try await HeraldApplication.migrate(configuration: HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
+            return try await client.withConnection { connection in
+                let mode = try await connection.query("SHOW plan_cache_mode", logger: logger).collect().map { try $0.decode(String.self) }
+                try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text[], text) AS " + ActiveTokensStatement.sql), logger: logger)
+                let plan = try await connection.query(
+                    "EXPLAIN EXECUTE lookup_plan('com.example.plan', ARRAY['u-1', 'u-2'], NULL)",
+                    logger: logger
+                ).collect().map { try $0.decode(String.self) }
+                return (mode, plan.joined(separator: "\n"))
+            }
+        }
+        #expect(mode == ["force_generic_plan"])
+        #expect(plan.contains("device_tokens_active_by_user_first"), "\(plan)")
+        #expect(plan.contains("Index Cond: ((user_id = ANY ($2)) AND (topic = $1))"), "\(plan)")
+    }
+}
