@@ -250,11 +250,12 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
     /// - Parameters:
     ///   - maximumConnections: the pool's size.
-    ///   - genericPlansOnly: every prepared statement runs its generic plan (PostgreSQL's
-    ///     `plan_cache_mode = force_generic_plan` for the pool's sessions). For the pipeline's
-    ///     equality lookups the generic plan probes the indexes whatever the statistics say, while
-    ///     a custom plan made on stale statistics (right after an app API bulk-loads tokens) can
-    ///     scan the table and, being cheaper on paper, be kept until the next analyze.
+    ///   - genericPlansOnly: statements are planned without their parameters' values (PostgreSQL's
+    ///     `plan_cache_mode = force_generic_plan` for the pool's sessions). The pipeline's hot
+    ///     statements run unnamed, so planned at each execution with the tables' current size,
+    ///     and for its equality lookups the generic plan probes the indexes whatever the
+    ///     statistics say, while a custom plan made on stale statistics (right after an app API
+    ///     bulk-loads tokens) can scan the whole table.
     public func clientConfiguration(maximumConnections: Int = 20, genericPlansOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
