@@ -6,7 +6,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
     public func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
         guard !eventIDs.isEmpty else { return [:] }
         var deliveries: [String: [String: RecordedDelivery]] = [:]
-        let rows = try await client.executeUnnamed(RecordedDeliveriesStatement(eventIDs: eventIDs), logger: logger)
+        let rows = try await RecordedDeliveriesStatement(eventIDs: eventIDs).executeUnnamed { try await client.query($0, logger: logger) }
         for try await (eventID, token, topic, userID, result, unregisteredEvent) in rows {
             deliveries[eventID, default: [:]][token] = RecordedDelivery(
                 row: (eventID, token, topic, userID, result, unregisteredEvent)
@@ -34,7 +34,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         }
         guard !rows.isEmpty else { return [] }
         guard batch.contains(where: { $0.mark != nil }) else {
-            let standing = try await Self.standing(rows, client.executeUnnamed(RecordDeliveriesStatement(rows), logger: logger))
+            let standing = try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await client.query($0, logger: logger) })
             return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger
@@ -52,7 +52,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
                 )
                 if marked { rows[rowOfEntry[index]].unregisteredEvent = batch[index].delivery.unregisteredEvent }
             }
-            return try await Self.standing(rows, connection.executeUnnamed(RecordDeliveriesStatement(rows), logger: logger))
+            return try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await connection.query($0, logger: logger) })
         }
         return rowOfEntry.map { standing[$0] }
     }

@@ -11,28 +11,11 @@ import PostgresNIO
 /// poll batch. The statements keep the ``PostgresPreparedStatement`` shape (SQL, bindings, row
 /// decoding) for their typed bindings and rows.
 extension PostgresPreparedStatement {
-    /// The statement as an unnamed query with its bindings.
-    func unnamedQuery() throws -> PostgresQuery {
-        PostgresQuery(unsafeSQL: Self.sql, binds: try makeBindings())
-    }
-}
-
-extension PostgresClient {
-    /// Runs `statement` unnamed (see above) and decodes its rows.
-    func executeUnnamed<Statement: PostgresPreparedStatement>(
-        _ statement: Statement,
-        logger: Logger
-    ) async throws -> AsyncThrowingMapSequence<PostgresRowSequence, Statement.Row> {
-        try await query(statement.unnamedQuery(), logger: logger).map { try statement.decodeRow($0) }
-    }
-}
-
-extension PostgresConnection {
-    /// Runs `statement` unnamed (see above) and decodes its rows.
-    func executeUnnamed<Statement: PostgresPreparedStatement>(
-        _ statement: Statement,
-        logger: Logger
-    ) async throws -> AsyncThrowingMapSequence<PostgresRowSequence, Statement.Row> {
-        try await query(statement.unnamedQuery(), logger: logger).map { try statement.decodeRow($0) }
+    /// Runs the statement unnamed through `query` (a client's or a connection's) and decodes
+    /// its rows.
+    func executeUnnamed(
+        _ query: (PostgresQuery) async throws -> PostgresRowSequence
+    ) async throws -> AsyncThrowingMapSequence<PostgresRowSequence, Row> {
+        try await query(PostgresQuery(unsafeSQL: Self.sql, binds: makeBindings())).map { try self.decodeRow($0) }
     }
 }
