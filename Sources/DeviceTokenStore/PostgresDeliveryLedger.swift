@@ -34,7 +34,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         }
         guard !rows.isEmpty else { return [] }
         guard batch.contains(where: { $0.mark != nil }) else {
-            let standing = try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await client.query($0, logger: logger) })
+            let standing = try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await client.query($0, logger: self.logger) })
             return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger

@@ -4,8 +4,9 @@ import Logging
 import PostgresNIO
 import Testing
 
-/// The token lookup on the pipeline's pool: planned generically, and that plan probes the
-/// active-token index by user and app, whatever the table's statistics say.
+/// The token lookup on the pipeline's pool: planned generically, and on a table of a real app's
+/// size that plan probes the active-token index by user and app, whatever the statistics say
+/// (20,000 tokens bulk-inserted and not analyzed, inside a transaction that is rolled back).
 @Suite struct LookupPlanTests {
     @Test func thePipelinePoolPlansTheTokenLookupByUserAndApp() async throws {
         let url = try PostgresURL(TestEnvironment.postgresURL)
@@ -17,11 +18,22 @@ import Testing
             try await HeraldApplication.migrate(configuration: HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
             return try await client.withConnection { connection in
                 let mode = try await connection.query("SHOW plan_cache_mode", logger: logger).collect().map { try $0.decode(String.self) }
+                try await connection.query("BEGIN", logger: logger)
+                try await connection.query(
+                    """
+                    INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at)
+                    SELECT 'com.example.plan', md5(i::text) || md5(i::text), 'u-' || (i / 2), 'production', now(), now()
+                    FROM generate_series(1, 20000) AS i
+                    """,
+                    logger: logger
+                )
                 try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text[], text) AS " + ActiveTokensStatement.sql), logger: logger)
                 let plan = try await connection.query(
                     "EXPLAIN EXECUTE lookup_plan('com.example.plan', ARRAY['u-1', 'u-2'], NULL)",
                     logger: logger
                 ).collect().map { try $0.decode(String.self) }
+                try await connection.query("ROLLBACK", logger: logger)
+                try await connection.query("DEALLOCATE lookup_plan", logger: logger)
                 return (mode, plan.joined(separator: "\n"))
             }
         }
