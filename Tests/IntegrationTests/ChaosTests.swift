@@ -115,7 +115,10 @@ struct ChaosTests {
 
     @Test func sigtermMidRunExitsZeroWithin30SecondsAndARestartLosesNothing() async throws {
         var stopped = false
-        try await Self.exactlyOnce(users: 25, events: 400) { progress, expected, herald in
+        // Fewer permits than the default slow Herald down enough (a few thousand pushes a
+        // second) that the reader, polling every 200 ms, finds it mid-run.
+        try await Self.exactlyOnce(users: 25, events: 400, extraEnvironment: ["HERALD_MAX_CONCURRENT_SENDS": "200"]) {
+            progress, expected, herald in
             guard !stopped, progress.pushes >= expected / 3 else { return }
             stopped = true
             #expect(progress.pushes < expected, "SIGTERM while pushes were still going on")
