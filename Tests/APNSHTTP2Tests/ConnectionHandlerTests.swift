@@ -174,6 +174,10 @@ struct ConnectionHandlerTests {
                 return $0
             }
             let deadline = loop.now + deadlineIn
+            // Returns only once the handler has the request, so requests started one after the
+            // other get stream IDs in that order (1, 3, 5…): without this, two tasks raced to the
+            // loop, and a test that reset "the first" stream waited for good on the other one.
+            let started = loop.makePromise(of: Void.self)
             let task = Task {
                 try await withCheckedThrowingContinuation { continuation in
                     loop.execute {
@@ -183,9 +187,11 @@ struct ConnectionHandlerTests {
                             deadline: deadline,
                             continuation: continuation
                         )
+                        started.succeed()
                     }
                 }
             }
+            try? await started.futureResult.get()
             return task
         }
 
