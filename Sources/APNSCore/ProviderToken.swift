@@ -57,7 +57,7 @@ public actor ProviderTokenManager<C: Clock> where C.Duration == Duration {
         credentials: ProviderTokenCredentials,
         clock: C,
         refreshInterval: Duration = .seconds(50 * 60),
-        epochSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        epochSeconds: @escaping @Sendable () -> Int64 = { WallClock.secondsSince1970() }
     ) {
         self.credentials = credentials
         self.clock = clock

@@ -1,8 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#else
-import Darwin
-#endif
+import APNSCore
 public import NIOCore
 public import PostgresNIO
 
@@ -35,11 +31,9 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
 
     public var description: String { "\(microsecondsSince1970)µs" }
 
-    /// The wall clock now, read as integers (`clock_gettime`, not `Date`'s `Double`).
+    /// The wall clock now, read as integers (``WallClock``).
     public static func now() -> Timestamp {
-        var time = timespec()
-        clock_gettime(CLOCK_REALTIME, &time)
-        return Timestamp(microsecondsSince1970: Int64(time.tv_sec) * 1_000_000 + Int64(time.tv_nsec) / 1000)
+        Timestamp(microsecondsSince1970: WallClock.microsecondsSince1970())
     }
 
     /// PostgreSQL's epoch (2000-01-01T00:00:00Z) in microseconds since 1970.

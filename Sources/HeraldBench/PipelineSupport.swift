@@ -1,3 +1,4 @@
+import APNSCore
 import Foundation
 import HeraldService
 import KafkaTransport
@@ -331,7 +332,7 @@ struct BenchFailure: Error, CustomStringConvertible {
 }
 
 /// Wall-clock time in milliseconds since 1970, comparable with Kafka record timestamps.
-func wallMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+func wallMilliseconds() -> Int64 { WallClock.millisecondsSince1970() }
 
 /// The string value of `"key":"…"` in compact JSON as Herald writes it (no spaces, and the
 /// values read here, ids, hex tokens and statuses, need no escapes); nil when absent or null.

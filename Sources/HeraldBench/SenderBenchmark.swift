@@ -216,7 +216,7 @@ struct H2LoadClient {
 
     /// One h2load run; its CPU time is read from the rusage of the reaped child.
     func run(requests: Int, connections: Int, streams: Int) async throws -> ClientRun {
-        let token = try mock.credentials.signToken(issuedAt: Int64(Date().timeIntervalSince1970))
+        let token = try mock.credentials.signToken(issuedAt: WallClock.secondsSince1970())
         let arguments = [
             "-n", "\(requests)", "-c", "\(connections)", "-m", "\(streams)", "-t", "1",
             "-H", "apns-topic: \(topic)", "-H", "apns-push-type: alert", "-H", "apns-priority: 10",

@@ -167,7 +167,7 @@ extension MockAPNSServer {
         if self.providerTokenVerifier.isEnabled,
             let rejection = self.providerTokenVerifier.rejection(
                 forAuthorization: head.authorization,
-                nowSeconds: Int64(Date().timeIntervalSince1970)
+                nowSeconds: MockWallClock.millisecondsSince1970() / 1000
             )
         {
             return rejection

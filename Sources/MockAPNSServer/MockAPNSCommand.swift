@@ -299,7 +299,7 @@ struct MockAPNSCommand: AsyncParsableCommand {
     }
 
     private func parseUnregisteredTokens() throws -> [String: Int64] {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = MockWallClock.millisecondsSince1970()
         var tokens: [String: Int64] = [:]
         for argument in self.unregisteredTokens {
             let parts = argument.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)

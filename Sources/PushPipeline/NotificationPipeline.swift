@@ -238,7 +238,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             var events: [(KafkaMessage, NotificationEvent)] = []
             for message in messages {
                 do throws(InputRejection) {
-                    events.append((message, try NotificationEvent(json: message.value)))
+                    var event = try NotificationEvent(json: message.value)
+                    if configuration.derivesCollapseID, event.collapseID == nil {
+                        // Once per event, not per device: every device and every copy gets the same.
+                        event.collapseID = NotificationID.collapseID(eventID: event.id)
+                    }
+                    events.append((message, event))
                 } catch {
                     group.addTask {
                         if (try? await self.deadLetter(message, error)) != nil { self.finish(message) }
@@ -344,11 +349,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Publishes an outcome recorded earlier, unchanged.
     private func republish(_ outcome: RecordedDelivery) async throws(CancellationError) {
         if let unregistered = outcome.unregisteredEvent {
-            try await publishReliably(
+            try await publisher.publish(
                 KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered)
             )
         }
-        try await publishReliably(
+        try await publisher.publish(
             KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(outcome.eventID.utf8), value: outcome.result)
         )
         metrics.recordRepublished()
@@ -369,7 +374,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             priority: event.priority,
             apnsID: apnsID,
             expiration: event.expiration,
-            collapseID: event.collapseID ?? (configuration.derivesCollapseID ? NotificationID.collapseID(eventID: event.id) : nil),
+            collapseID: event.collapseID,
             payload: event.payload
         )
         let outcome: DeliveryOutcome
@@ -391,12 +396,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             )
         }
         if let unregistered = recorded.unregisteredEvent {
-            try await publishReliably(
+            try await publisher.publish(
                 KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(device.token.utf8), value: unregistered)
             )
             metrics.recordUnregisteredPublished()
         }
-        try await publishReliably(
+        try await publisher.publish(
             KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(event.id.utf8), value: recorded.result)
         )
         metrics.recordResult(outcome.status)
@@ -473,7 +478,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     private func publish(_ result: DeliveryResult) async throws(CancellationError) {
-        try await publishReliably(
+        try await publisher.publish(
             KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(result.eventID.utf8), value: result.json())
         )
         metrics.recordResult(result.status)
@@ -509,11 +514,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         metrics.recordDeadLetter()
     }
 
-    /// Publishes until the broker acknowledges or the task is cancelled: a result is never dropped.
-    private func publishReliably(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
-        try await publisher.publish(message)
-    }
-
     /// Runs a registry or ledger operation, each attempt bounded by `storeOperationTimeout`,
     /// retrying with backoff while PostgreSQL is unavailable.
     private func withStoreRetry<Result: Sendable>(
@@ -543,6 +543,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     private static func epochMilliseconds() -> Int64 {
-        Timestamp.now().millisecondsSince1970
+        WallClock.millisecondsSince1970()
     }
 }

@@ -2,8 +2,9 @@
 -- prepared statement must stay fast whatever the table's statistics say. With the index led by
 -- topic, a plan made on stale statistics (right after an app API bulk-loads tokens, before
 -- auto-analyze) scans the index by topic alone and filters every token of the app: 280 ms for
--- 128 users against 200,000 tokens. Led by user_id, both generic and custom plans probe by
--- (user_id, topic) in every statistics state measured (0.2 to 0.5 ms; BENCHMARKS.md).
+-- 128 users against 200,000 tokens. Led by user_id, the generic plan (Herald's pipeline pool
+-- plans generically) probes by (user_id, topic) in the statistics states measured (0.2 to
+-- 0.5 ms; BENCHMARKS.md).
 CREATE INDEX IF NOT EXISTS device_tokens_active_by_user_first
     ON push.device_tokens (user_id, topic) WHERE unregistered_at IS NULL;
 

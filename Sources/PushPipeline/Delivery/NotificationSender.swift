@@ -1,5 +1,4 @@
 public import APNSCore
-import DeviceTokenStore
 import Foundation
 
 /// The final answer for one device after retries.
@@ -45,7 +44,7 @@ public struct NotificationSender: Sendable {
     public init(
         client: any APNSClientProtocol,
         policy: RetryPolicy,
-        epochMilliseconds: @escaping @Sendable () -> Int64 = { Timestamp.now().millisecondsSince1970 }
+        epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
     ) {
         self.client = client
         self.policy = policy
