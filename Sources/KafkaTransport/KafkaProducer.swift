@@ -1,6 +1,7 @@
 import CRdKafka
 public import Logging
 public import ServiceLifecycle
+import Synchronization
 
 /// A Kafka producer whose `send` returns only once the broker acknowledged the record.
 ///
@@ -39,6 +40,36 @@ public final class KafkaProducer: Service, Sendable {
                 try await Task.sleep(for: .milliseconds(5))
             }
         }
+    }
+
+    /// Produces every message once and waits for all their delivery reports together; returns,
+    /// in order, nil for each record the broker acknowledged and the error of each it did not.
+    ///
+    /// One wait for the batch instead of one per record: each `send` resumes its caller from
+    /// librdkafka's thread, a job and often a thread wake-up per record (BENCHMARKS.md).
+    public func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?] {
+        guard !messages.isEmpty else { return [] }
+        let batch = ProduceBatch(count: messages.count)
+        for (index, message) in messages.enumerated() {
+            while true {
+                do {
+                    try enqueue(message, report: DeliveryReport(batch, index: index))
+                    break
+                } catch let error as KafkaError where error.isQueueFull {
+                    // librdkafka's local queue is full: give it time to drain instead of failing.
+                    do {
+                        try await Task.sleep(for: .milliseconds(5))
+                    } catch {
+                        batch.deliver(KafkaError.queueFull(), at: index)
+                        break
+                    }
+                } catch {
+                    batch.deliver(error, at: index)
+                    break
+                }
+            }
+        }
+        return await batch.reports()
     }
 
     /// Hands the record to librdkafka (a non-blocking call); the report owns `report` from here.
@@ -87,6 +118,46 @@ public final class KafkaProducer: Service, Sendable {
         let timeoutMilliseconds = Int32(flushTimeout.components.seconds * 1000)
         await client.destroy { handle in
             _ = rd_kafka_flush(handle, timeoutMilliseconds)
+        }
+    }
+}
+
+/// The delivery reports of one ``KafkaProducer/send(_:)-([KafkaOutgoingMessage])`` batch: counts
+/// them down on librdkafka's thread and resumes the batch's one waiter after the last.
+final class ProduceBatch: Sendable {
+    private struct State {
+        var outstanding: Int
+        var errors: [(any Error)?]
+        var waiter: CheckedContinuation<[(any Error)?], Never>?
+    }
+
+    private let state: Mutex<State>
+
+    init(count: Int) {
+        state = Mutex(State(outstanding: count, errors: Array(repeating: nil, count: count)))
+    }
+
+    /// Records the report of the record at `index` (nil: acknowledged).
+    func deliver(_ error: (any Error)?, at index: Int) {
+        let finished = state.withLock { state -> (CheckedContinuation<[(any Error)?], Never>, [(any Error)?])? in
+            state.errors[index] = error
+            state.outstanding -= 1
+            guard state.outstanding == 0, let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            return (waiter, state.errors)
+        }
+        if let (waiter, errors) = finished { waiter.resume(returning: errors) }
+    }
+
+    /// Waits until every record has its report.
+    func reports() async -> [(any Error)?] {
+        await withCheckedContinuation { continuation in
+            let errors = state.withLock { state -> [(any Error)?]? in
+                if state.outstanding == 0 { return state.errors }
+                state.waiter = continuation
+                return nil
+            }
+            if let errors { continuation.resume(returning: errors) }
         }
     }
 }

@@ -1,28 +1,34 @@
 import DeviceTokenStore
 import Synchronization
 
-/// Group commit for the delivery ledger: outcomes that arrive while a write is in flight wait
-/// for it and are then written together, up to `maxBatchSize` per write.
+/// Group commit for the delivery ledger: outcomes submitted while a write is in flight are
+/// written together in the next, up to `maxBatchSize` per write; each written batch is then
+/// handed on (to be published) while the next write starts.
 ///
-/// An outcome thus waits for at most the write in flight and its own (while fewer than
-/// `maxBatchSize` queue), however many answers arrive at once; with one write per outcome they
-/// queued for PostgreSQL connections instead. That wait is the window in which a crash repeats
-/// a push.
-final class LedgerWriter: Sendable {
-    /// One outcome to record, with the registry mark of a 410.
-    typealias Entry = (delivery: RecordedDelivery, mark: UnregisterMark?)
+/// Submitting never suspends: the sender of an outcome does not wait for its write, and the
+/// written batch goes on as a whole, so recording and publishing cost one wake-up per batch
+/// rather than one per outcome (BENCHMARKS.md). An outcome waits for at most the write in
+/// flight and its own (while fewer than `maxBatchSize` queue): the window in which a crash
+/// repeats a push.
+final class LedgerWriter<Ticket: Sendable>: Sendable {
+    /// One outcome to record, with the registry mark of a 410 and what its submitter needs back.
+    struct Entry: Sendable {
+        var delivery: RecordedDelivery
+        var mark: UnregisterMark?
+        var ticket: Ticket
+    }
 
     /// Writes a batch, retrying until it is written; returns, for each entry in order, the outcome
     /// that stands. Throws only when cancelled.
-    typealias Write = ([Entry]) async throws(CancellationError) -> [RecordedDelivery]
+    typealias Write = ([(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws(CancellationError) -> [RecordedDelivery]
+
+    /// Receives a written batch: for each entry in order, the outcome that stands and its ticket.
+    typealias Recorded = @Sendable ([(standing: RecordedDelivery, ticket: Ticket)]) async -> Void
 
     private struct State {
-        var queue: [(id: Int, entry: Entry)] = []
+        var queue: [Entry] = []
         /// Entries in the write in flight.
         var writing = 0
-        /// The callers waiting for their entry's outcome, by entry ID.
-        var waiters: [Int: CheckedContinuation<RecordedDelivery, any Error>] = [:]
-        var nextID = 0
         /// `run()` waiting for the queue to fill.
         var idleWriter: CheckedContinuation<Void, Never>?
         /// `run()` ended: nothing is written any more.
@@ -36,67 +42,46 @@ final class LedgerWriter: Sendable {
         self.maxBatchSize = max(1, maxBatchSize)
     }
 
-    /// Outcomes handed to ``record(_:marking:)`` and not yet written: known to APNs and not yet
-    /// to the ledger.
+    /// Outcomes submitted and not yet written: known to APNs and not yet to the ledger.
     var unrecordedCount: Int {
         state.withLock { $0.queue.count + $0.writing }
     }
 
-    /// Queues an outcome for the next write and returns the outcome that stands once it is
-    /// written (see ``DeliveryLedger/record(_:)``). A cancelled caller stops waiting, but its
-    /// outcome is still written while the writer runs: APNs has it.
-    func record(_ delivery: RecordedDelivery, marking mark: UnregisterMark?) async throws(CancellationError) -> RecordedDelivery {
-        let id = state.withLock { state in
-            state.nextID += 1
-            return state.nextID
+    /// Queues an outcome for the next write; false once the writer has stopped (the outcome is
+    /// then not recorded, and its message must not be acknowledged).
+    @discardableResult
+    func submit(_ delivery: RecordedDelivery, marking mark: UnregisterMark?, ticket: Ticket) -> Bool {
+        let (accepted, idleWriter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            if state.stopped { return (false, nil) }
+            state.queue.append(Entry(delivery: delivery, mark: mark, ticket: ticket))
+            defer { state.idleWriter = nil }
+            return (true, state.idleWriter)
         }
-        do {
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RecordedDelivery, any Error>) in
-                    let queued = state.withLock { state -> (idleWriter: CheckedContinuation<Void, Never>?, refused: Bool) in
-                        if state.stopped || Task.isCancelled { return (nil, true) }
-                        state.queue.append((id, (delivery, mark)))
-                        state.waiters[id] = continuation
-                        defer { state.idleWriter = nil }
-                        return (state.idleWriter, false)
-                    }
-                    if queued.refused { continuation.resume(throwing: CancellationError()) }
-                    queued.idleWriter?.resume()
-                }
-            } onCancel: {
-                state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
-            }
-        } catch {
-            throw CancellationError()
-        }
+        idleWriter?.resume()
+        return accepted
     }
 
     /// Writes what is queued with `write`, one batch at a time, each as soon as the previous one
-    /// is written, until cancelled; then every caller still waiting gets `CancellationError`.
-    func run(writing write: Write) async {
-        while let batch = await nextBatch() {
-            guard let standing = try? await write(batch.map(\.entry)) else { break }
-            let answered = state.withLock { state in
-                state.writing = 0
-                return zip(batch, standing).compactMap { queued, outcome in
-                    state.waiters.removeValue(forKey: queued.id).map { ($0, outcome) }
-                }
+    /// is written, and hands each written batch to `recorded` concurrently with the next write;
+    /// runs until cancelled, then returns once every handed-on batch is done.
+    func run(writing write: Write, then recorded: @escaping Recorded) async {
+        await withDiscardingTaskGroup { group in
+            while let batch = await nextBatch() {
+                guard let standing = try? await write(batch.map { ($0.delivery, $0.mark) }) else { break }
+                state.withLock { $0.writing = 0 }
+                let written = zip(standing, batch).map { (standing: $0, ticket: $1.ticket) }
+                group.addTask { await recorded(written) }
             }
-            for (waiter, outcome) in answered { waiter.resume(returning: outcome) }
+            state.withLock { state in
+                state.stopped = true
+                state.queue = []
+                state.writing = 0
+            }
         }
-        let abandoned = state.withLock { state in
-            state.stopped = true
-            state.queue = []
-            state.writing = 0
-            let waiters = Array(state.waiters.values)
-            state.waiters = [:]
-            return waiters
-        }
-        for waiter in abandoned { waiter.resume(throwing: CancellationError()) }
     }
 
     /// The next batch, oldest first, once there is one; nil when cancelled.
-    private func nextBatch() async -> [(id: Int, entry: Entry)]? {
+    private func nextBatch() async -> [Entry]? {
         while !Task.isCancelled {
             let batch = state.withLock { state in
                 let batch = Array(state.queue.prefix(maxBatchSize))

@@ -21,16 +21,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let sender: NotificationSender
     private let logger: Logger
     private let tracker = Mutex(OffsetTracker())
-    /// (event, token) deliveries in progress in this process, so a duplicate event waits for the
-    /// first copy's outcome instead of pushing twice.
-    private let claimedDeliveries = Mutex(Set<String>())
-    /// Outcomes this process recorded lately, checked after claiming (event, token): a copy of
-    /// the event whose ledger lookup ran before the first copy recorded must not push again.
-    private let recentOutcomes = Mutex(RecentOutcomes(capacity: 100_000))
+    /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
+    /// event never pushes twice.
+    private let inFlight = Mutex(InFlightDeliveries(recentCapacity: 100_000))
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     private let sendLimit: ConcurrencyLimit
     /// Records outcomes in batches (group commit).
-    private let ledgerWriter: LedgerWriter
+    private let ledgerWriter: LedgerWriter<DeliveryTicket>
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
     /// What the pipeline did so far.
@@ -60,7 +57,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.ledger = ledger
         self.sender = NotificationSender(client: apns, policy: configuration.retry)
         self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
-        let ledgerWriter = LedgerWriter(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
+        let ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.ledgerWriter = ledgerWriter
         self.metrics = PipelineMetrics(
             unrecordedOutcomes: { ledgerWriter.unrecordedCount },
@@ -84,6 +81,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 group.addTask(priority: .high) {
                     await self.ledgerWriter.run { batch throws(CancellationError) in
                         try await self.withStoreRetry { try await self.ledger.record(batch) }
+                    } then: { recorded in
+                        await self.publishRecorded(recorded)
                     }
                 }
                 defer { group.cancelAll() }
@@ -232,9 +231,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
-    /// with one query per app and one ledger query, then delivers each event.
+    /// with one query per app and one ledger query, then delivers every result of the batch;
+    /// returns once each message is finished (or when cancelled).
+    ///
+    /// Work is per batch where it can be: one claim pass, one publish of the results known
+    /// without sending, and a task per device only for its APNs request, which hands the outcome
+    /// to the ledger writer without waiting; the writer's batch is published as a whole
+    /// (``publishRecorded(_:)``), and the batch's task wakes once, at the end.
     private func processRequests(_ messages: [KafkaMessage], consumedAt: ContinuousClock.Instant) async {
-        await withTaskGroup(of: Void.self) { group in
+        await withDiscardingTaskGroup { group in
             var events: [(KafkaMessage, NotificationEvent)] = []
             for message in messages {
                 do throws(InputRejection) {
@@ -250,16 +255,45 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     }
                 }
             }
-            guard !events.isEmpty, let batch = try? await resolve(events.map(\.1)) else { return }
-            for (message, event) in events {
-                group.addTask {
-                    let tokens = batch.tokens[event.topic] ?? [:]
-                    let recorded = batch.recorded[event.id] ?? [:]
-                    if (try? await self.deliver(event, tokens: tokens, recorded: recorded, consumedAt: consumedAt)) != nil {
-                        self.finish(message)
+            guard !events.isEmpty, let resolved = try? await resolve(events.map(\.1)) else { return }
+            let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
+            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results))
+
+            // Claims first, in one pass, so the results known without sending go out at once.
+            var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
+            var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
+            var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
+            inFlight.withLock { inFlight in
+                for (index, plan) in plans.enumerated() {
+                    let event = events[index].1
+                    for result in plan.noDevices {
+                        ready.append(([resultMessage(result.json(), eventID: event.id)], DeliveryTicket(progress, index, status: .noDevices)))
+                    }
+                    for outcome in plan.recorded {
+                        ready.append((republishing(outcome), DeliveryTicket(progress, index, status: nil)))
+                    }
+                    for device in plan.devices {
+                        let key = InFlightDeliveries.key(eventID: event.id, token: device.token)
+                        let ticket = DeliveryTicket(progress, index, claim: key)
+                        switch inFlight.claim(key) {
+                        case .claimed: sends.append((event, device, ticket))
+                        case .recorded(let outcome): ready.append((republishing(outcome), DeliveryTicket(progress, index, status: nil)))
+                        case .busy: busy.append((event, device, ticket))
+                        }
                     }
                 }
             }
+            if !ready.isEmpty {
+                group.addTask { await self.publish(ready) }
+            }
+            for (event, device, ticket) in busy {
+                group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+            }
+            for (event, device, ticket) in sends {
+                do { try await sendLimit.acquire() } catch { return }
+                group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+            }
+            await progress.waitUntilFinished()
         }
     }
 
@@ -283,89 +317,83 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         return batch
     }
 
-    /// Delivers one event to all its users' devices; returns once every result is published.
-    ///
-    /// Each result's task starts only once it holds a send permit, and gives it back when its
-    /// result is published: however large the fan-outs in flight, at most `maxConcurrentSends`
-    /// such tasks exist, and at most that many outcomes are known to APNs and not yet to the
-    /// ledger (the crash window).
-    private func deliver(
-        _ event: NotificationEvent,
-        tokens: [String: [DeviceToken]],
-        recorded: [String: RecordedDelivery],
-        consumedAt: ContinuousClock.Instant
-    ) async throws(CancellationError) {
-        let finished = await withTaskGroup(of: Bool.self) { group in
-            /// Starts `work` once a permit is free; false when cancelled while waiting.
-            func start(_ work: @escaping @Sendable () async throws -> Void) async -> Bool {
-                do { try await sendLimit.acquire() } catch { return false }
-                group.addTask {
-                    defer { self.sendLimit.release() }
-                    return (try? await work()) != nil
-                }
-                return true
-            }
-            for userID in event.userIDs {
-                // Recorded outcomes are republished whatever the registry says now (a 410 may
-                // have unregistered the device since); only unrecorded devices are sent to.
-                let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
-                let devices = (tokens[userID] ?? []).filter {
-                    (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
-                }
-                if devices.isEmpty && outcomes.isEmpty {
-                    guard await start({ try await self.publish(self.noDevicesResult(event: event, userID: userID, consumedAt: consumedAt)) })
-                    else { return false }
-                }
-                for outcome in outcomes {
-                    guard await start({ try await self.republish(outcome) }) else { return false }
-                }
-                for device in devices {
-                    guard await start({ try await self.deliverOnce(event, to: device, consumedAt: consumedAt) }) else { return false }
-                }
-            }
-            return await group.allSatisfy { $0 }
-        }
-        if !finished { throw CancellationError() }
+    /// The results of one event: per user, its recorded outcomes (republished whatever the
+    /// registry says now: a 410 may have unregistered the device since), its unrecorded devices
+    /// (sent to), or a `no_devices` result when it has neither.
+    private struct EventPlan {
+        var noDevices: [DeliveryResult] = []
+        var recorded: [RecordedDelivery] = []
+        var devices: [DeviceToken] = []
+
+        var results: Int { noDevices.count + recorded.count + devices.count }
     }
 
-    /// Claims (event, token) in this process; a copy of the event already delivering it makes
-    /// this one wait and then republish that copy's recorded outcome.
-    private func deliverOnce(
+    private func plan(_ event: NotificationEvent, resolved: ResolvedBatch, consumedAt: ContinuousClock.Instant) -> EventPlan {
+        let tokens = resolved.tokens[event.topic] ?? [:]
+        let recorded = resolved.recorded[event.id] ?? [:]
+        var plan = EventPlan()
+        for userID in event.userIDs {
+            let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
+            let devices = (tokens[userID] ?? []).filter {
+                (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
+            }
+            if devices.isEmpty && outcomes.isEmpty {
+                plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))
+            }
+            plan.recorded += outcomes
+            plan.devices += devices
+        }
+        return plan
+    }
+
+    /// What travels with one result until it is published: the message it belongs to, the
+    /// (event, token) claim and send permit a sent one holds, and the status to count.
+    struct DeliveryTicket: Sendable {
+        var progress: BatchProgress
+        var message: Int
+        /// The claim key of a sent result (it also holds a send permit).
+        var claim: String?
+        /// The status of a new result, counted once published (nil: a republished one).
+        var status: DeliveryResult.Status?
+
+        init(_ progress: BatchProgress, _ message: Int, claim: String? = nil, status: DeliveryResult.Status? = nil) {
+            self.progress = progress
+            self.message = message
+            self.claim = claim
+            self.status = status
+        }
+    }
+
+    /// Another copy of the event is sending to this device: waits for it to record its
+    /// outcome, then republishes that (or sends, if it never recorded one).
+    private func deliverWhenUnclaimed(
         _ event: NotificationEvent,
         to device: DeviceToken,
+        ticket: DeliveryTicket,
         consumedAt: ContinuousClock.Instant
-    ) async throws(CancellationError) {
-        let key = event.id + "/" + device.token
-        while !claimedDeliveries.withLock({ $0.insert(key).inserted }) {
-            do { try await Task.sleep(for: .milliseconds(20)) } catch { throw CancellationError() }
+    ) async {
+        guard let key = ticket.claim else { return }
+        while true {
+            switch inFlight.withLock({ $0.claim(key) }) {
+            case .claimed:
+                do { try await sendLimit.acquire() } catch { return }
+                return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
+            case .recorded(let outcome):
+                return await publish([(republishing(outcome), DeliveryTicket(ticket.progress, ticket.message))])
+            case .busy:
+                do { try await Task.sleep(for: .milliseconds(20)) } catch { return }
+            }
         }
-        defer { _ = claimedDeliveries.withLock { $0.remove(key) } }
-        if let outcome = recentOutcomes.withLock({ $0[key] }) {
-            return try await republish(outcome)
-        }
-        try await send(event, to: device, consumedAt: consumedAt)
     }
 
-    /// Publishes an outcome recorded earlier, unchanged.
-    private func republish(_ outcome: RecordedDelivery) async throws(CancellationError) {
-        if let unregistered = outcome.unregisteredEvent {
-            try await publisher.publish(
-                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered)
-            )
-        }
-        try await publisher.publish(
-            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(outcome.eventID.utf8), value: outcome.result)
-        )
-        metrics.recordRepublished()
-    }
-
-    /// Sends to one device, records the outcome (and a 410's registry mark) in the ledger at
-    /// once, then publishes what was recorded.
+    /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
+    /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
     private func send(
         _ event: NotificationEvent,
         to device: DeviceToken,
+        ticket: DeliveryTicket,
         consumedAt: ContinuousClock.Instant
-    ) async throws(CancellationError) {
+    ) async {
         let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
         let request = APNSRequest(
             deviceToken: device.token,
@@ -377,13 +405,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             collapseID: event.collapseID,
             payload: event.payload
         )
-        let outcome: DeliveryOutcome
-        do {
-            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt)
-        } catch {
-            throw CancellationError()
+        guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
+            return  // Cancelled: the message stays unfinished and is redelivered.
         }
-        let recorded = try await record(outcome, of: event, to: device, apnsID: apnsID, consumedAt: consumedAt)
         if outcome.status != .delivered {
             logger.info(
                 "notification not delivered",
@@ -395,27 +419,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 ]
             )
         }
-        if let unregistered = recorded.unregisteredEvent {
-            try await publisher.publish(
-                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(device.token.utf8), value: unregistered)
-            )
-            metrics.recordUnregisteredPublished()
-        }
-        try await publisher.publish(
-            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(event.id.utf8), value: recorded.result)
-        )
-        metrics.recordResult(outcome.status)
-    }
-
-    /// Records an outcome in the ledger right after APNs' answer, with the next batch of the
-    /// ledger writer; a 410 also marks the token unregistered in the same transaction.
-    private func record(
-        _ outcome: DeliveryOutcome,
-        of event: NotificationEvent,
-        to device: DeviceToken,
-        apnsID: String,
-        consumedAt: ContinuousClock.Instant
-    ) async throws(CancellationError) -> RecordedDelivery {
         let result = DeliveryResult(
             eventID: event.id,
             userID: device.userID,
@@ -451,9 +454,59 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             result: result.json(),
             unregisteredEvent: unregisteredEvent
         )
-        let recorded = try await ledgerWriter.record(delivery, marking: mark)
-        recentOutcomes.withLock { $0.insert(recorded, key: event.id + "/" + device.token) }
-        return recorded
+        var ticket = ticket
+        ticket.status = outcome.status
+        ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
+    }
+
+    /// Publishes a batch the ledger writer recorded: settles the claims with the outcomes that
+    /// stand, publishes them together, then gives the permits back and finishes the messages.
+    private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
+        inFlight.withLock { inFlight in
+            for (standing, ticket) in batch {
+                if let key = ticket.claim { inFlight.settle(key, with: standing) }
+            }
+        }
+        await publish(batch.map { (republishing($0.standing), $0.ticket) })
+    }
+
+    /// Publishes results (each with its unregistered event, if any) together; then counts them,
+    /// gives back the permits of sent ones and finishes the messages whose last result this was.
+    private func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
+        do {
+            try await publisher.publish(results.flatMap(\.messages))
+        } catch {
+            return  // Cancelled: the messages stay unfinished and are redelivered.
+        }
+        var permits = 0
+        for (messages, ticket) in results {
+            if ticket.claim != nil { permits += 1 }
+            if let status = ticket.status {
+                metrics.recordResult(status)
+                if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
+                    metrics.recordUnregisteredPublished()
+                }
+            } else {
+                metrics.recordRepublished()
+            }
+            if let message = ticket.progress.published(ticket.message) { finish(message) }
+        }
+        if permits > 0 { sendLimit.release(permits) }
+    }
+
+    /// The records of a recorded outcome: its push.unregistered event, if it marked the token,
+    /// then its push.results record.
+    private func republishing(_ outcome: RecordedDelivery) -> [KafkaOutgoingMessage] {
+        var messages: [KafkaOutgoingMessage] = []
+        if let unregistered = outcome.unregisteredEvent {
+            messages.append(KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered))
+        }
+        messages.append(resultMessage(outcome.result, eventID: outcome.eventID))
+        return messages
+    }
+
+    private func resultMessage(_ result: [UInt8], eventID: String) -> KafkaOutgoingMessage {
+        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result)
     }
 
     private func noDevicesResult(
@@ -475,13 +528,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
             completedAtMilliseconds: Self.epochMilliseconds()
         )
-    }
-
-    private func publish(_ result: DeliveryResult) async throws(CancellationError) {
-        try await publisher.publish(
-            KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(result.eventID.utf8), value: result.json())
-        )
-        metrics.recordResult(result.status)
     }
 
     /// Sends the original record to push.dlq with the reason headers of the contract.

@@ -65,6 +65,30 @@ public protocol MessageSource: Sendable {
 public protocol MessagePublisher: Sendable {
     /// Returns once the broker has acknowledged the record.
     func send(_ message: KafkaOutgoingMessage) async throws
+    /// Sends every message once; returns once each was acknowledged or refused, in order: nil
+    /// for an acknowledged one, the error of a refused one.
+    func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?]
+}
+
+extension MessagePublisher {
+    /// Sends the messages concurrently, one `send(_:)` each.
+    public func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?] {
+        await withTaskGroup(of: (Int, (any Error)?).self) { group in
+            for (index, message) in messages.enumerated() {
+                group.addTask {
+                    do {
+                        try await send(message)
+                        return (index, nil)
+                    } catch {
+                        return (index, error)
+                    }
+                }
+            }
+            var errors = [(any Error)?](repeating: nil, count: messages.count)
+            for await (index, error) in group { errors[index] = error }
+            return errors
+        }
+    }
 }
 
 extension KafkaConsumer: MessageSource {}

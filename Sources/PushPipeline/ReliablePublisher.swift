@@ -44,31 +44,56 @@ final class ReliablePublisher: Sendable {
         blocked.withLock { $0.errorCounts }
     }
 
-    /// Publishes `message`; returns once the broker acknowledged it. Throws only when cancelled.
-    func publish(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
-        try await publish(message, omittingValueIfTooLarge: false)
-    }
-
     /// Publishes a dead letter; one too large for the broker goes without its value.
     func publishDeadLetter(_ message: KafkaOutgoingMessage) async throws(CancellationError) {
         try await publish(message, omittingValueIfTooLarge: true)
     }
 
-    private func publish(_ message: KafkaOutgoingMessage, omittingValueIfTooLarge: Bool) async throws(CancellationError) {
+    /// Publishes `messages` together; returns once the broker acknowledged every one. Those it
+    /// refused are retried one by one with backoff. Throws only when cancelled.
+    func publish(_ messages: [KafkaOutgoingMessage]) async throws(CancellationError) {
+        let failures = zip(messages, await publisher.send(messages)).compactMap { message, error in
+            error.map { (message, $0) }
+        }
+        guard !failures.isEmpty else { return }
+        let allPublished = await withTaskGroup(of: Bool.self) { group in
+            for (message, error) in failures {
+                group.addTask {
+                    (try? await self.publish(message, omittingValueIfTooLarge: false, after: error)) != nil
+                }
+            }
+            return await group.allSatisfy { $0 }
+        }
+        if !allPublished { throw CancellationError() }
+    }
+
+    /// Sends `message` until the broker acknowledges it; `firstFailure` is the error of an
+    /// attempt already made.
+    private func publish(
+        _ message: KafkaOutgoingMessage,
+        omittingValueIfTooLarge: Bool,
+        after firstFailure: (any Error)? = nil
+    ) async throws(CancellationError) {
         var message = message
         var generator = SystemRandomNumberGenerator()
         var attempt = 0
         var heldBy: String?
+        var lastFailure = firstFailure
         defer { if let heldBy { release(heldBy) } }
         while true {
-            if Task.isCancelled { throw CancellationError() }
             let failure: any Error
-            do {
-                try await publisher.send(message)
-                return
-            } catch {
-                failure = error
+            if let lastFailure {
+                failure = lastFailure
+            } else {
+                if Task.isCancelled { throw CancellationError() }
+                do {
+                    try await publisher.send(message)
+                    return
+                } catch {
+                    failure = error
+                }
             }
+            lastFailure = nil
             attempt += 1
             let kafkaError = failure as? KafkaError
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {

@@ -22,7 +22,7 @@ final class HeldLedgerWrites: Sendable {
     /// Lets the next `count` writes finish.
     func release(_ count: Int = 1) { released.add(count, ordering: .relaxed) }
 
-    func write(_ batch: [LedgerWriter.Entry]) async throws(CancellationError) -> [RecordedDelivery] {
+    func write(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws(CancellationError) -> [RecordedDelivery] {
         let number = batches.withLock { batches in
             batches.append(batch.map(\.delivery))
             return batches.count
@@ -41,6 +41,23 @@ final class HeldLedgerWrites: Sendable {
     }
 }
 
+/// What the writer handed on: each written batch as (event ID of the standing outcome, its
+/// result text, ticket).
+final class HandedOn: Sendable {
+    private let batches = Mutex<[[(event: String, result: String, ticket: Int)]]>([])
+    /// How long each hand-over takes (it holds the batch like a slow publish).
+    private let hold: Duration
+
+    init(hold: Duration = .zero) { self.hold = hold }
+
+    var received: [[(event: String, result: String, ticket: Int)]] { batches.withLock { $0 } }
+
+    func receive(_ batch: [(standing: RecordedDelivery, ticket: Int)]) async {
+        try? await Task.sleep(for: hold)
+        batches.withLock { $0.append(batch.map { ($0.standing.eventID, String(decoding: $0.standing.result, as: UTF8.self), $0.ticket) }) }
+    }
+}
+
 @Suite(.timeLimit(.minutes(1)))
 struct LedgerWriterTests {
     static func outcome(_ event: String, _ token: String = "t1", status: String = "delivered") -> RecordedDelivery {
@@ -52,96 +69,86 @@ struct LedgerWriterTests {
         while !condition() { try await Task.sleep(for: .milliseconds(1)) }
     }
 
-    @Test func outcomesArrivingDuringAWriteGoTogetherInTheNextAndEachCallerGetsTheOneThatStands() async throws {
-        let earlier = Self.outcome("e3", status: "recorded by another copy")
-        let ledger = HeldLedgerWrites(recordedBefore: [earlier])
-        let writer = LedgerWriter(maxBatchSize: 100)
+    @Test func outcomesSubmittedDuringAWriteGoTogetherInTheNextAndEachTicketGetsTheOutcomeThatStands() async throws {
+        let ledger = HeldLedgerWrites(recordedBefore: [Self.outcome("e3", status: "recorded by another copy")])
+        let handedOn = HandedOn()
+        let writer = LedgerWriter<Int>(maxBatchSize: 100)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write) }
-            let first = Task { try await writer.record(Self.outcome("e1"), marking: nil) }
+            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
+            #expect(writer.submit(Self.outcome("e1"), marking: nil, ticket: 1))
             try await Self.waitUntil { ledger.written.count == 1 }
-            let others = ["e2", "e3", "e4"].map { event in Task { try await writer.record(Self.outcome(event), marking: nil) } }
-            try await Self.waitUntil { writer.unrecordedCount == 4 }
+            for (index, event) in ["e2", "e3", "e4"].enumerated() {
+                #expect(writer.submit(Self.outcome(event), marking: nil, ticket: index + 2))
+            }
+            #expect(writer.unrecordedCount == 4)
+            try await Task.sleep(for: .milliseconds(20))
             #expect(ledger.written.count == 1, "no second write while the first is in flight")
 
             ledger.release(2)
-            try await Self.waitUntil { writer.unrecordedCount == 0 || ledger.written.count > 2 }
-            #expect(ledger.written.map { Set($0.map(\.eventID)) } == [["e1"], ["e2", "e3", "e4"]])
-            ledger.release(100)  // whatever else was written, so a failure ends here
-            #expect(try await first.value == Self.outcome("e1"))
-            #expect(try await others[0].value == Self.outcome("e2"))
-            #expect(try await others[1].value == earlier, "recorded earlier: that outcome stands")
-            #expect(try await others[2].value == Self.outcome("e4"))
+            try await Self.waitUntil { handedOn.received.count == 2 }
+            #expect(ledger.written.map { $0.map(\.eventID) } == [["e1"], ["e2", "e3", "e4"]])
+            #expect(writer.unrecordedCount == 0)
+            let received = handedOn.received.map { $0.map { "\($0.ticket):\($0.event):\($0.result)" } }
+            #expect(received == [["1:e1:delivered"], ["2:e2:delivered", "3:e3:recorded by another copy", "4:e4:delivered"]])
             group.cancelAll()
         }
     }
 
     @Test func aWriteTakesAtMostTheBatchSizeOldestFirst() async throws {
         let ledger = HeldLedgerWrites()
-        let writer = LedgerWriter(maxBatchSize: 2)
+        let handedOn = HandedOn()
+        let writer = LedgerWriter<Int>(maxBatchSize: 2)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write) }
-            var callers: [Task<RecordedDelivery, any Error>] = []
-            callers.append(Task { try await writer.record(Self.outcome("e0"), marking: nil) })
+            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
+            writer.submit(Self.outcome("e0"), marking: nil, ticket: 0)
             try await Self.waitUntil { ledger.written.count == 1 }
-            for index in 1..<5 {
-                callers.append(Task { try await writer.record(Self.outcome("e\(index)"), marking: nil) })
-                try await Self.waitUntil { writer.unrecordedCount == index + 1 }
-            }
+            for index in 1..<5 { writer.submit(Self.outcome("e\(index)"), marking: nil, ticket: index) }
             ledger.release(3)
-            try await Self.waitUntil { writer.unrecordedCount == 0 || ledger.written.count > 3 }
+            try await Self.waitUntil { handedOn.received.count == 3 }
             #expect(ledger.written.map { $0.map(\.eventID) } == [["e0"], ["e1", "e2"], ["e3", "e4"]])
-            ledger.release(100)
-            for (index, caller) in callers.enumerated() {
-                #expect(try await caller.value == Self.outcome("e\(index)"))
-            }
+            #expect(handedOn.received.map { $0.map(\.ticket) } == [[0], [1, 2], [3, 4]])
             group.cancelAll()
         }
     }
 
-    @Test func aCancelledCallerStopsWaitingButItsOutcomeIsStillWritten() async throws {
+    @Test func theNextWriteStartsWhileTheLastBatchIsStillHandedOn() async throws {
         let ledger = HeldLedgerWrites()
-        let writer = LedgerWriter(maxBatchSize: 100)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write) }
-            let first = Task { try await writer.record(Self.outcome("e1"), marking: nil) }
-            try await Self.waitUntil { ledger.written.count == 1 }
-            let cancelled = Task { try await writer.record(Self.outcome("e2"), marking: nil) }
-            try await Self.waitUntil { writer.unrecordedCount == 2 }
-            cancelled.cancel()
-            await #expect(throws: CancellationError.self) { try await cancelled.value }
-
-            ledger.release(2)
-            _ = try await first.value
-            try await Self.waitUntil { writer.unrecordedCount == 0 }
-            #expect(ledger.written.map { $0.map(\.eventID) } == [["e1"], ["e2"]])
-            group.cancelAll()
-        }
+        let handedOn = HandedOn(hold: .seconds(30))
+        let writer = LedgerWriter<Int>(maxBatchSize: 100)
+        let running = Task { await writer.run(writing: ledger.write, then: handedOn.receive) }
+        ledger.release(100)
+        writer.submit(Self.outcome("e1"), marking: nil, ticket: 1)
+        try await Self.waitUntil { ledger.written.count == 1 && writer.unrecordedCount == 0 }
+        writer.submit(Self.outcome("e2"), marking: nil, ticket: 2)
+        try await Self.waitUntil { ledger.written.count == 2 }
+        #expect(handedOn.received.isEmpty, "the first batch is still being handed on")
+        running.cancel()
+        await running.value
     }
 
-    @Test func cancellingTheWriterFailsEveryWaitingCallerAndRefusesNewOnes() async throws {
+    @Test func cancellingTheWriterStopsTheWriteInFlightAndRefusesNewOutcomes() async throws {
         let ledger = HeldLedgerWrites()
-        let writer = LedgerWriter(maxBatchSize: 100)
-        let running = Task { await writer.run(writing: ledger.write) }
-        let writing = Task { try await writer.record(Self.outcome("e1"), marking: nil) }
+        let handedOn = HandedOn()
+        let writer = LedgerWriter<Int>(maxBatchSize: 100)
+        let running = Task { await writer.run(writing: ledger.write, then: handedOn.receive) }
+        writer.submit(Self.outcome("e1"), marking: nil, ticket: 1)
         try await Self.waitUntil { ledger.written.count == 1 }
-        let queued = Task { try await writer.record(Self.outcome("e2"), marking: nil) }
-        try await Self.waitUntil { writer.unrecordedCount == 2 }
+        writer.submit(Self.outcome("e2"), marking: nil, ticket: 2)
 
         running.cancel()
         await running.value
-        await #expect(throws: CancellationError.self) { try await writing.value }
-        await #expect(throws: CancellationError.self) { try await queued.value }
-        await #expect(throws: CancellationError.self) { try await writer.record(Self.outcome("e3"), marking: nil) }
+        #expect(!writer.submit(Self.outcome("e3"), marking: nil, ticket: 3))
         #expect(ledger.written.count == 1, "the write in flight was cancelled, nothing else written")
+        #expect(handedOn.received.isEmpty)
+        #expect(writer.unrecordedCount == 0)
     }
 
     @Test func aWriterWaitingForWorkStopsWhenCancelled() async throws {
-        let writer = LedgerWriter(maxBatchSize: 100)
-        let running = Task { await writer.run(writing: HeldLedgerWrites().write) }
+        let writer = LedgerWriter<Int>(maxBatchSize: 100)
+        let running = Task { await writer.run(writing: HeldLedgerWrites().write, then: HandedOn().receive) }
         try await Task.sleep(for: .milliseconds(20))
         running.cancel()
         await running.value
-        await #expect(throws: CancellationError.self) { try await writer.record(Self.outcome("e1"), marking: nil) }
+        #expect(!writer.submit(Self.outcome("e1"), marking: nil, ticket: 1))
     }
 }

@@ -181,20 +181,36 @@ private let rdKafkaBackgroundEvent: @convention(c) (OpaquePointer?, OpaquePointe
         guard let opaque = message.pointee._private else { continue }
         let report = Unmanaged<DeliveryReport>.fromOpaque(opaque).takeRetainedValue()
         let error = message.pointee.err
-        if error == RD_KAFKA_RESP_ERR_NO_ERROR {
-            report.continuation.resume()
-        } else {
-            report.continuation.resume(throwing: KafkaError.delivery(ProduceErrorCause(error)))
-        }
+        report.deliver(error == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError.delivery(ProduceErrorCause(error)))
     }
 }
 
-/// The continuation of one `send`, handed to librdkafka as the message's opaque.
+/// Who waits for one record's delivery report, handed to librdkafka as the message's opaque:
+/// a single `send`, or one record of a ``ProduceBatch``.
 final class DeliveryReport: Sendable {
-    let continuation: CheckedContinuation<Void, any Error>
+    private enum Waiter {
+        case single(CheckedContinuation<Void, any Error>)
+        case batch(ProduceBatch, index: Int)
+    }
+
+    private let waiter: Waiter
 
     init(_ continuation: CheckedContinuation<Void, any Error>) {
-        self.continuation = continuation
+        waiter = .single(continuation)
+    }
+
+    init(_ batch: ProduceBatch, index: Int) {
+        waiter = .batch(batch, index: index)
+    }
+
+    /// Reports the broker's answer: nil when the record was acknowledged.
+    func deliver(_ error: KafkaError?) {
+        switch waiter {
+        case .single(let continuation):
+            if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+        case .batch(let batch, let index):
+            batch.deliver(error, at: index)
+        }
     }
 }
 

@@ -53,15 +53,14 @@ final class ConcurrencyLimit: Sendable {
         }
     }
 
-    /// Gives a permit back, to the longest waiter if there is one.
-    func release() {
-        let next = state.withLock { state -> Waiter? in
-            if state.waiters.isEmpty {
-                state.available += 1
-                return nil
-            }
-            return state.waiters.removeFirst()
+    /// Gives `count` permits back, to the longest waiters first.
+    func release(_ count: Int = 1) {
+        let next = state.withLock { state -> ArraySlice<Waiter> in
+            let woken = state.waiters.prefix(count)
+            state.waiters.removeFirst(woken.count)
+            state.available += count - woken.count
+            return woken
         }
-        next?.continuation.resume()
+        for waiter in next { waiter.continuation.resume() }
     }
 }

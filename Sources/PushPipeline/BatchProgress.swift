@@ -1,0 +1,56 @@
+import KafkaTransport
+import Synchronization
+
+/// Counts down the results still to publish for each message of one poll batch, and wakes the
+/// batch's task once every message is finished.
+final class BatchProgress: Sendable {
+    private struct State {
+        /// Results still to publish, per message.
+        var pending: [Int]
+        /// Messages with results still to publish.
+        var unfinished: Int
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let messages: [KafkaMessage]
+    private let state: Mutex<State>
+
+    /// `results[i]` is the number of results message `i` publishes (none: finished already).
+    init(messages: [KafkaMessage], results: [Int]) {
+        self.messages = messages
+        state = Mutex(State(pending: results, unfinished: results.count { $0 > 0 }))
+    }
+
+    /// Counts one published result of message `index`; returns the message when that was its last.
+    func published(_ index: Int) -> KafkaMessage? {
+        let (finished, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            state.pending[index] -= 1
+            guard state.pending[index] == 0 else { return (false, nil) }
+            state.unfinished -= 1
+            guard state.unfinished == 0 else { return (true, nil) }
+            defer { state.waiter = nil }
+            return (true, state.waiter)
+        }
+        waiter?.resume()
+        return finished ? messages[index] : nil
+    }
+
+    /// Returns once every message is finished, or when the task is cancelled.
+    func waitUntilFinished() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { state in
+                    if state.unfinished == 0 || Task.isCancelled { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { state in
+                defer { state.waiter = nil }
+                return state.waiter
+            }?.resume()
+        }
+    }
+}
