@@ -1,38 +1,65 @@
-import DeviceTokenStore
-
-/// The (event, token) deliveries this process is sending, and the outcomes it recorded lately:
-/// a copy of an event (a duplicate on push.requests) never pushes a device that another copy is
+/// The (event, token) deliveries this process is sending, and those it recorded lately: a copy
+/// of an event (a duplicate on push.requests) never pushes a device that another copy is
 /// pushing or has pushed, even when its ledger lookup ran before that outcome was recorded.
+///
+/// Deliveries are known by a 64-bit hash of (event, token), not by their outcomes: holding the
+/// last 100,000 outcomes took about 70 MB (`herald-bench pipeline`, RSS; BENCHMARKS.md), the
+/// hashes take 2. A hash that matches is only a reason to ask the ledger; a collision costs a
+/// lookup or a wait, never a lost or a second push.
 struct InFlightDeliveries: Sendable {
-    enum Claim {
+    enum Claim: Equatable {
         /// The caller sends, and settles the claim once the outcome is recorded.
         case claimed
-        /// Recorded lately: the caller republishes this outcome.
-        case recorded(RecordedDelivery)
+        /// Recorded lately (or a hash collision): the caller asks the ledger for the outcome.
+        case recordedLately
         /// Another copy is sending: the caller tries again later.
         case busy
     }
 
-    private var sending: Set<String> = []
-    private var recent: RecentOutcomes
+    private var sending: Set<Int> = []
+    private var recent: Set<Int> = []
+    /// `recent` in insertion order, a ring: the oldest is dropped first.
+    private var order: [Int] = []
+    private var oldest = 0
+    private let capacity: Int
 
+    /// Remembers the last `recentCapacity` recorded deliveries. Storage is reserved up front:
+    /// growing a set by doubling rehashes it inside the pipeline's lock.
     init(recentCapacity: Int) {
-        recent = RecentOutcomes(capacity: recentCapacity)
+        capacity = max(1, recentCapacity)
+        recent.reserveCapacity(capacity)
+        order.reserveCapacity(capacity)
     }
 
     /// The key of (event, token).
-    static func key(eventID: String, token: String) -> String {
-        eventID + "/" + token
+    static func key(eventID: String, token: String) -> Int {
+        var hasher = Hasher()
+        hasher.combine(eventID)
+        hasher.combine(token)
+        return hasher.finalize()
     }
 
-    mutating func claim(_ key: String) -> Claim {
-        if let outcome = recent[key] { return .recorded(outcome) }
-        return sending.insert(key).inserted ? .claimed : .busy
+    mutating func claim(_ key: Int) -> Claim {
+        if recent.contains(key) { return .recordedLately }
+        return claimSending(key)
     }
 
-    /// Ends a claim with the outcome that stands in the ledger.
-    mutating func settle(_ key: String, with outcome: RecordedDelivery) {
-        recent.insert(outcome, key: key)
+    /// Claims without looking at what was recorded lately: for a caller whose ledger lookup
+    /// found no outcome after ``claim(_:)`` said `recordedLately`.
+    mutating func claimSending(_ key: Int) -> Claim {
+        sending.insert(key).inserted ? .claimed : .busy
+    }
+
+    /// Ends a claim once its outcome is recorded.
+    mutating func settle(_ key: Int) {
         sending.remove(key)
+        guard recent.insert(key).inserted else { return }
+        if order.count < capacity {
+            order.append(key)
+        } else {
+            recent.remove(order[oldest])
+            order[oldest] = key
+            oldest = (oldest + 1) % capacity
+        }
     }
 }

@@ -263,6 +263,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
             var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
+            var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             inFlight.withLock { inFlight in
                 for (index, plan) in plans.enumerated() {
                     let event = events[index].1
@@ -277,7 +278,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                         let ticket = DeliveryTicket(progress, index, claim: key)
                         switch inFlight.claim(key) {
                         case .claimed: sends.append((event, device, ticket))
-                        case .recorded(let outcome): ready.append((republishing(outcome), DeliveryTicket(progress, index, status: nil)))
+                        case .recordedLately: recordedLately.append((event, device, ticket))
                         case .busy: busy.append((event, device, ticket))
                         }
                     }
@@ -285,6 +286,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             }
             if !ready.isEmpty {
                 group.addTask { await self.publish(ready) }
+            }
+            if !recordedLately.isEmpty {
+                group.addTask { await self.deliverRecordedLately(recordedLately, consumedAt: consumedAt) }
             }
             for (event, device, ticket) in busy {
                 group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
@@ -352,11 +356,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         var progress: BatchProgress
         var message: Int
         /// The claim key of a sent result (it also holds a send permit).
-        var claim: String?
+        var claim: Int?
         /// The status of a new result, counted once published (nil: a republished one).
         var status: DeliveryResult.Status?
 
-        init(_ progress: BatchProgress, _ message: Int, claim: String? = nil, status: DeliveryResult.Status? = nil) {
+        init(_ progress: BatchProgress, _ message: Int, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
             self.progress = progress
             self.message = message
             self.claim = claim
@@ -378,10 +382,37 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             case .claimed:
                 do { try await sendLimit.acquire() } catch { return }
                 return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
-            case .recorded(let outcome):
-                return await publish([(republishing(outcome), DeliveryTicket(ticket.progress, ticket.message))])
+            case .recordedLately:
+                return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
             case .busy:
                 do { try await Task.sleep(for: .milliseconds(20)) } catch { return }
+            }
+        }
+    }
+
+    /// Deliveries this process recorded lately, found by a copy of their event whose ledger
+    /// lookup ran before they were recorded: asks the ledger again and republishes what it
+    /// recorded; one it has no outcome for (a hash collision) is claimed and sent.
+    private func deliverRecordedLately(
+        _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
+        consumedAt: ContinuousClock.Instant
+    ) async {
+        let eventIDs = Array(Set(deliveries.map(\.event.id)))
+        guard let recorded = try? await withStoreRetry({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
+        await withDiscardingTaskGroup { group in
+            for (event, device, ticket) in deliveries {
+                if let outcome = recorded[event.id]?[device.token] {
+                    group.addTask { await self.publish([(self.republishing(outcome), DeliveryTicket(ticket.progress, ticket.message))]) }
+                    continue
+                }
+                guard let key = ticket.claim else { continue }
+                switch inFlight.withLock({ $0.claimSending(key) }) {
+                case .claimed:
+                    do { try await sendLimit.acquire() } catch { return }
+                    group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+                case .recordedLately, .busy:
+                    group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+                }
             }
         }
     }
@@ -459,13 +490,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
     }
 
-    /// Publishes a batch the ledger writer recorded: settles the claims with the outcomes that
-    /// stand, publishes them together, then gives the permits back and finishes the messages.
+    /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
+    /// that stand together, then gives the permits back and finishes the messages.
     private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         inFlight.withLock { inFlight in
-            for (standing, ticket) in batch {
-                if let key = ticket.claim { inFlight.settle(key, with: standing) }
-            }
+            for key in batch.compactMap(\.ticket.claim) { inFlight.settle(key) }
         }
         await publish(batch.map { (republishing($0.standing), $0.ticket) })
     }

@@ -132,6 +132,21 @@ struct NotificationPipelineTests {
         #expect(again.messages(on: "push.unregistered").map(\.value) == Array(repeating: first.messages(on: "push.unregistered").first?.value, count: 2))
     }
 
+    @Test func copiesOfANewEventInOnePollPushEachDeviceOnceAndPublishTheSameResults() async throws {
+        let store = try await Self.registeredStore()
+        let apns = FakeAPNS()
+        let publisher = FakePublisher()
+        // Three copies in one poll: the first claims each device, the others find it being sent,
+        // wait, and republish what the ledger recorded for it.
+        let copies = (0..<3).map { Self.request(Int64($0), Self.event("e1", users: ["alice", "bob"])) }
+        try await Self.run(source: FakeSource(copies), publisher: publisher, store: store, apns: apns) {
+            publisher.messages(on: "push.results").count == 9
+        }
+        #expect(apns.sent.count == 3, "each device pushed once")
+        let results = publisher.messages(on: "push.results").map(\.value)
+        #expect(Set(results).count == 3, "every copy publishes the same three results")
+    }
+
     @Test func retriesOn503And429ThenDeliversAndRejectsBadDeviceToken() async throws {
         let apns = FakeAPNS(scripts: [
             Self.alicePhone: [APNSResponse(status: 503, reason: .serviceUnavailable), APNSResponse(status: 429, reason: .tooManyRequests)],

@@ -68,6 +68,12 @@ public enum JSONValue: Sendable, Hashable {
     /// Writes `text` as a JSON string literal, escaping only what JSON requires.
     static func writeString(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        let needsEscaping = text.utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+        guard needsEscaping else {
+            // The common case (IDs, tokens, names): one copy instead of a check per byte.
+            output.append(contentsOf: text.utf8)
+            return output.append(UInt8(ascii: "\""))
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
