@@ -212,6 +212,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             return ["herald": heraldPIDs, "postgres": postgres, "tansu": broker.tansu, "proxy": broker.proxy, "mock-apns": [mockPID]]
         }
         let (eventKey, tokenKey, statusKey) = (Array(#""event_id":""#.utf8), Array(#""token":""#.utf8), Array(#""status":""#.utf8))
+        let latencyKey = Array(#""latency_ms":"#.utf8)
         let total = workload.tokens.count
         return try await KafkaLoad.withClients(producer, reader) {
             try await KafkaLoad.waitUntilJoined(reader)
@@ -243,6 +244,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 let status = jsonString(statusKey, in: value) ?? "unreadable"
                 if status != "delivered" { run.notDelivered[status, default: 0] += 1 }
                 run.resultEvents.append(Int32(event))
+                run.heraldLatencies.append(jsonInteger(latencyKey, in: value) ?? -1)
                 if let timestamp = message.timestampMilliseconds {
                     run.resultTimes.append(timestamp)
                 } else {
@@ -284,6 +286,12 @@ struct PipelineBenchmark: AsyncParsableCommand {
     ) -> [String] {
         let total = Double(workload.tokens.count)
         let latencies = run.resultTimes.indices.map { run.resultTimes[$0] - run.produceTimes[Int(run.resultEvents[$0])] }.sorted()
+        // Events produced in the first 5 s meet the start-up (first fetches, connections, plans).
+        let warm = run.resultTimes.indices.compactMap { index -> Int64? in
+            let produced = run.produceTimes[Int(run.resultEvents[index])]
+            return produced - run.firstProduceMilliseconds >= 5_000 ? run.resultTimes[index] - produced : nil
+        }.sorted()
+        let inHerald = run.heraldLatencies.sorted()
         let throughput = total / run.seconds
         /// CPU seconds of a process group over the window.
         func cpu(_ name: String) -> Double { Double((run.end.ticks[name] ?? 0) - (run.start.ticks[name] ?? 0)) / ProcStats.ticksPerSecond }
@@ -300,6 +308,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             """
             throughput: \(f(throughput)) notifications/s (\(f(run.seconds, 2)) s first produce to last result; all events produced in \(f(run.produceSeconds, 2)) s)
             latency produce -> result (\(clock) - event's produce time): p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms; first result \(f(Double((run.resultTimes.min() ?? 0) - run.firstProduceMilliseconds) / 1000, 2)) s after the first produce
+              after the first 5 s (\(warm.count) results): p50 \(percentile(warm, 0.5)) ms, p99 \(percentile(warm, 0.99)) ms, max \(warm.last ?? 0) ms
+              inside herald, poll to APNs outcome (the results' latency_ms): p50 \(percentile(inHerald, 0.5)) ms, p99 \(percentile(inHerald, 0.99)) ms, max \(inHerald.last ?? 0) ms
             CPU over the window:
             \(line("herald", cpu("herald")))\(instances > 1 ? " (\(instances) instances)" : "")
             \(line("postgres", cpu("postgres")))
@@ -376,6 +386,8 @@ struct PipelineRun {
     /// Per unique result: its event, and its Kafka timestamp (read time if it had none).
     var resultEvents: [Int32] = []
     var resultTimes: [Int64] = []
+    /// Each result's `latency_ms`: from Herald's poll to the outcome (before ledger and publish).
+    var heraldLatencies: [Int64] = []
     var withoutTimestamp = 0
     var duplicates = 0
     var unexpected = 0

@@ -342,3 +342,11 @@ func jsonString(_ key: [UInt8], in bytes: [UInt8]) -> String? {
     else { return nil }
     return String(decoding: bytes[range.upperBound..<end], as: UTF8.self)
 }
+
+/// The non-negative integer after `key` (which ends with `:`), read as digits.
+func jsonInteger(_ key: [UInt8], in bytes: [UInt8]) -> Int64? {
+    guard let range = bytes.firstRange(of: key) else { return nil }
+    let digits = bytes[range.upperBound...].prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+    guard !digits.isEmpty else { return nil }
+    return digits.reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
+}
