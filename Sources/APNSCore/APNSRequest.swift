@@ -81,6 +81,7 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
     private enum Code: Hashable, Sendable {
         case deadlineExceeded
         case connectionFailed
+        case tlsHandshakeFailed
         case streamReset
         case shuttingDown
         case overloaded
@@ -98,6 +99,8 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
     public static func deadlineExceeded(_ detail: String = "") -> Self { .init(.deadlineExceeded, detail) }
     /// No connection could be made or it was lost before the answer.
     public static func connectionFailed(_ detail: String = "") -> Self { .init(.connectionFailed, detail) }
+    /// The TLS handshake with APNs failed (an untrusted or expired certificate, for example).
+    public static func tlsHandshakeFailed(_ detail: String = "") -> Self { .init(.tlsHandshakeFailed, detail) }
     /// The stream was reset or refused (for example above a GOAWAY's last stream id).
     public static func streamReset(_ detail: String = "") -> Self { .init(.streamReset, detail) }
     /// The client is shutting down and takes no new requests.
@@ -107,8 +110,9 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
 
     /// True when the deadline ran out.
     public var isDeadlineExceeded: Bool { code == .deadlineExceeded }
-    /// True when no connection could be made or it was lost before the answer.
-    public var isConnectionFailure: Bool { code == .connectionFailed }
+    /// True when no connection could be made (including a failed TLS handshake) or it was lost
+    /// before the answer.
+    public var isConnectionFailure: Bool { code == .connectionFailed || code == .tlsHandshakeFailed }
     /// True when the stream was reset or refused (for example above a GOAWAY's last stream id).
     public var isStreamReset: Bool { code == .streamReset }
     /// True when the client is shutting down.
@@ -116,11 +120,29 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
     /// True when the client's queue of requests waiting for a stream was full.
     public var isOverloaded: Bool { code == .overloaded }
 
+    /// The cause a `failed` result names in `reason` when its last attempt got no APNs answer
+    /// (DESIGN.md section 2): `ConnectionFailed`, `TLSHandshakeFailed`, `Timeout` (the deadline
+    /// passed, or no stream of the connections became free in time) or `StreamReset`.
+    public var resultReason: String {
+        switch code {
+        case .connectionFailed, .shuttingDown: "ConnectionFailed"
+        case .tlsHandshakeFailed: "TLSHandshakeFailed"
+        case .deadlineExceeded, .overloaded: "Timeout"
+        case .streamReset: "StreamReset"
+        }
+    }
+
+    /// The same error with `prefix` before its detail.
+    public func detailed(_ prefix: String) -> Self {
+        .init(code, detail.isEmpty ? prefix : "\(prefix): \(detail)")
+    }
+
     public var description: String {
         let name =
             switch code {
             case .deadlineExceeded: "deadline exceeded"
             case .connectionFailed: "connection failed"
+            case .tlsHandshakeFailed: "TLS handshake failed"
             case .streamReset: "stream reset"
             case .shuttingDown: "shutting down"
             case .overloaded: "overloaded"

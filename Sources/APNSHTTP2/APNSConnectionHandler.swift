@@ -2,6 +2,7 @@ import APNSCore
 import Logging
 import NIOCore
 import NIOHPACK
+import NIOSSL
 import NIOTLS
 
 /// What a connection tells the pool about itself.
@@ -10,8 +11,8 @@ enum APNSConnectionEvent: Sendable {
     case streamLimitChanged(Int)
     /// A GOAWAY arrived (or stream IDs ran out): the connection takes no new streams.
     case goingAway(errorCode: HTTP2Wire.ErrorCode, reason: String?)
-    /// The connection closed.
-    case closed
+    /// The connection closed; `failure` says why when it never finished its handshake.
+    case closed(failure: APNSTransportError?)
 }
 
 /// A request that was never written because its connection closed or began draining first;
@@ -97,6 +98,8 @@ final class APNSConnectionHandler: ChannelInboundHandler {
 
     private var context: ChannelHandlerContext?
     private var lifecycle: Lifecycle
+    /// Why the connection failed before its handshake finished, reported when it closes.
+    private var connectFailure: APNSTransportError?
     private var streams: [UInt32: PendingStream] = [:]
     private var nextStreamID: UInt32 = 1
     private var remoteStreamLimit = 1
@@ -312,7 +315,8 @@ final class APNSConnectionHandler: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("APNs connection error", metadata: [APNSLoggingKeys.error: "\(error)"])
-        failConnecting(APNSTransportError.connectionFailed("\(error)"))
+        let tlsFailed = error is NIOSSLError || error is BoringSSLError
+        failConnecting(tlsFailed ? APNSTransportError.tlsHandshakeFailed("\(error)") : APNSTransportError.connectionFailed("\(error)"))
         context.close(promise: nil)
     }
 
@@ -329,7 +333,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
                 throwing: APNSTransportError.connectionFailed("connection to APNs closed before the answer")
             )
         }
-        if wasOpen { onEvent(.closed) }
+        if wasOpen { onEvent(.closed(failure: connectFailure)) }
         context.fireChannelInactive()
     }
 
@@ -733,9 +737,10 @@ final class APNSConnectionHandler: ChannelInboundHandler {
         }
     }
 
-    private func failConnecting(_ error: any Error) {
+    private func failConnecting(_ error: APNSTransportError) {
         guard case .connecting(let promise) = lifecycle else { return }
         lifecycle = .draining
+        connectFailure = error
         promise.fail(error)
     }
 

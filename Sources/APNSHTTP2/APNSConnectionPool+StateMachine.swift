@@ -325,7 +325,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     mutating func connectionClosed(
         connectionID: Int,
         environment: APNSEnvironment,
-        failure: String?
+        failure: APNSTransportError?
     ) -> Actions {
         let poolIndex = Self.poolIndex(environment)
         guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
@@ -337,9 +337,9 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         if neverReady && !pools[poolIndex].hasReady && !pools[poolIndex].hasConnecting {
             // Nothing can serve the queue soon: fail it now (callers retry with their own backoff)
             // rather than letting every waiter run into its deadline.
-            let detail = "cannot connect to APNs: \(failure ?? "connection closed during the handshake")"
+            let error = (failure ?? .connectionFailed("connection closed during the handshake")).detailed("cannot connect to APNs")
             while let waiter = pools[poolIndex].waiters.popFirst() {
-                actions.failures.append((waiter, .connectionFailed(detail)))
+                actions.failures.append((waiter, error))
             }
             return actions
         }

@@ -372,7 +372,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
                         environment: plan.environment,
-                        failure: "client stopped"
+                        failure: .shuttingDown("client stopped")
                     )
                 },
                 pool: pool
@@ -421,7 +421,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
                         environment: plan.environment,
-                        failure: "\(error)"
+                        failure: error as? APNSTransportError ?? .connectionFailed("\(error)")
                     )
                 },
                 pool: pool
@@ -475,9 +475,9 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             actions = pool.state.withLockedValue {
                 $0.connectionGoingAway(connectionID: connectionID, environment: environment)
             }
-        case .closed:
+        case .closed(let failure):
             actions = pool.state.withLockedValue {
-                $0.connectionClosed(connectionID: connectionID, environment: environment, failure: nil)
+                $0.connectionClosed(connectionID: connectionID, environment: environment, failure: failure)
             }
         }
         perform(actions, pool: pool)

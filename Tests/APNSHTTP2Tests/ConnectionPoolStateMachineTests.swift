@@ -131,11 +131,11 @@ struct ConnectionPoolStateMachineTests {
         _ = machine.enqueue(waiter(1), for: .production)
         _ = machine.enqueue(waiter(2), for: .production)
         // First of two attempts fails: the other is still connecting, the waiters stay.
-        let firstFailure = machine.connectionClosed(connectionID: 1, environment: .production, failure: "refused")
+        let firstFailure = machine.connectionClosed(connectionID: 1, environment: .production, failure: .connectionFailed("refused"))
         #expect(firstFailure.failures.isEmpty)
         #expect(firstFailure.open == nil)  // after a failure only one attempt runs at a time
         // The second fails too: nothing can serve the queue, so it is failed.
-        let secondFailure = machine.connectionClosed(connectionID: 2, environment: .production, failure: "refused")
+        let secondFailure = machine.connectionClosed(connectionID: 2, environment: .production, failure: .connectionFailed("refused"))
         #expect(secondFailure.failures.map(\.waiter.continuation) == ["waiter-1", "waiter-2"])
         #expect(secondFailure.failures.allSatisfy { $0.error.description.contains("refused") })
         // The next request reconnects after a backoff.
@@ -154,7 +154,7 @@ struct ConnectionPoolStateMachineTests {
     @Test func anAnswerResetsTheBackoff() throws {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
         _ = machine.enqueue(waiter(1), for: .production)
-        _ = machine.connectionClosed(connectionID: 1, environment: .production, failure: "refused")
+        _ = machine.connectionClosed(connectionID: 1, environment: .production, failure: .connectionFailed("refused"))
         let retry = try #require(queuedPlan(machine.enqueue(waiter(2), for: .production)))
         #expect(retry?.delay == .milliseconds(100))
         let connection = FakeConnection(id: retry!.connectionID, environment: .production)

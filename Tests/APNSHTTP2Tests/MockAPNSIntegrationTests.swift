@@ -152,7 +152,8 @@ struct MockAPNSIntegrationTests {
                 _ = try await fixture.client.send(Self.request(), environment: .production, deadline: Self.deadline())
                 Issue.record("a certificate from an unknown CA must be refused")
             } catch let error as APNSTransportError {
-                #expect(error.description.hasPrefix("connection failed"))
+                #expect(error.resultReason == "TLSHandshakeFailed", "\(error)")
+                #expect(error.isConnectionFailure)
             }
             #expect(started.duration(to: .now) < .seconds(15))
             #expect(fixture.server.statusCounts().isEmpty)
@@ -480,7 +481,8 @@ struct ClientFailureModeTests {
                 )
                 Issue.record("expected connectionFailed")
             } catch let error as APNSTransportError {
-                #expect(error.description.hasPrefix("connection failed"))
+                #expect(error.resultReason == "ConnectionFailed", "\(error)")
+                #expect(error.isConnectionFailure)
             }
             #expect(started.duration(to: .now) < .seconds(15))
         }

@@ -107,4 +107,39 @@ struct ContractDetailsTests {
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }
     }
+
+    @Test func aFailedResultWithoutAnAPNsAnswerNamesTheTransportCause() async throws {
+        let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let tablet = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "sandbox")
+        let testbed = try HeraldTestbed()
+        try await testbed.withMocks {
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            // Only the system's CA roots: the mock's own CA is not trusted, so its handshake fails.
+            environment["HERALD_APNS_CA_PATH"] = nil
+            // Nothing listens on port 1: the connection is refused.
+            environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:1"
+            environment["HERALD_RETRY_MAX_ATTEMPTS"] = "2"
+            _ = try await testbed.heraldConfiguration(group: "migrate-only")
+            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            try await testbed.register([phone, tablet])
+            try await testbed.waitForActiveTokens(users: ["u-1"], count: 2)
+            try await testbed.publishEvent(id: "e-transport", users: ["u-1"])
+
+            let reader = try TopicReader(topics: [testbed.topics.results])
+            let records = try await reader.read(timeout: .seconds(120)) { $0.count >= 2 }
+            let results = Dictionary(uniqueKeysWithValues: records.compactMap { record in
+                record.json.map { (($0["token"] as? String) ?? "-", $0) }
+            })
+            for (device, reason) in [(phone, "TLSHandshakeFailed"), (tablet, "ConnectionFailed")] {
+                let result = try #require(results[device.token])
+                #expect(result["status"] as? String == "failed")
+                #expect(result["reason"] as? String == reason)
+                #expect(result["apns_status"] is NSNull)
+                #expect(result["attempts"] as? Int == 2)
+            }
+            #expect(testbed.production.pushCount(token: phone.token) == 0)
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
 }

@@ -110,6 +110,7 @@ struct NotificationSenderTests {
         let outcome = try await sender.deliver(Self.request("slow"), environment: .production, consumedAt: started)
         #expect(outcome.status == .failed)
         #expect(outcome.apnsStatus == nil)
+        #expect(outcome.reason == "ConnectionFailed", "the last attempt's transport cause")
         #expect(outcome.attempts > 1)
         #expect(started.duration(to: .now) < .milliseconds(300) + .milliseconds(200))
 
@@ -120,6 +121,24 @@ struct NotificationSenderTests {
             consumedAt: .now - .seconds(1)
         )
         #expect(late == DeliveryOutcome(status: .failed, apnsStatus: nil, reason: nil, attempts: 0))
+    }
+
+    @Test func aFailureWithoutAnAPNsAnswerNamesTheTransportCause() async throws {
+        let causes: [(APNSTransportError, String)] = [
+            (.connectionFailed("refused"), "ConnectionFailed"),
+            (.tlsHandshakeFailed("unknown CA"), "TLSHandshakeFailed"),
+            (.deadlineExceeded(), "Timeout"),
+            (.streamReset("REFUSED_STREAM"), "StreamReset"),
+        ]
+        var policy = Self.fastPolicy
+        policy.maxAttempts = 2
+        for (error, reason) in causes {
+            // An APNs answer first, then no answer: the result names the last attempt's cause.
+            let client = ScriptedAPNSClient(["aa": [.status(503, .serviceUnavailable), .transport(error)]])
+            let outcome = try await NotificationSender(client: client, policy: policy)
+                .deliver(Self.request("aa"), environment: .production, consumedAt: .now)
+            #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: nil, reason: reason, attempts: 2))
+        }
     }
 
     @Test func expirationGivesExpiredNotFailed() async throws {

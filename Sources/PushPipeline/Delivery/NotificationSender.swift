@@ -106,7 +106,7 @@ public struct NotificationSender: Sendable {
                 }
             } catch let error as APNSTransportError {
                 lastStatus = nil
-                lastReason = nil
+                lastReason = error.resultReason
                 // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
                 if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
             } catch {
