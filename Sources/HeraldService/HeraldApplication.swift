@@ -6,6 +6,7 @@ public import Logging
 import NIOPosix
 import NIOSSL
 import PostgresNIO
+import Prometheus
 import PushPipeline
 public import ServiceLifecycle
 import UnixSignals
@@ -82,6 +83,7 @@ public enum HeraldApplication {
             topics: [topics.requests, topics.tokens],
             logger: logger
         )
+        let metrics = PrometheusCollectorRegistry()
         let pipeline = NotificationPipeline(
             configuration: configuration.pipeline,
             source: consumer,
@@ -89,6 +91,7 @@ public enum HeraldApplication {
             store: store,
             ledger: store,
             apns: apns,
+            metricsFactory: Self.metricsFactory(metrics),
             logger: logger
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
@@ -104,7 +107,7 @@ public enum HeraldApplication {
                     apns: { await apns.canReachEndpoints() }
                 )
             },
-            metrics: { pipeline.metrics.prometheusText() },
+            metrics: { metrics.emitToString() },
             logger: logger
         )
         var groupConfiguration = ServiceGroupConfiguration(
@@ -125,5 +128,17 @@ public enum HeraldApplication {
             )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
+    }
+
+    /// swift-metrics' factory over `registry`, with duration buckets from 1 ms (a stage on a
+    /// healthy local network) to 60 s (a delivery retried through an APNs outage).
+    static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = [
+            .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+            .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5),
+            .seconds(10), .seconds(30), .seconds(60),
+        ]
+        return factory
     }
 }

@@ -14,10 +14,13 @@ final class BatchProgress: Sendable {
 
     private let messages: [KafkaMessage]
     private let state: Mutex<State>
+    /// When the batch was polled.
+    let consumedAt: ContinuousClock.Instant
 
     /// `results[i]` is the number of results message `i` publishes (none: finished already).
-    init(messages: [KafkaMessage], results: [Int]) {
+    init(messages: [KafkaMessage], results: [Int], consumedAt: ContinuousClock.Instant) {
         self.messages = messages
+        self.consumedAt = consumedAt
         state = Mutex(State(pending: results, unfinished: results.count { $0 > 0 }))
     }
 

@@ -3,6 +3,7 @@ public import DeviceTokenStore
 import Foundation
 import KafkaTransport
 public import Logging
+public import Metrics
 public import ServiceLifecycle
 import Synchronization
 
@@ -47,22 +48,19 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         store: any DeviceTokenStore,
         ledger: any DeliveryLedger,
         apns: any APNSClientProtocol,
+        metricsFactory: any MetricsFactory = MetricsSystem.factory,
         logger: Logger
     ) {
+        let metrics = PipelineMetrics(factory: metricsFactory)
+        self.metrics = metrics
         self.configuration = configuration
         self.source = source
-        let reliablePublisher = ReliablePublisher(publisher: publisher, logger: logger)
-        self.publisher = reliablePublisher
+        self.publisher = ReliablePublisher(publisher: publisher, logger: logger, metrics: metrics)
         self.store = store
         self.ledger = ledger
-        self.sender = NotificationSender(client: apns, policy: configuration.retry)
+        self.sender = NotificationSender(client: apns, policy: configuration.retry, metrics: metrics.sender)
         self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
-        let ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
-        self.ledgerWriter = ledgerWriter
-        self.metrics = PipelineMetrics(
-            unrecordedOutcomes: { ledgerWriter.unrecordedCount },
-            permanentPublishErrors: { reliablePublisher.permanentErrorCounts }
-        )
+        self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.logger = logger
     }
 
@@ -80,7 +78,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 // not queue for a thread behind the sends it holds up.
                 group.addTask(priority: .high) {
                     await self.ledgerWriter.run { batch throws(CancellationError) in
-                        try await self.withStoreRetry { try await self.ledger.record(batch) }
+                        let started = ContinuousClock.now
+                        defer { self.metrics.recordStage(.ledgerWrite, since: started) }
+                        return try await self.withStoreRetry { try await self.ledger.record(batch) }
                     } then: { recorded in
                         await self.publishRecorded(recorded)
                     }
@@ -129,6 +129,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
                     await commitFinished()
                     lastCommit = clock.now
+                    recordState(paused: paused)
                 }
             }
         }
@@ -158,6 +159,19 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
         tracker.withLock { $0.assign(partitions) }
+        metrics.recordRebalance(assigned: true)
+    }
+
+    /// Sets the gauges of what is in flight now.
+    private func recordState(paused: Bool) {
+        let (messages, assigned) = tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
+        metrics.recordState(
+            inFlightMessages: messages,
+            inFlightSends: sendLimit.inUse,
+            unrecordedOutcomes: ledgerWriter.unrecordedCount,
+            assigned: assigned,
+            paused: paused
+        )
     }
 
     /// Runs on the consumer's poll thread (not the cooperative pool) while the pipeline's
@@ -173,10 +187,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         if unfinished > 0 {
             logger.warning("revoking partitions with unfinished messages", metadata: ["kafka.unfinished": "\(unfinished)"])
         }
+        metrics.recordRebalance(assigned: false)
         return tracker.withLock { $0.revoke(partitions) }
     }
 
     private func poll(maxMessages: Int) async throws -> [KafkaMessage] {
+        let started = ContinuousClock.now
+        defer { metrics.recordStage(.poll, since: started) }
         do {
             let messages = try await source.poll(maxMessages: maxMessages, timeout: .milliseconds(100))
             consuming.store(true, ordering: .relaxed)
@@ -191,6 +208,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private func commitFinished() async {
         let offsets = tracker.withLock { $0.committableOffsets() }
         guard !offsets.isEmpty else { return }
+        let started = ContinuousClock.now
+        defer { metrics.recordStage(.offsetCommit, since: started) }
         do {
             try await source.commit(offsets)
             tracker.withLock { $0.markCommitted(offsets) }
@@ -257,7 +276,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             }
             guard !events.isEmpty, let resolved = try? await resolve(events.map(\.1)) else { return }
             let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
-            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results))
+            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results), consumedAt: consumedAt)
 
             // Claims first, in one pass, so the results known without sending go out at once.
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
@@ -310,14 +329,18 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     private func resolve(_ events: [NotificationEvent]) async throws(CancellationError) -> ResolvedBatch {
         var batch = ResolvedBatch()
+        let started = ContinuousClock.now
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
             batch.tokens[topic] = try await withStoreRetry {
                 try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
             }
         }
+        let lookedUpTokens = ContinuousClock.now
+        metrics.recordStage(.tokenLookup, since: started)
         let eventIDs = Array(Set(events.map(\.id)))
         batch.recorded = try await withStoreRetry { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
+        metrics.recordStage(.ledgerLookup, since: lookedUpTokens)
         return batch
     }
 
@@ -502,14 +525,18 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Publishes results (each with its unregistered event, if any) together; then counts them,
     /// gives back the permits of sent ones and finishes the messages whose last result this was.
     private func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
+        let started = ContinuousClock.now
         do {
             try await publisher.publish(results.flatMap(\.messages))
         } catch {
             return  // Cancelled: the messages stay unfinished and are redelivered.
         }
+        let published = ContinuousClock.now
+        metrics.recordStage(.resultPublish, since: started)
         var permits = 0
         for (messages, ticket) in results {
             if ticket.claim != nil { permits += 1 }
+            metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
             if let status = ticket.status {
                 metrics.recordResult(status)
                 if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
@@ -586,7 +613,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 headers: headers
             )
         )
-        metrics.recordDeadLetter()
+        metrics.recordDeadLetter(rejection.code)
     }
 
     /// Runs a registry or ledger operation, each attempt bounded by `storeOperationTimeout`,

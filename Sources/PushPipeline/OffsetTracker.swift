@@ -29,6 +29,8 @@ public struct OffsetTracker: Sendable {
     private var partitions: [KafkaTopicPartition: PartitionState] = [:]
     /// Partitions revoked and not assigned again since.
     private var revoked: Set<KafkaTopicPartition> = []
+    /// Partitions assigned to this member now.
+    private var assigned: Set<KafkaTopicPartition> = []
     /// Messages taken and not yet finished, over all partitions.
     public private(set) var inFlightCount = 0
 
@@ -47,7 +49,11 @@ public struct OffsetTracker: Sendable {
     /// Records that these partitions now belong to this member.
     public mutating func assign(_ assigned: [KafkaTopicPartition]) {
         revoked.subtract(assigned)
+        self.assigned.formUnion(assigned)
     }
+
+    /// How many partitions are assigned to this member now.
+    public var assignedCount: Int { assigned.count }
 
     /// Records that every result of `offset` is published.
     public mutating func finish(_ partition: KafkaTopicPartition, offset: Int64) {
@@ -74,6 +80,7 @@ public struct OffsetTracker: Sendable {
     public mutating func revoke(_ revoked: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
         var offsets: [KafkaTopicPartition: Int64] = [:]
         self.revoked.formUnion(revoked)
+        assigned.subtract(revoked)
         for partition in revoked {
             guard let state = partitions.removeValue(forKey: partition) else { continue }
             inFlightCount -= state.inFlight.count

@@ -1,69 +1,157 @@
+public import Metrics
 import Synchronization
 
-/// Counters of what the pipeline did, and one gauge of its crash window, exposed at /metrics in
-/// Prometheus' text format.
+/// What the pipeline does, through swift-metrics: the embedder picks the backend (Herald exports
+/// them with swift-prometheus on /metrics). Names follow Prometheus' conventions; the README
+/// lists each.
 public final class PipelineMetrics: Sendable {
-    private let consumed = Atomic<Int>(0)
-    private let deadLettered = Atomic<Int>(0)
-    private let unregisteredPublished = Atomic<Int>(0)
-    private let commits = Atomic<Int>(0)
-    private let republished = Atomic<Int>(0)
-    private let results = Mutex<[DeliveryResult.Status: Int]>([:])
-    private let unrecordedOutcomes: @Sendable () -> Int
-    private let permanentPublishErrors: @Sendable () -> [String: Int]
-
-    /// `unrecordedOutcomes` counts the outcomes APNs answered that are not yet in the delivery
-    /// ledger; `permanentPublishErrors` the permanent broker errors seen, by cause.
-    init(
-        unrecordedOutcomes: @escaping @Sendable () -> Int,
-        permanentPublishErrors: @escaping @Sendable () -> [String: Int]
-    ) {
-        self.unrecordedOutcomes = unrecordedOutcomes
-        self.permanentPublishErrors = permanentPublishErrors
+    /// The pipeline's stages, each timed per call (`herald_stage_duration_seconds{stage}`).
+    public enum Stage: String, Sendable, CaseIterable {
+        /// One poll of the consumer.
+        case poll
+        /// The token lookup of a poll batch (one query per app).
+        case tokenLookup = "token_lookup"
+        /// The ledger lookup of a poll batch.
+        case ledgerLookup = "ledger_lookup"
+        /// One delivery-ledger write (a batch of outcomes).
+        case ledgerWrite = "ledger_write"
+        /// Publishing a batch of results until the broker acknowledged them all.
+        case resultPublish = "result_publish"
+        /// One offset commit.
+        case offsetCommit = "offset_commit"
     }
 
-    func recordConsumed(_ count: Int) { consumed.add(count, ordering: .relaxed) }
-    func recordDeadLetter() { deadLettered.add(1, ordering: .relaxed) }
-    func recordUnregisteredPublished() { unregisteredPublished.add(1, ordering: .relaxed) }
-    func recordCommit() { commits.add(1, ordering: .relaxed) }
-    func recordRepublished() { republished.add(1, ordering: .relaxed) }
-    func recordResult(_ status: DeliveryResult.Status) { results.withLock { $0[status, default: 0] += 1 } }
+    let sender: SenderMetrics
+    private let consumed: Counter
+    private let results: [DeliveryResult.Status: Counter]
+    private let republished: Counter
+    private let unregisteredPublished: Counter
+    private let commits: Counter
+    private let rebalances: [String: Counter]
+    private let stages: [Stage: Timer]
+    private let endToEnd: Timer
+    private let deadLetters: LabelledCounters
+    private let permanentPublishErrors: LabelledCounters
+    private let inFlightMessages: Gauge
+    private let inFlightSends: Gauge
+    private let unrecordedOutcomes: Gauge
+    private let assignedPartitions: Gauge
+    private let pausedPartitions: Gauge
 
-    /// Results published so far with `status`.
-    public func resultCount(_ status: DeliveryResult.Status) -> Int {
-        results.withLock { $0[status] ?? 0 }
+    /// Creates the pipeline's metrics with `factory` (swift-metrics' global one by default).
+    public init(factory: any MetricsFactory = MetricsSystem.factory) {
+        sender = SenderMetrics(factory: factory)
+        consumed = Counter(label: "herald_messages_consumed_total", factory: factory)
+        results = Dictionary(
+            uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
+                ($0, Counter(label: "herald_results_total", dimensions: [("status", $0.rawValue)], factory: factory))
+            }
+        )
+        republished = Counter(label: "herald_results_republished_total", factory: factory)
+        unregisteredPublished = Counter(label: "herald_unregistered_published_total", factory: factory)
+        commits = Counter(label: "herald_offset_commits_total", factory: factory)
+        rebalances = Dictionary(
+            uniqueKeysWithValues: ["assigned", "revoked"].map {
+                ($0, Counter(label: "herald_rebalances_total", dimensions: [("event", $0)], factory: factory))
+            }
+        )
+        stages = Dictionary(
+            uniqueKeysWithValues: Stage.allCases.map {
+                ($0, Timer(label: "herald_stage_duration_seconds", dimensions: [("stage", $0.rawValue)], factory: factory))
+            }
+        )
+        endToEnd = Timer(label: "herald_notification_duration_seconds", factory: factory)
+        deadLetters = LabelledCounters("herald_dead_letters_total", label: "code", factory: factory)
+        permanentPublishErrors = LabelledCounters("herald_publish_permanent_errors_total", label: "cause", factory: factory)
+        inFlightMessages = Gauge(label: "herald_in_flight_messages", factory: factory)
+        inFlightSends = Gauge(label: "herald_in_flight_sends", factory: factory)
+        unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
+        assignedPartitions = Gauge(label: "herald_assigned_partitions", factory: factory)
+        pausedPartitions = Gauge(label: "herald_paused_partitions", factory: factory)
     }
 
-    /// Messages sent to the dead-letter topic so far.
-    public var deadLetterCount: Int { deadLettered.load(ordering: .relaxed) }
+    func recordConsumed(_ count: Int) { consumed.increment(by: count) }
+    func recordDeadLetter(_ code: InputRejection.Code) { deadLetters.increment(code.rawValue) }
+    func recordUnregisteredPublished() { unregisteredPublished.increment() }
+    func recordCommit() { commits.increment() }
+    func recordRepublished() { republished.increment() }
+    func recordResult(_ status: DeliveryResult.Status) { results[status]?.increment() }
+    func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
+    func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
 
-    /// The Prometheus text exposition of every counter.
-    public func prometheusText() -> String {
-        var lines = [
-            "# TYPE herald_messages_consumed_total counter",
-            "herald_messages_consumed_total \(consumed.load(ordering: .relaxed))",
-            "# TYPE herald_dead_letters_total counter",
-            "herald_dead_letters_total \(deadLetterCount)",
-            "# TYPE herald_unregistered_published_total counter",
-            "herald_unregistered_published_total \(unregisteredPublished.load(ordering: .relaxed))",
-            "# TYPE herald_offset_commits_total counter",
-            "herald_offset_commits_total \(commits.load(ordering: .relaxed))",
-            "# TYPE herald_results_republished_total counter",
-            "herald_results_republished_total \(republished.load(ordering: .relaxed))",
-            "# TYPE herald_results_total counter",
-        ]
-        for status in DeliveryResult.Status.allCases {
-            lines.append("herald_results_total{status=\"\(status.rawValue)\"} \(resultCount(status))")
+    /// Records how long `stage` took from `start` until now.
+    func recordStage(_ stage: Stage, since start: ContinuousClock.Instant) {
+        stages[stage]?.record(duration: start.duration(to: .now))
+    }
+
+    /// Records a result's time from its message's poll to its publication.
+    func recordPublished(consumedAt: ContinuousClock.Instant, now: ContinuousClock.Instant) {
+        endToEnd.record(duration: consumedAt.duration(to: now))
+    }
+
+    /// Sets the gauges of the pipeline's current state.
+    func recordState(inFlightMessages messages: Int, inFlightSends sends: Int, unrecordedOutcomes unrecorded: Int, assigned: Int, paused: Bool) {
+        inFlightMessages.record(messages)
+        inFlightSends.record(sends)
+        unrecordedOutcomes.record(unrecorded)
+        assignedPartitions.record(assigned)
+        pausedPartitions.record(paused ? assigned : 0)
+    }
+}
+
+/// What the APNs sender does: every answer by status and reason, retries by cause, and each
+/// request's duration.
+public struct SenderMetrics: Sendable {
+    private let responses: LabelledCounters
+    private let retries: LabelledCounters
+    private let requestDuration: Timer
+
+    public init(factory: any MetricsFactory = MetricsSystem.factory) {
+        responses = LabelledCounters("herald_apns_responses_total", labels: ("status", "reason"), factory: factory)
+        retries = LabelledCounters("herald_apns_retries_total", label: "cause", factory: factory)
+        requestDuration = Timer(label: "herald_apns_request_duration_seconds", factory: factory)
+    }
+
+    /// Counts an attempt's outcome: APNs' status and reason, or the transport cause with status
+    /// `none` when APNs did not answer.
+    func recordAttempt(status: Int?, reason: String?, duration: Duration) {
+        responses.increment(status.map(String.init) ?? "none", reason ?? "none")
+        requestDuration.record(duration: duration)
+    }
+
+    /// Counts a retry and its cause (APNs' status, or the transport cause).
+    func recordRetry(cause: String) { retries.increment(cause) }
+}
+
+/// Counters of one metric told apart by one or two label values, each made on first use.
+final class LabelledCounters: Sendable {
+    private let name: String
+    private let labels: (String, String?)
+    private let factory: any MetricsFactory
+    private let counters = Mutex<[String: Counter]>([:])
+
+    init(_ name: String, label: String, factory: any MetricsFactory) {
+        self.name = name
+        self.labels = (label, nil)
+        self.factory = factory
+    }
+
+    init(_ name: String, labels: (String, String), factory: any MetricsFactory) {
+        self.name = name
+        self.labels = labels
+        self.factory = factory
+    }
+
+    func increment(_ value: String, _ second: String? = nil) {
+        let key = second.map { value + "\u{0}" + $0 } ?? value
+        let counter = counters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            var dimensions = [(labels.0, value)]
+            if let label = labels.1, let second { dimensions.append((label, second)) }
+            let counter = Counter(label: name, dimensions: dimensions, factory: factory)
+            counters[key] = counter
+            return counter
         }
-        lines.append("# TYPE herald_publish_permanent_errors_total counter")
-        for (cause, count) in permanentPublishErrors().sorted(by: { $0.key < $1.key }) {
-            lines.append("herald_publish_permanent_errors_total{cause=\"\(cause)\"} \(count)")
-        }
-        // What a crash now would push a second time (besides answers still on their way).
-        lines += [
-            "# TYPE herald_ledger_unrecorded_outcomes gauge",
-            "herald_ledger_unrecorded_outcomes \(unrecordedOutcomes())",
-        ]
-        return lines.joined(separator: "\n") + "\n"
+        counter.increment()
     }
 }

@@ -19,29 +19,24 @@ final class ReliablePublisher: Sendable {
     private struct Blocked {
         /// Publishes currently held by each permanent cause.
         var heldByCause: [String: Int] = [:]
-        /// Permanent errors seen so far, by cause.
-        var errorCounts: [String: Int] = [:]
     }
 
     private let publisher: any MessagePublisher
     private let logger: Logger
+    private let metrics: PipelineMetrics
     private let retriableBackoff = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
     private let permanentBackoff = RetryPolicy(initialBackoff: .seconds(1), maximumBackoff: .seconds(30))
     private let blocked = Mutex(Blocked())
 
-    init(publisher: any MessagePublisher, logger: Logger) {
+    init(publisher: any MessagePublisher, logger: Logger, metrics: PipelineMetrics) {
         self.publisher = publisher
         self.logger = logger
+        self.metrics = metrics
     }
 
     /// The permanent errors that hold publishes right now (empty when publishing works).
     var blockingCauses: [String] {
         blocked.withLock { $0.heldByCause.keys.sorted() }
-    }
-
-    /// Permanent publish errors seen since start, by cause (a metric).
-    var permanentErrorCounts: [String: Int] {
-        blocked.withLock { $0.errorCounts }
     }
 
     /// Publishes a dead letter; one too large for the broker goes without its value.
@@ -135,8 +130,8 @@ final class ReliablePublisher: Sendable {
 
     /// Counts a permanent error; logs it when it is the first publish this cause holds.
     private func hold(_ cause: String, topic: String, error: KafkaError) {
+        metrics.recordPermanentPublishError(cause)
         let first = blocked.withLock { state in
-            state.errorCounts[cause, default: 0] += 1
             state.heldByCause[cause, default: 0] += 1
             return state.heldByCause[cause] == 1
         }

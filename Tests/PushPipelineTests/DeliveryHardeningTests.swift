@@ -3,6 +3,7 @@ import DeviceTokenStore
 import Foundation
 @testable import KafkaTransport
 import Logging
+import Prometheus
 import PushPipeline
 import ServiceLifecycle
 import ServiceLifecycleTestKit
@@ -22,6 +23,7 @@ struct DeliveryHardeningTests {
         store: FakeStore,
         apns: FakeAPNS,
         configure: (inout PipelineConfiguration) -> Void = { _ in },
+        metrics: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
         until done: @escaping @Sendable (NotificationPipeline) -> Bool
     ) async throws {
         var configuration = PipelineConfiguration()
@@ -29,7 +31,8 @@ struct DeliveryHardeningTests {
         configuration.commitInterval = .milliseconds(10)
         configure(&configuration)
         let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
-                                            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
+                                            store: store, ledger: store, apns: apns,
+                                            metricsFactory: PrometheusMetricsFactory(registry: metrics), logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }
@@ -102,11 +105,12 @@ struct DeliveryHardeningTests {
             attempt <= 2 ? KafkaError.delivery(ProduceErrorCause(name: "_UNKNOWN_TOPIC", message: "Local: Unknown topic")) : nil
         })
         let sawBlocked = Atomic(false)
-        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS()) { pipeline in
+        let metrics = PrometheusCollectorRegistry()
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS(), metrics: metrics) { pipeline in
             if pipeline.publishBlockedBy == ["_UNKNOWN_TOPIC"] { sawBlocked.store(true, ordering: .relaxed) }
             guard source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1 else { return false }
             #expect(pipeline.publishBlockedBy.isEmpty, "ready again once the record went through")
-            #expect(pipeline.metrics.prometheusText().contains(#"herald_publish_permanent_errors_total{cause="_UNKNOWN_TOPIC"} 1"#))
+            #expect(metrics.emitToString().contains(#"herald_publish_permanent_errors_total{cause="_UNKNOWN_TOPIC"} 1"#))
             return true
         }
         let blocked = sawBlocked.load(ordering: .relaxed)

@@ -18,9 +18,16 @@ final class ConcurrencyLimit: Sendable {
     }
 
     private let state: Mutex<State>
+    private let limit: Int
 
     init(limit: Int) {
-        state = Mutex(State(available: max(1, limit)))
+        self.limit = max(1, limit)
+        state = Mutex(State(available: self.limit))
+    }
+
+    /// Permits held now.
+    var inUse: Int {
+        state.withLock { limit - $0.available }
     }
 
     /// Takes a permit, waiting for one in FIFO order; throws `CancellationError` if cancelled

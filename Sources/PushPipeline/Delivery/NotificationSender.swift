@@ -40,14 +40,17 @@ public struct NotificationSender: Sendable {
     private let policy: RetryPolicy
     private let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
+    private let metrics: SenderMetrics
 
     public init(
         client: any APNSClientProtocol,
         policy: RetryPolicy,
+        metrics: SenderMetrics = SenderMetrics(),
         epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
     ) {
         self.client = client
         self.policy = policy
+        self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds
         self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: ContinuousClock())
     }
@@ -84,11 +87,13 @@ public struct NotificationSender: Sendable {
             guard clock.now < deadline else { return giveUp(.failed) }
 
             attempts += 1
-            let requestDeadline = min(clock.now + policy.requestTimeout, deadline)
+            let sentAt = clock.now
+            let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
             do {
                 let response = try await client.send(request, environment: environment, deadline: requestDeadline)
                 lastStatus = response.status
                 lastReason = response.reason?.rawValue
+                metrics.recordAttempt(status: response.status, reason: lastReason, duration: sentAt.duration(to: clock.now))
                 switch Self.classify(response.status) {
                 case .final(let status):
                     return DeliveryOutcome(
@@ -107,6 +112,7 @@ public struct NotificationSender: Sendable {
             } catch let error as APNSTransportError {
                 lastStatus = nil
                 lastReason = error.resultReason
+                metrics.recordAttempt(status: nil, reason: lastReason, duration: sentAt.duration(to: clock.now))
                 // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
                 if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
             } catch {
@@ -117,6 +123,7 @@ public struct NotificationSender: Sendable {
             let wait = policy.backoff(afterAttempt: attempts, using: &generator)
             guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
             if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
+            metrics.recordRetry(cause: lastStatus.map(String.init) ?? lastReason ?? "unknown")
             do {
                 try await Task.sleep(for: wait)
             } catch {
