@@ -270,6 +270,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(200)) { handle(message) }
             }
             run.rssAfterKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmRSS") }.reduce(0, +)
+            run.heraldMetrics = heralds.compactMap { httpGet(port: $0.port, path: "/metrics")?.body }
             return run
         }
     }
@@ -325,6 +326,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             headline: pipeline/sender-alone throughput \(f(throughput / sender.requestsPerSecond, 3)); herald CPU per notification / sender CPU per request \(f(cpu("herald") * 1e6 / total / sender.cpuMicrosecondsPerRequest, 2)) (herald \(f(cpu("herald") * 1e6 / total, 1)) µs, postgres \(f(cpu("postgres") * 1e6 / total, 1)) µs per notification)
             """
         )
+        print(Self.stageSummary(run.heraldMetrics))
         writePlot(run, title: "herald pipeline, shape \(shape), \(workload.eventCount) events, \(workload.tokens.count) notifications", path: plotPath)
         var failures: [String] = []
         if latencies.count != workload.tokens.count { failures.append("\(workload.tokens.count - latencies.count) notifications without a result") }
@@ -332,6 +334,42 @@ struct PipelineBenchmark: AsyncParsableCommand {
         if run.unexpected > 0 { failures.append("\(run.unexpected) results of no expected (event, device)") }
         if !run.notDelivered.isEmpty { failures.append("not delivered: \(run.notDelivered)") }
         return failures
+    }
+
+    /// Herald's own histograms (summed over instances): per stage the mean duration and the
+    /// bucket the 99th percentile falls in, and the number of calls.
+    static func stageSummary(_ texts: [String]) -> String {
+        var sums: [String: Double] = [:]
+        var counts: [String: Double] = [:]
+        var buckets: [String: [Double: Double]] = [:]
+        for line in texts.flatMap({ $0.split(separator: "\n") }) where line.hasPrefix("herald_") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let value = Double(parts[1]) else { continue }
+            let series = String(parts[0])
+            let stage = series.firstRange(of: #"stage=""#).map { range in
+                String(series[range.upperBound...].prefix { $0 != "\"" })
+            }
+            for (suffix, name) in [
+                ("herald_stage_duration_seconds", stage), ("herald_notification_duration_seconds", "poll to result published"),
+                ("herald_apns_request_duration_seconds", "apns request"),
+            ] {
+                guard let name, series.hasPrefix(suffix) else { continue }
+                if series.hasPrefix(suffix + "_sum") { sums[name, default: 0] += value }
+                if series.hasPrefix(suffix + "_count") { counts[name, default: 0] += value }
+                if series.hasPrefix(suffix + "_bucket"), let le = series.firstRange(of: #"le=""#) {
+                    let bound = series[le.upperBound...].prefix { $0 != "\"" }
+                    buckets[name, default: [:]][bound == "+Inf" ? .infinity : Double(bound) ?? .infinity, default: 0] += value
+                }
+            }
+        }
+        guard !counts.isEmpty else { return "herald's stage histograms: /metrics not read" }
+        let lines = counts.keys.sorted().map { name -> String in
+            let count = counts[name] ?? 0
+            let mean = count > 0 ? (sums[name] ?? 0) / count * 1000 : 0
+            let p99 = (buckets[name] ?? [:]).sorted { $0.key < $1.key }.first { $0.value >= 0.99 * count }?.key ?? .infinity
+            return "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) mean \(f(mean, 2)) ms, p99 <= \(p99 == .infinity ? "+Inf" : f(p99 * 1000, 0)) ms, \(f(count)) calls"
+        }
+        return (["herald's histograms over the run (/metrics):"] + lines).joined(separator: "\n")
     }
 
     /// Throughput and p50/p99 latency per second of the run (by the result's timestamp) as SVG.
@@ -388,6 +426,8 @@ struct PipelineRun {
     var resultTimes: [Int64] = []
     /// Each result's `latency_ms`: from Herald's poll to the outcome (before ledger and publish).
     var heraldLatencies: [Int64] = []
+    /// Each herald's /metrics at the end of the run.
+    var heraldMetrics: [String] = []
     var withoutTimestamp = 0
     var duplicates = 0
     var unexpected = 0

@@ -133,6 +133,11 @@ func freeLoopbackPort() throws -> Int {
 
 /// The status code of `GET path` on 127.0.0.1:`port`, or nil when nothing answers.
 func httpStatus(port: Int, path: String) -> Int? {
+    httpGet(port: port, path: path)?.status
+}
+
+/// `GET path` on 127.0.0.1:`port`: the status code and the body, or nil when nothing answers.
+func httpGet(port: Int, path: String) -> (status: Int, body: String)? {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var timeout = timeval(tv_sec: 2, tv_usec: 0)
@@ -143,11 +148,18 @@ func httpStatus(port: Int, path: String) -> Int? {
     }
     let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
     guard connected, write(fd, request, request.count) == request.count else { return nil }
-    var buffer = [UInt8](repeating: 0, count: 64)
-    let count = Glibc.read(fd, &buffer, buffer.count)
-    // "HTTP/1.1 200 OK"
-    guard count >= 12 else { return nil }
-    return Int(String(decoding: buffer[9..<12], as: UTF8.self))
+    var response: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let count = Glibc.read(fd, &buffer, buffer.count)
+        guard count > 0 else { break }
+        response += buffer[0..<count]
+    }
+    // "HTTP/1.1 200 OK\r\n…\r\n\r\nbody"
+    guard response.count >= 12, let status = Int(String(decoding: response[9..<12], as: UTF8.self)) else { return nil }
+    let separator = Array("\r\n\r\n".utf8)
+    let body = response.firstRange(of: separator).map { String(decoding: response[$0.upperBound...], as: UTF8.self) } ?? ""
+    return (status, body)
 }
 
 private func loopbackAddress(port: Int) -> sockaddr_in {

@@ -60,7 +60,7 @@ public enum HeraldApplication {
         let postgres = PostgresClient(
             configuration: configuration.postgresURL.clientConfiguration(
                 maximumConnections: configuration.postgresPoolSize,
-                genericPlansOnly: true
+                indexLookupsOnly: true
             ),
             backgroundLogger: logger
         )

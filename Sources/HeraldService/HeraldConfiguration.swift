@@ -250,13 +250,14 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
     /// - Parameters:
     ///   - maximumConnections: the pool's size.
-    ///   - genericPlansOnly: statements are planned without their parameters' values (PostgreSQL's
-    ///     `plan_cache_mode = force_generic_plan` for the pool's sessions). The pipeline's hot
-    ///     statements run unnamed, so planned at each execution with the tables' current size,
-    ///     and for its equality lookups the generic plan probes the indexes whatever the
-    ///     statistics say, while a custom plan made on stale statistics (right after an app API
-    ///     bulk-loads tokens) can scan the whole table.
-    public func clientConfiguration(maximumConnections: Int = 20, genericPlansOnly: Bool = false) -> PostgresClient.Configuration {
+    ///   - indexLookupsOnly: for a pool whose statements are all equality lookups and batched
+    ///     writes (the pipeline's): its sessions plan generically (`plan_cache_mode =
+    ///     force_generic_plan`) and never choose a sequential scan where an index serves
+    ///     (`enable_seqscan = off`). Statistics gathered while a table was nearly empty, then a
+    ///     bulk load of tokens before the next auto-analyze, made even the generic token lookup
+    ///     a sequential scan: 692 ms for 400 users among 100,000 tokens, 1.8 ms with
+    ///     `enable_seqscan = off` (psql, EXPLAIN ANALYZE; BENCHMARKS.md).
+    public func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
             port: port,
@@ -266,8 +267,8 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
             tls: requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
         )
         configuration.options.maximumConnections = maximumConnections
-        if genericPlansOnly {
-            configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
+        if indexLookupsOnly {
+            configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]
         }
         return configuration
     }
