@@ -9,7 +9,7 @@ public final class HealthServer: Service, Sendable {
     private let host: String
     private let port: Int
     private let readiness: @Sendable () async -> [String]
-    private let metrics: @Sendable () -> String
+    private let metrics: @Sendable () async -> String
     private let logger: Logger
 
     /// - Parameters:
@@ -20,7 +20,7 @@ public final class HealthServer: Service, Sendable {
         host: String = "0.0.0.0",
         port: Int,
         readiness: @escaping @Sendable () async -> [String],
-        metrics: @escaping @Sendable () -> String,
+        metrics: @escaping @Sendable () async -> String,
         logger: Logger
     ) {
         self.host = host
@@ -79,7 +79,7 @@ public final class HealthServer: Service, Sendable {
             case []: (.ok, "ready\n")
             case let unmet: (.serviceUnavailable, "not ready: \(unmet.joined(separator: ", "))\n")
             }
-        case "/metrics": (.ok, metrics())
+        case "/metrics": (.ok, await metrics())
         default: (.notFound, "not found\n")
         }
     }

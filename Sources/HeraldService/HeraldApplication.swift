@@ -5,6 +5,7 @@ import KafkaTransport
 public import Logging
 import NIOPosix
 import NIOSSL
+import Metrics
 import PostgresNIO
 import Prometheus
 import PushPipeline
@@ -84,6 +85,7 @@ public enum HeraldApplication {
             logger: logger
         )
         let metrics = PrometheusCollectorRegistry()
+        let metricsFactory = Self.metricsFactory(metrics)
         let pipeline = NotificationPipeline(
             configuration: configuration.pipeline,
             source: consumer,
@@ -91,23 +93,31 @@ public enum HeraldApplication {
             store: store,
             ledger: store,
             apns: apns,
-            metricsFactory: Self.metricsFactory(metrics),
+            metricsFactory: metricsFactory,
             logger: logger
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
         let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
+        let ready = Gauge(label: "herald_ready", factory: metricsFactory)
+        /// The unmet conditions, also recorded as `herald_ready` (1 or 0).
+        let readiness: @Sendable () async -> [String] = {
+            let unmet = await Readiness.unmetConditions(
+                consuming: pipeline.isConsuming,
+                joinedGroup: consumer.hasJoinedGroup,
+                publishBlockedBy: pipeline.publishBlockedBy,
+                database: { await database.check() },
+                apns: { await apns.canReachEndpoints() }
+            )
+            ready.record(unmet.isEmpty ? 1 : 0)
+            return unmet
+        }
         let health = HealthServer(
             port: configuration.httpPort,
-            readiness: {
-                await Readiness.unmetConditions(
-                    consuming: pipeline.isConsuming,
-                    joinedGroup: consumer.hasJoinedGroup,
-                    publishBlockedBy: pipeline.publishBlockedBy,
-                    database: { await database.check() },
-                    apns: { await apns.canReachEndpoints() }
-                )
+            readiness: readiness,
+            metrics: {
+                _ = await readiness()
+                return metrics.emitToString()
             },
-            metrics: { metrics.emitToString() },
             logger: logger
         )
         var groupConfiguration = ServiceGroupConfiguration(

@@ -185,7 +185,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         }
         let unfinished = tracker.withLock { $0.inFlightCount(in: partitions) }
         if unfinished > 0 {
-            logger.warning("revoking partitions with unfinished messages", metadata: ["kafka.unfinished": "\(unfinished)"])
+            logger.warning("revoking partitions with unfinished messages", metadata: [PipelineLoggingKeys.unfinished: "\(unfinished)"])
         }
         metrics.recordRebalance(assigned: false)
         return tracker.withLock { $0.revoke(partitions) }
@@ -216,7 +216,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             metrics.recordCommit()
         } catch {
             // Not fatal: the same offsets (or later ones) are committed on the next round.
-            logger.warning("offset commit failed", metadata: ["error": "\(error)"])
+            logger.warning("offset commit failed", metadata: [PipelineLoggingKeys.error: "\(error)"])
         }
     }
 
@@ -238,9 +238,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             logger.debug(
                 "token update",
                 metadata: [
-                    "push.token": "\(DeviceTokenText.redacted(update.token))",
-                    "push.action": "\(update.action.rawValue)",
-                    "push.applied": "\(applied)",
+                    PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(update.token))",
+                    PipelineLoggingKeys.action: "\(update.action.rawValue)",
+                    PipelineLoggingKeys.applied: "\(applied)",
                 ]
             )
             finish(message)
@@ -466,10 +466,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             logger.info(
                 "notification not delivered",
                 metadata: [
-                    "push.event_id": "\(event.id)",
-                    "push.token": "\(DeviceTokenText.redacted(device.token))",
-                    "push.status": "\(outcome.status.rawValue)",
-                    "apns.reason": "\(outcome.reason ?? "none")",
+                    PipelineLoggingKeys.eventID: "\(event.id)",
+                    PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
+                    PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
+                    PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
                 ]
             )
         }
@@ -591,10 +591,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         logger.warning(
             "dead-lettering message",
             metadata: [
-                "kafka.topic": "\(message.topic)",
-                "kafka.partition": "\(message.partition)",
-                "kafka.offset": "\(message.offset)",
-                "herald.error": "\(rejection.code.rawValue)",
+                PipelineLoggingKeys.topic: "\(message.topic)",
+                PipelineLoggingKeys.partition: "\(message.partition)",
+                PipelineLoggingKeys.offset: "\(message.offset)",
+                PipelineLoggingKeys.rejection: "\(rejection.code.rawValue)",
+                PipelineLoggingKeys.rejectionDetail: "\(rejection.detail)",
             ]
         )
         let headers =
@@ -630,7 +631,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 return try await withTimeout(configuration.storeOperationTimeout, abandoning: operation)
             } catch {
                 attempt += 1
-                logger.warning("retrying token store", metadata: ["error": "\(error)", "attempt": "\(attempt)"])
+                logger.warning("retrying token store", metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"])
                 do {
                     try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
                 } catch {

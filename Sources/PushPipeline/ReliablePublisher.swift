@@ -94,7 +94,7 @@ final class ReliablePublisher: Sendable {
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
                 logger.warning(
                     "dead letter too large for the broker; sending it without its value",
-                    metadata: ["kafka.topic": "\(message.topic)", "error": "\(failure)"]
+                    metadata: [PipelineLoggingKeys.topic: "\(message.topic)", PipelineLoggingKeys.error: "\(failure)"]
                 )
                 message.value = nil
                 message.headers.append(KafkaHeader(key: "herald-value-omitted", text: "too_large"))
@@ -115,7 +115,7 @@ final class ReliablePublisher: Sendable {
                 if attempt == 1 || attempt.isMultiple(of: 20) {
                     logger.warning(
                         "retrying publish",
-                        metadata: ["kafka.topic": "\(message.topic)", "error": "\(failure)", "attempt": "\(attempt)"]
+                        metadata: [PipelineLoggingKeys.topic: "\(message.topic)", PipelineLoggingKeys.error: "\(failure)", PipelineLoggingKeys.attempt: "\(attempt)"]
                     )
                 }
                 policy = retriableBackoff
@@ -138,7 +138,7 @@ final class ReliablePublisher: Sendable {
         if first {
             logger.error(
                 "publishing is blocked by a permanent broker error; Herald is unready until it clears",
-                metadata: ["kafka.topic": "\(topic)", "kafka.error": "\(cause)", "error": "\(error.message)"]
+                metadata: [PipelineLoggingKeys.topic: "\(topic)", PipelineLoggingKeys.kafkaError: "\(cause)", PipelineLoggingKeys.error: "\(error.message)"]
             )
         }
     }
@@ -150,6 +150,6 @@ final class ReliablePublisher: Sendable {
             state.heldByCause[cause] = nil
             return true
         }
-        if cleared { logger.info("publishing is no longer blocked", metadata: ["kafka.error": "\(cause)"]) }
+        if cleared { logger.info("publishing is no longer blocked", metadata: [PipelineLoggingKeys.kafkaError: "\(cause)"]) }
     }
 }
