@@ -30,6 +30,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Tests only: reads deploy/prometheus/alerts.yaml.
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // C shim for Debian's librdkafka: the only place C is imported.
@@ -253,6 +255,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "APNSCore",
+                .product(name: "Yams", package: "Yams"),
                 "HeraldService",
                 "KafkaTransport",
                 "MockAPNS",

@@ -61,8 +61,19 @@ public final class PipelineMetrics: Sendable {
             }
         )
         endToEnd = Timer(label: "herald_notification_duration_seconds", factory: factory)
-        deadLetters = LabelledCounters("herald_dead_letters_total", label: "code", factory: factory)
-        permanentPublishErrors = LabelledCounters("herald_publish_permanent_errors_total", label: "cause", factory: factory)
+        // Known label values start at 0, so a rate over them is defined before the first one.
+        deadLetters = LabelledCounters(
+            "herald_dead_letters_total",
+            label: "code",
+            initialValues: InputRejection.Code.allCases.map(\.rawValue),
+            factory: factory
+        )
+        permanentPublishErrors = LabelledCounters(
+            "herald_publish_permanent_errors_total",
+            label: "cause",
+            initialValues: ["_UNKNOWN_TOPIC", "TOPIC_AUTHORIZATION_FAILED", "MSG_SIZE_TOO_LARGE"],
+            factory: factory
+        )
         inFlightMessages = Gauge(label: "herald_in_flight_messages", factory: factory)
         inFlightSends = Gauge(label: "herald_in_flight_sends", factory: factory)
         unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
@@ -130,10 +141,12 @@ final class LabelledCounters: Sendable {
     private let factory: any MetricsFactory
     private let counters = Mutex<[String: Counter]>([:])
 
-    init(_ name: String, label: String, factory: any MetricsFactory) {
+    /// One label; the counters of `initialValues` are made (at 0) at once.
+    init(_ name: String, label: String, initialValues: [String] = [], factory: any MetricsFactory) {
         self.name = name
         self.labels = (label, nil)
         self.factory = factory
+        for value in initialValues { _ = counter(value, nil) }
     }
 
     init(_ name: String, labels: (String, String), factory: any MetricsFactory) {
@@ -143,8 +156,12 @@ final class LabelledCounters: Sendable {
     }
 
     func increment(_ value: String, _ second: String? = nil) {
+        counter(value, second).increment()
+    }
+
+    private func counter(_ value: String, _ second: String?) -> Counter {
         let key = second.map { value + "\u{0}" + $0 } ?? value
-        let counter = counters.withLock { counters in
+        return counters.withLock { counters in
             if let counter = counters[key] { return counter }
             var dimensions = [(labels.0, value)]
             if let label = labels.1, let second { dimensions.append((label, second)) }
@@ -152,6 +169,5 @@ final class LabelledCounters: Sendable {
             counters[key] = counter
             return counter
         }
-        counter.increment()
     }
 }

@@ -19,26 +19,28 @@ final class HeraldTestbed: Sendable {
     let logger: Logger
     let producer: KafkaProducer
 
-    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:]) throws {
+    /// `faults` are injected by the production mock only.
+    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:], faults: MockAPNSFaults = .none) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
         let logger = Logger(label: "test")
         self.directory = directory
         self.key = key
         topics = try TestTopics(partitions: partitions)
-        func mock(_ name: String) -> MockAPNSServer {
+        func mock(_ name: String, faults: MockAPNSFaults = .none) -> MockAPNSServer {
             MockAPNSServer(
                 configuration: MockAPNSConfiguration(
                     caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,
                     providerKeys: [key.keyID: key.privateKey.publicKey],
                     teamID: key.teamID,
-                    unregisteredTokens: unregisteredTokens
+                    unregisteredTokens: unregisteredTokens,
+                    faults: faults
                 ),
                 logger: logger
             )
         }
         self.logger = logger
-        production = mock("production")
+        production = mock("production", faults: faults)
         sandbox = mock("sandbox")
         producer = try KafkaProducer(configuration: TestEnvironment.kafka, logger: logger)
     }

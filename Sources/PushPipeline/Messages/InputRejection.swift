@@ -1,7 +1,7 @@
 /// Why an input message cannot be processed: the `herald-error` code and a detail for humans.
 public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible {
     /// The stable codes of the contract's push.dlq `herald-error` header.
-    public enum Code: String, Sendable, Hashable {
+    public enum Code: String, Sendable, Hashable, CaseIterable {
         case invalidJSON = "invalid_json"
         case schemaViolation = "schema_violation"
         case payloadTooLarge = "payload_too_large"
