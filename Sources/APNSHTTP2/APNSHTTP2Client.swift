@@ -1,5 +1,6 @@
 import APNSCore
 import Logging
+public import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -49,16 +50,20 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     private let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
     private let waiterIDs = Atomic<UInt64>(0)
     private let runState = NIOLockedValueBox(false)
+    private let metrics: APNSClientMetrics
 
-    /// Loads credentials and trust roots; throws ``APNSClientConfigurationError`` when they cannot be used.
+    /// Loads credentials and trust roots; throws ``APNSClientConfigurationError`` when they cannot
+    /// be used. Connection metrics go to `metricsFactory` (swift-metrics' global one by default).
     public convenience init(
         configuration: APNSClientConfiguration,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        metricsFactory: any MetricsFactory = MetricsSystem.factory,
         logger: Logger
     ) throws {
         try self.init(
             configuration: configuration,
             eventLoopGroup: eventLoopGroup,
+            metricsFactory: metricsFactory,
             logger: logger,
             makeTokenSource: nil
         )
@@ -70,12 +75,15 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     init(
         configuration: APNSClientConfiguration,
         eventLoopGroup: any EventLoopGroup,
+        metricsFactory: any MetricsFactory = MetricsSystem.factory,
         logger: Logger,
         makeTokenSource: (@Sendable () -> any APNSProviderTokenSource)?
     ) throws {
         guard configuration.connectionsPerEndpoint >= 1 else {
             throw APNSClientConfigurationError("connectionsPerEndpoint must be at least 1")
         }
+        let metrics = APNSClientMetrics(configuration: configuration, factory: metricsFactory)
+        self.metrics = metrics
         self.configuration = configuration
         self.logger = logger
         self.eventLoopGroup = eventLoopGroup
@@ -99,9 +107,11 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         for (index, authentication) in credentials.enumerated() {
             var tokenSource: (@Sendable () -> any APNSProviderTokenSource)?
             if index == 0, let makeTokenSource {
-                tokenSource = makeTokenSource
+                tokenSource = { CountingTokenSource(makeTokenSource(), counting: metrics.providerTokens) }
             } else if case .token(let credentials) = authentication.backing {
-                tokenSource = { ProviderTokenManager(credentials: credentials, clock: ContinuousClock()) }
+                tokenSource = {
+                    CountingTokenSource(ProviderTokenManager(credentials: credentials, clock: ContinuousClock()), counting: metrics.providerTokens)
+                }
             }
             let factory = APNSConnection.Factory(
                 eventLoopGroup: eventLoopGroup,
@@ -333,6 +343,19 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         return pools[index].state.withLockedValue { $0.snapshot(environment) }
     }
 
+    /// Records the connections open and the streams in use per endpoint, over every credential's
+    /// pool (`herald_apns_connections`, `herald_apns_streams_in_use`).
+    public func recordPoolState() {
+        for environment in [APNSEnvironment.production, .sandbox] {
+            let usage = pools.map { pool in pool.state.withLockedValue { $0.usage(environment) } }
+            metrics.recordUsage(
+                environment,
+                connections: usage.map(\.connections).reduce(0, +),
+                streamsInUse: usage.map(\.streamsInUse).reduce(0, +)
+            )
+        }
+    }
+
     /// How many connection pools (distinct credentials) the client has.
     var credentialCount: Int { pools.count }
 
@@ -415,6 +438,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         } catch {
             if !(error is CancellationError) {
                 logger.warning("Connecting to APNs failed", metadata: [APNSLoggingKeys.error: "\(error)"])
+                metrics.recordConnectionFailure(plan.environment)
             }
             perform(
                 pool.state.withLockedValue {
@@ -464,6 +488,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                 $0.streamLimitChanged(connectionID: connectionID, environment: environment, limit: limit)
             }
         case .goingAway(let errorCode, let reason):
+            metrics.recordGoAway(environment)
             logger.warning(
                 "APNs sent GOAWAY; draining the connection",
                 metadata: [

@@ -5,10 +5,12 @@ import KafkaTransport
 public import Logging
 import NIOPosix
 import NIOSSL
+import OTel
 import Metrics
 import PostgresNIO
 import Prometheus
 import PushPipeline
+import Tracing
 public import ServiceLifecycle
 import UnixSignals
 
@@ -75,7 +77,9 @@ public enum HeraldApplication {
             store: PostgresDeviceTokenStore(client: housekeepingPostgres, logger: logger),
             logger: logger
         )
-        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, logger: logger)
+        let metrics = PrometheusCollectorRegistry()
+        let metricsFactory = Self.metricsFactory(metrics)
+        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let topics = configuration.pipeline.topics
         let consumer = try KafkaConsumer(
@@ -84,8 +88,7 @@ public enum HeraldApplication {
             topics: [topics.requests, topics.tokens],
             logger: logger
         )
-        let metrics = PrometheusCollectorRegistry()
-        let metricsFactory = Self.metricsFactory(metrics)
+        let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
         let pipeline = NotificationPipeline(
             configuration: configuration.pipeline,
             source: consumer,
@@ -94,11 +97,13 @@ public enum HeraldApplication {
             ledger: store,
             apns: apns,
             metricsFactory: metricsFactory,
+            tracer: tracing?.tracer,
             logger: logger
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
         let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
         let ready = Gauge(label: "herald_ready", factory: metricsFactory)
+        let kafkaMetrics = KafkaMetrics(factory: metricsFactory)
         /// The unmet conditions, also recorded as `herald_ready` (1 or 0).
         let readiness: @Sendable () async -> [String] = {
             let unmet = await Readiness.unmetConditions(
@@ -116,12 +121,18 @@ public enum HeraldApplication {
             readiness: readiness,
             metrics: {
                 _ = await readiness()
+                apns.recordPoolState()
+                kafkaMetrics.refresh(
+                    producerQueue: producer.queuedRecords,
+                    committed: pipeline.committedOffsets,
+                    highWatermark: consumer.highWatermark
+                )
                 return metrics.emitToString()
             },
             logger: logger
         )
         var groupConfiguration = ServiceGroupConfiguration(
-                services: [
+                services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
                     .init(service: postgres),
                     .init(service: housekeepingPostgres),
                     // Needs only PostgreSQL: stops just before it.
@@ -138,6 +149,19 @@ public enum HeraldApplication {
             )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
+    }
+
+    /// swift-otel's tracer and its OTLP exporter (a service that flushes when the group stops,
+    /// so it runs first). Only traces: metrics go to /metrics and logs to the log handler.
+    static func tracingBackend(logger: Logger) throws -> (tracer: any Tracer, exporter: any Service) {
+        var configuration = OTel.Configuration.default
+        configuration.serviceName = "herald"
+        configuration.diagnosticLogger = .custom(logger)
+        configuration.logs.enabled = false
+        configuration.metrics.enabled = false
+        configuration.traces.enabled = true
+        let backend = try OTel.makeTracingBackend(configuration: configuration)
+        return (backend.factory, backend.service)
     }
 
     /// swift-metrics' factory over `registry`, with duration buckets from 1 ms (a stage on a

@@ -27,6 +27,10 @@ public struct HeraldConfiguration: Sendable {
     public var logFormat: LogFormat
     /// Whether `herald run` applies migrations before it starts consuming.
     public var migrateOnStart: Bool
+    /// Whether events and sends are traced and exported over OTLP/HTTP (HERALD_OTEL_TRACES;
+    /// default: on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set).
+    /// The exporter reads the standard OTEL_* variables.
+    public var tracesEnabled: Bool
 
     public enum LogFormat: String, Sendable {
         case json
@@ -83,6 +87,8 @@ public struct HeraldConfiguration: Sendable {
         }
         logFormat = format
         migrateOnStart = try reader.boolean("HERALD_MIGRATE_ON_START", default: false)
+        let otlpEndpointSet = values["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || values["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
+        tracesEnabled = try reader.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
     }
 
     /// Variables that map to librdkafka properties: HERALD_KAFKA_SESSION_TIMEOUT_MS →

@@ -90,6 +90,17 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
+    /// The partition's high watermark (the offset after its last record) as of the consumer's
+    /// latest fetch, or nil before one. A non-blocking read of librdkafka's cached value.
+    public func highWatermark(_ partition: KafkaTopicPartition) -> Int64? {
+        try? client.immediate { handle -> Int64? in
+            var low: Int64 = -1
+            var high: Int64 = -1
+            let error = rd_kafka_get_watermark_offsets(handle, partition.topic, partition.partition, &low, &high)
+            return error == RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0 ? high : nil
+        }
+    }
+
     /// Whether the group has assigned this member its partitions (none is an assignment too),
     /// and the assignment has not been lost since.
     public var hasJoinedGroup: Bool {

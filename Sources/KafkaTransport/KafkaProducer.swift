@@ -21,6 +21,12 @@ public final class KafkaProducer: Service, Sendable {
         self.flushTimeout = flushTimeout
     }
 
+    /// Records handed to librdkafka and not yet acknowledged (its out-queue, which also holds
+    /// protocol requests in flight). A non-blocking read.
+    public var queuedRecords: Int {
+        (try? client.immediate { Int(rd_kafka_outq_len($0)) }) ?? 0
+    }
+
     /// Produces `message` once and waits for its delivery report, however long librdkafka
     /// retries (bounded by `message.timeout.ms`); throws if the broker refused it or librdkafka
     /// gave up. A ``KafkaError`` says whether sending it again can help (``KafkaError/isRetriable``).

@@ -17,11 +17,20 @@ final class BatchProgress: Sendable {
     /// When the batch was polled.
     let consumedAt: ContinuousClock.Instant
 
+    /// Each message's event trace, when tracing is on.
+    private let traces: [EventTrace]?
+
     /// `results[i]` is the number of results message `i` publishes (none: finished already).
-    init(messages: [KafkaMessage], results: [Int], consumedAt: ContinuousClock.Instant) {
+    init(messages: [KafkaMessage], results: [Int], consumedAt: ContinuousClock.Instant, traces: [EventTrace]?) {
         self.messages = messages
         self.consumedAt = consumedAt
+        self.traces = traces
         state = Mutex(State(pending: results, unfinished: results.count { $0 > 0 }))
+    }
+
+    /// The trace of message `index`'s event (nil when tracing is off).
+    func trace(_ index: Int) -> EventTrace? {
+        traces?[index]
     }
 
     /// Counts one published result of message `index`; returns the message when that was its last.

@@ -6,6 +6,7 @@ public import Logging
 public import Metrics
 public import ServiceLifecycle
 import Synchronization
+public import Tracing
 
 /// Herald's core loop: reads push.requests and push.tokens, delivers each notification to every
 /// active device of its users, publishes one result per device, dead-letters bad input, and
@@ -29,10 +30,17 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let sendLimit: ConcurrencyLimit
     /// Records outcomes in batches (group commit).
     private let ledgerWriter: LedgerWriter<DeliveryTicket>
+    /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
+    private let tracer: (any Tracer)?
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
     /// What the pipeline did so far.
     public let metrics: PipelineMetrics
+
+    /// Per assigned partition, the offset last committed by this member.
+    public var committedOffsets: [KafkaTopicPartition: Int64] {
+        tracker.withLock { $0.committedOffsets }
+    }
 
     /// True while the consume loop runs and its last poll succeeded.
     public var isConsuming: Bool { consuming.load(ordering: .relaxed) }
@@ -49,8 +57,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         ledger: any DeliveryLedger,
         apns: any APNSClientProtocol,
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
+        tracer: (any Tracer)? = nil,
         logger: Logger
     ) {
+        self.tracer = tracer
         let metrics = PipelineMetrics(factory: metricsFactory)
         self.metrics = metrics
         self.configuration = configuration
@@ -274,9 +284,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     }
                 }
             }
-            guard !events.isEmpty, let resolved = try? await resolve(events.map(\.1)) else { return }
+            guard !events.isEmpty else { return }
+            let traces = tracer.map { tracer in
+                events.map { EventTrace(tracer: tracer, message: $0.0, eventID: $0.1.id, users: $0.1.userIDs.count) }
+            }
+            guard let resolved = try? await resolve(events.map(\.1)) else { return }
             let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
-            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results), consumedAt: consumedAt)
+            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results), consumedAt: consumedAt, traces: traces)
 
             // Claims first, in one pass, so the results known without sending go out at once.
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
@@ -286,11 +300,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             inFlight.withLock { inFlight in
                 for (index, plan) in plans.enumerated() {
                     let event = events[index].1
+                    let headers = traces?[index].headers ?? []
                     for result in plan.noDevices {
-                        ready.append(([resultMessage(result.json(), eventID: event.id)], DeliveryTicket(progress, index, status: .noDevices)))
+                        ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, status: .noDevices)))
                     }
                     for outcome in plan.recorded {
-                        ready.append((republishing(outcome), DeliveryTicket(progress, index, status: nil)))
+                        ready.append((republishing(outcome, headers: headers), DeliveryTicket(progress, index, status: nil)))
                     }
                     for device in plan.devices {
                         let key = InFlightDeliveries.key(eventID: event.id, token: device.token)
@@ -425,7 +440,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
                 if let outcome = recorded[event.id]?[device.token] {
-                    group.addTask { await self.publish([(self.republishing(outcome), DeliveryTicket(ticket.progress, ticket.message))]) }
+                    let republished = republishing(outcome, headers: ticket.progress.trace(ticket.message)?.headers ?? [])
+                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
                     continue
                 }
                 guard let key = ticket.claim else { continue }
@@ -459,8 +475,20 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             collapseID: event.collapseID,
             payload: event.payload
         )
+        let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
         guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
+            trace?.end()
             return  // Cancelled: the message stays unfinished and is redelivered.
+        }
+        if let trace {
+            trace.attributes["herald.event_id"] = event.id
+            trace.attributes["herald.token"] = DeviceTokenText.redacted(device.token)
+            trace.attributes["herald.status"] = outcome.status.rawValue
+            trace.attributes["herald.attempts"] = outcome.attempts
+            if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
+            if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
+            if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
+            trace.end()
         }
         if outcome.status != .delivered {
             logger.info(
@@ -519,7 +547,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         inFlight.withLock { inFlight in
             for key in batch.compactMap(\.ticket.claim) { inFlight.settle(key) }
         }
-        await publish(batch.map { (republishing($0.standing), $0.ticket) })
+        await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.trace($0.ticket.message)?.headers ?? []), $0.ticket) })
     }
 
     /// Publishes results (each with its unregistered event, if any) together; then counts them,
@@ -545,24 +573,30 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             } else {
                 metrics.recordRepublished()
             }
-            if let message = ticket.progress.published(ticket.message) { finish(message) }
+            if let message = ticket.progress.published(ticket.message) {
+                ticket.progress.trace(ticket.message)?.span.end()
+                finish(message)
+            }
         }
         if permits > 0 { sendLimit.release(permits) }
     }
 
     /// The records of a recorded outcome: its push.unregistered event, if it marked the token,
     /// then its push.results record.
-    private func republishing(_ outcome: RecordedDelivery) -> [KafkaOutgoingMessage] {
+    /// `headers` carry the event's trace context (none when tracing is off).
+    private func republishing(_ outcome: RecordedDelivery, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
         var messages: [KafkaOutgoingMessage] = []
         if let unregistered = outcome.unregisteredEvent {
-            messages.append(KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered))
+            messages.append(
+                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered, headers: headers)
+            )
         }
-        messages.append(resultMessage(outcome.result, eventID: outcome.eventID))
+        messages.append(resultMessage(outcome.result, eventID: outcome.eventID, headers: headers))
         return messages
     }
 
-    private func resultMessage(_ result: [UInt8], eventID: String) -> KafkaOutgoingMessage {
-        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result)
+    private func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {
+        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result, headers: headers)
     }
 
     private func noDevicesResult(
@@ -627,9 +661,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         var attempt = 0
         while true {
             if Task.isCancelled { throw CancellationError() }
+            metrics.storeOperationStarted()
+            defer { metrics.storeOperationEnded() }
             do {
                 return try await withTimeout(configuration.storeOperationTimeout, abandoning: operation)
             } catch {
+                metrics.recordStoreError()
                 attempt += 1
                 logger.warning("retrying token store", metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"])
                 do {

@@ -55,6 +55,15 @@ public struct OffsetTracker: Sendable {
     /// How many partitions are assigned to this member now.
     public var assignedCount: Int { assigned.count }
 
+    /// Per assigned partition, the offset last committed (partitions not committed yet are left out).
+    public var committedOffsets: [KafkaTopicPartition: Int64] {
+        var offsets: [KafkaTopicPartition: Int64] = [:]
+        for partition in assigned {
+            if let committed = partitions[partition]?.committed { offsets[partition] = committed }
+        }
+        return offsets
+    }
+
     /// Records that every result of `offset` is published.
     public mutating func finish(_ partition: KafkaTopicPartition, offset: Int64) {
         if partitions[partition]?.inFlight.remove(offset) != nil { inFlightCount -= 1 }

@@ -37,6 +37,9 @@ public final class PipelineMetrics: Sendable {
     private let unrecordedOutcomes: Gauge
     private let assignedPartitions: Gauge
     private let pausedPartitions: Gauge
+    private let storeErrors: Counter
+    private let storeOperations: Gauge
+    private let storeOperationsInFlight = Atomic(0)
 
     /// Creates the pipeline's metrics with `factory` (swift-metrics' global one by default).
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -79,6 +82,8 @@ public final class PipelineMetrics: Sendable {
         unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
         assignedPartitions = Gauge(label: "herald_assigned_partitions", factory: factory)
         pausedPartitions = Gauge(label: "herald_paused_partitions", factory: factory)
+        storeErrors = Counter(label: "herald_postgres_errors_total", factory: factory)
+        storeOperations = Gauge(label: "herald_postgres_operations_in_flight", factory: factory)
     }
 
     func recordConsumed(_ count: Int) { consumed.increment(by: count) }
@@ -89,6 +94,9 @@ public final class PipelineMetrics: Sendable {
     func recordResult(_ status: DeliveryResult.Status) { results[status]?.increment() }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
+    func recordStoreError() { storeErrors.increment() }
+    func storeOperationStarted() { storeOperationsInFlight.add(1, ordering: .relaxed) }
+    func storeOperationEnded() { storeOperationsInFlight.subtract(1, ordering: .relaxed) }
 
     /// Records how long `stage` took from `start` until now.
     func recordStage(_ stage: Stage, since start: ContinuousClock.Instant) {
@@ -107,6 +115,7 @@ public final class PipelineMetrics: Sendable {
         unrecordedOutcomes.record(unrecorded)
         assignedPartitions.record(assigned)
         pausedPartitions.record(paused ? assigned : 0)
+        storeOperations.record(storeOperationsInFlight.load(ordering: .relaxed))
     }
 }
 

@@ -1,0 +1,71 @@
+import Foundation
+import KafkaTransport
+import Testing
+
+/// `herald run` with tracing on (the standard OTEL_* variables) against a real OTLP/HTTP
+/// endpoint the test runs: an event's `traceparent` continues into Herald's spans and onto its
+/// results; a malformed one is ignored and the event delivered as usual.
+@Suite(.timeLimit(.minutes(5)))
+struct TracingTests {
+    @Test func anEventsTraceparentContinuesIntoSpansAndResultsAndAMalformedOneIsIgnored() async throws {
+        let receiver = try OTLPReceiver.start()
+        defer { receiver.stop() }
+        let devices = TestDevice.twoPerUser(["u-1", "u-2"])
+        let testbed = try HeraldTestbed()
+        let topics = testbed.topics
+        let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let parentSpanID = "00f067aa0ba902b7"
+        try await testbed.withMocks {
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(receiver.port)"
+            environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
+            environment["OTEL_BSP_SCHEDULE_DELAY"] = "200"
+            _ = try await testbed.heraldConfiguration(group: "migrate-only")
+            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            try await testbed.register(devices)
+            try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: devices.count)
+
+            func event(_ id: String, user: String, traceparent: String) -> KafkaOutgoingMessage {
+                KafkaOutgoingMessage(
+                    topic: topics.requests,
+                    key: Array(id.utf8),
+                    value: Array(#"{"id":"\#(id)","user_ids":["\#(user)"],"topic":"\#(testbed.bundleID)","payload":{"aps":{"alert":"hi"}}}"#.utf8),
+                    headers: [KafkaHeader(key: "traceparent", text: traceparent)]
+                )
+            }
+            try await testbed.producer.send(event("e-traced", user: "u-1", traceparent: "00-\(traceID)-\(parentSpanID)-01"))
+            try await testbed.producer.send(event("e-malformed", user: "u-2", traceparent: "00-not-a-trace-context"))
+
+            let reader = try TopicReader(topics: [topics.results])
+            let records = try await reader.read(timeout: .seconds(120)) { $0.count >= devices.count }
+            let results = records.compactMap { record in ResultRecord(record).map { ($0, record) } }
+            #expect(results.count == devices.count)
+            #expect(results.allSatisfy { $0.0.status == "delivered" }, "the malformed header changes nothing")
+            for (result, record) in results where result.eventID == "e-traced" {
+                let header = try #require(record.header("traceparent"), "a traced event's result carries a traceparent")
+                #expect(header.split(separator: "-").dropFirst().first.map(String.init) == traceID)
+            }
+
+            // Spans reach the receiver within the exporter's batch delay.
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(30)
+            while clock.now < deadline, receiver.spans.filter({ $0.name == "herald.send" }).count < devices.count {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            let spans = receiver.spans
+            let traced = try #require(spans.first { $0.name == "herald.event" && $0.attributes["herald.event_id"] == "e-traced" })
+            #expect(traced.traceID == traceID)
+            #expect(traced.parentSpanID == parentSpanID, "the event's span continues the message's context")
+            let sends = spans.filter { $0.name == "herald.send" && $0.traceID == traceID }
+            #expect(sends.count == 2, "one per device of u-1")
+            #expect(sends.allSatisfy { $0.parentSpanID == traced.spanID })
+            #expect(sends.allSatisfy { $0.attributes["herald.event_id"] == "e-traced" && $0.attributes["herald.attempts"] != nil })
+            #expect(sends.allSatisfy { ($0.attributes["herald.token"] ?? "").hasSuffix("…") }, "tokens redacted")
+            let malformed = try #require(spans.first { $0.name == "herald.event" && $0.attributes["herald.event_id"] == "e-malformed" })
+            #expect(malformed.traceID != traceID && malformed.parentSpanID.isEmpty, "a new trace")
+
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+}
