@@ -41,7 +41,13 @@ struct MetricsTests {
 
             // Published results may still be counted a moment after the broker acknowledged them.
             var metrics = try PrometheusText(try #require(httpGet(port: httpPort, path: "/metrics")?.body))
-            for _ in 0..<50 where metrics.sum("herald_results_total") < Double(expectedResults) {
+            /// Offsets committed for push.requests, summed over its partitions (each the next offset to read).
+            func committedRequests(_ metrics: PrometheusText) -> Double {
+                metrics.samples.filter { $0.name == "herald_committed_offset" && $0.labels["topic"] == topics.requests }.map(\.value).reduce(0, +)
+            }
+            let requestMessages = Double(users.count + 1)
+            for _ in 0..<50
+            where metrics.sum("herald_results_total") < Double(expectedResults) || committedRequests(metrics) < requestMessages {
                 try await Task.sleep(for: .milliseconds(100))
                 metrics = try PrometheusText(try #require(httpGet(port: httpPort, path: "/metrics")?.body))
             }
@@ -67,9 +73,22 @@ struct MetricsTests {
             #expect(metrics.value("herald_messages_consumed_total") ?? 0 >= Double(users.count + 1 + devices.count + 1))
             #expect(metrics.value("herald_ready") == 1)
             #expect(metrics.value("herald_assigned_partitions") ?? 0 >= 1)
-            for gauge in ["herald_in_flight_messages", "herald_in_flight_sends", "herald_ledger_unrecorded_outcomes", "herald_paused_partitions"] {
+            for gauge in [
+                "herald_in_flight_messages", "herald_in_flight_sends", "herald_ledger_unrecorded_outcomes", "herald_paused_partitions",
+                "herald_kafka_producer_queue", "herald_postgres_operations_in_flight", "herald_apns_streams_in_use",
+            ] {
                 #expect(metrics.types[gauge] == "gauge", "\(gauge)")
             }
+            // APNs connections: both endpoints were used (devices in each environment), each over token auth.
+            #expect(metrics.sum("herald_apns_connections") >= 2)
+            #expect(metrics.value("herald_apns_provider_tokens_total") ?? 0 >= 2, "one token per connection at least")
+            #expect(metrics.sum("herald_apns_goaways_total") == 0)
+            #expect(metrics.sum("herald_apns_connection_failures_total") == 0)
+            #expect(metrics.value("herald_postgres_errors_total") == 0)
+            // Per partition this member holds: the committed offset and the lag behind the last fetch.
+            #expect(committedRequests(metrics) == requestMessages, "every push.requests message committed")
+            #expect(metrics.samples.filter { $0.name == "herald_consumer_lag" }.allSatisfy { $0.value >= 0 })
+            #expect(metrics.types["herald_consumer_lag"] == "gauge")
 
             // The dashboard and the alert rules query only families Herald exports.
             let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../deploy")
