@@ -1,5 +1,6 @@
 import DeviceTokenStore
 import Foundation
+import OTel
 import PushPipeline
 public import Logging
 
@@ -7,11 +8,13 @@ public import Logging
 public struct JSONLogHandler: LogHandler {
     public var logLevel: Logger.Level
     public var metadata: Logger.Metadata = [:]
+    public var metadataProvider: Logger.MetadataProvider?
     private let label: String
 
-    public init(label: String, level: Logger.Level) {
+    public init(label: String, level: Logger.Level, metadataProvider: Logger.MetadataProvider? = nil) {
         self.label = label
         self.logLevel = level
+        self.metadataProvider = metadataProvider
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -26,7 +29,8 @@ public struct JSONLogHandler: LogHandler {
             ("msg", "\(event.message)"),
             ("label", label),
         ]
-        let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
+        let provided = metadataProvider?.get() ?? [:]
+        let merged = metadata.merging(provided) { _, new in new }.merging(event.metadata ?? [:]) { _, new in new }
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             object.append((key, "\(value)"))
         }
@@ -62,16 +66,23 @@ public struct JSONLogHandler: LogHandler {
 
 extension HeraldConfiguration {
     /// Installs the configured log format and level for the whole process.
+    /// Bootstraps swift-log with the configured format and level; lines about an event name it
+    /// (`push.event_id`) and, when it is traced, its trace (`trace_id`, `span_id`).
     public func bootstrapLogging() {
         let level = logLevel
+        let provider = Logger.MetadataProvider.multiplex([.heraldEvent, OTel.makeLoggingMetadataProvider()])
         switch logFormat {
-        case .json: LoggingSystem.bootstrap { JSONLogHandler(label: $0, level: level) }
+        case .json:
+            LoggingSystem.bootstrap({ label, provider in JSONLogHandler(label: label, level: level, metadataProvider: provider) }, metadataProvider: provider)
         case .text:
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
+            LoggingSystem.bootstrap(
+                { label, provider in
+                    var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                    handler.logLevel = level
+                    return handler
+                },
+                metadataProvider: provider
+            )
         }
     }
 }

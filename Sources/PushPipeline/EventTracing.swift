@@ -1,5 +1,6 @@
 import KafkaTransport
-import Tracing
+public import Logging
+public import Tracing
 
 /// The trace of one push.requests event: its span, continuing the W3C `traceparent` (and
 /// `tracestate`) the message carried, and the headers that carry the span's context on to the
@@ -39,5 +40,26 @@ struct KafkaHeaderCarrier: Extractor, Injector {
 
     func inject(_ value: String, forKey key: String, into carrier: inout [KafkaHeader]) {
         carrier.append(KafkaHeader(key: key, text: value))
+    }
+}
+
+extension ServiceContext {
+    /// The push.requests event the current work is for.
+    public var heraldEventID: String? {
+        get { self[HeraldEventIDKey.self] }
+        set { self[HeraldEventIDKey.self] = newValue }
+    }
+}
+
+private enum HeraldEventIDKey: ServiceContextKey {
+    typealias Value = String
+}
+
+extension Logger.MetadataProvider {
+    /// Adds `push.event_id` to every line logged while ``ServiceContext/heraldEventID`` is set,
+    /// so each line about an event names it (with swift-otel's provider beside it, the trace too).
+    public static let heraldEvent = Logger.MetadataProvider {
+        guard let eventID = ServiceContext.current?.heraldEventID else { return [:] }
+        return [PipelineLoggingKeys.eventID: "\(eventID)"]
     }
 }

@@ -488,18 +488,22 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
             if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
             if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
-            trace.end()
         }
+        defer { trace?.end() }
         if outcome.status != .delivered {
-            logger.info(
-                "notification not delivered",
-                metadata: [
-                    PipelineLoggingKeys.eventID: "\(event.id)",
-                    PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
-                    PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
-                    PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
-                ]
-            )
+            // The event (and, when traced, the span) in context: the metadata providers name them.
+            var context = trace?.context ?? ServiceContext.topLevel
+            context.heraldEventID = event.id
+            ServiceContext.withValue(context) {
+                logger.info(
+                    "notification not delivered",
+                    metadata: [
+                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
+                        PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
+                        PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
+                    ]
+                )
+            }
         }
         let result = DeliveryResult(
             eventID: event.id,

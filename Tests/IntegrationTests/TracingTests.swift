@@ -11,7 +11,9 @@ struct TracingTests {
         let receiver = try OTLPReceiver.start()
         defer { receiver.stop() }
         let devices = TestDevice.twoPerUser(["u-1", "u-2"])
-        let testbed = try HeraldTestbed()
+        // A device APNs answers 410, so the traced event has a line about it in the log.
+        let gone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let testbed = try HeraldTestbed(unregisteredTokens: [gone.token: 1_795_255_300_123])
         let topics = testbed.topics
         let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
         let parentSpanID = "00f067aa0ba902b7"
@@ -22,8 +24,8 @@ struct TracingTests {
             environment["OTEL_BSP_SCHEDULE_DELAY"] = "200"
             _ = try await testbed.heraldConfiguration(group: "migrate-only")
             let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
-            try await testbed.register(devices)
-            try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: devices.count)
+            try await testbed.register(devices + [gone])
+            try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: devices.count + 1)
 
             func event(_ id: String, user: String, traceparent: String) -> KafkaOutgoingMessage {
                 KafkaOutgoingMessage(
@@ -37,10 +39,10 @@ struct TracingTests {
             try await testbed.producer.send(event("e-malformed", user: "u-2", traceparent: "00-not-a-trace-context"))
 
             let reader = try TopicReader(topics: [topics.results])
-            let records = try await reader.read(timeout: .seconds(120)) { $0.count >= devices.count }
+            let records = try await reader.read(timeout: .seconds(120)) { $0.count >= devices.count + 1 }
             let results = records.compactMap { record in ResultRecord(record).map { ($0, record) } }
-            #expect(results.count == devices.count)
-            #expect(results.allSatisfy { $0.0.status == "delivered" }, "the malformed header changes nothing")
+            #expect(results.count == devices.count + 1)
+            #expect(results.allSatisfy { $0.0.status == ($0.0.token == gone.token ? "unregistered" : "delivered") }, "the malformed header changes nothing")
             for (result, record) in results where result.eventID == "e-traced" {
                 let header = try #require(record.header("traceparent"), "a traced event's result carries a traceparent")
                 #expect(header.split(separator: "-").dropFirst().first.map(String.init) == traceID)
@@ -49,7 +51,7 @@ struct TracingTests {
             // Spans reach the receiver within the exporter's batch delay.
             let clock = ContinuousClock()
             let deadline = clock.now + .seconds(30)
-            while clock.now < deadline, receiver.spans.filter({ $0.name == "herald.send" }).count < devices.count {
+            while clock.now < deadline, receiver.spans.filter({ $0.name == "herald.send" }).count < devices.count + 1 {
                 try await Task.sleep(for: .milliseconds(100))
             }
             let spans = receiver.spans
@@ -57,12 +59,20 @@ struct TracingTests {
             #expect(traced.traceID == traceID)
             #expect(traced.parentSpanID == parentSpanID, "the event's span continues the message's context")
             let sends = spans.filter { $0.name == "herald.send" && $0.traceID == traceID }
-            #expect(sends.count == 2, "one per device of u-1")
+            #expect(sends.count == 3, "one per device of u-1")
+            #expect(sends.contains { $0.attributes["herald.status"] == "unregistered" && $0.attributes["apns.status"] == "410" })
             #expect(sends.allSatisfy { $0.parentSpanID == traced.spanID })
             #expect(sends.allSatisfy { $0.attributes["herald.event_id"] == "e-traced" && $0.attributes["herald.attempts"] != nil })
             #expect(sends.allSatisfy { ($0.attributes["herald.token"] ?? "").hasSuffix("…") }, "tokens redacted")
             let malformed = try #require(spans.first { $0.name == "herald.event" && $0.attributes["herald.event_id"] == "e-malformed" })
             #expect(malformed.traceID != traceID && malformed.parentSpanID.isEmpty, "a new trace")
+
+            // The log line about the gone device names the event and its trace.
+            let log = try String(contentsOfFile: testbed.directory.appendingPathComponent("herald.log").path, encoding: .utf8)
+            let line = try #require(log.split(separator: "\n").first { $0.contains("notification not delivered") })
+            #expect(line.contains("push.event_id=e-traced"), "\(line)")
+            #expect(line.contains("trace_id=\(traceID)"), "\(line)")
+            #expect(!line.contains(gone.token), "tokens shortened")
 
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
