@@ -238,6 +238,7 @@ let package = Package(
             dependencies: [
                 "HeraldService",
                 "APNSHTTP2",
+                "PushPipeline",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings

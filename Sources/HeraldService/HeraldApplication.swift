@@ -54,7 +54,7 @@ public enum HeraldApplication {
     ) throws -> ServiceGroup {
         guard let apnsConfiguration = apnsOverride ?? configuration.apns else {
             throw ConfigurationError(
-                "no APNs credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID (or HERALD_APNS_CERT_PATH)"
+                "no APNs credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, or HERALD_APNS_CREDENTIALS_FILE"
             )
         }
         // The pipeline's queries are equality lookups and batched writes, planned generically so

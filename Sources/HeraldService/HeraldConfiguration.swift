@@ -74,7 +74,9 @@ public struct HeraldConfiguration: Sendable {
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
         postgresPoolSize = try reader.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         housekeeping = try Self.housekeepingConfiguration(reader)
-        apns = try Self.apnsConfiguration(reader)
+        let apnsSettings = try Self.apnsConfiguration(reader)
+        apns = apnsSettings?.0
+        self.pipeline.servedTopics = apnsSettings?.servedTopics
         shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
         httpPort = try reader.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
         let levelText = reader["HERALD_LOG_LEVEL"] ?? "info"
@@ -117,7 +119,44 @@ public struct HeraldConfiguration: Sendable {
         return housekeeping
     }
 
-    private static func apnsConfiguration(_ reader: ValueReader) throws -> APNSClientConfiguration? {
+    /// The APNs client's configuration: the HERALD_APNS_KEY_*/CERT_* credential for every topic,
+    /// and the credentials of HERALD_APNS_CREDENTIALS_FILE for the apps it lists. Without the
+    /// former, the file's credentials are all there is: `servedTopics` lists the bundle IDs they
+    /// serve (events for any other topic are rejected); nil when every topic has a credential.
+    private static func apnsConfiguration(_ reader: ValueReader) throws -> (APNSClientConfiguration, servedTopics: Set<String>?)? {
+        let fileCredentials = try reader["HERALD_APNS_CREDENTIALS_FILE"].map(APNSCredentialsFile.load(path:)) ?? [:]
+        let defaultAuthentication = try defaultCredential(reader)
+        // Without a default credential, requests go by topic to the file's credentials; the
+        // default slot holds one of them and is never used for an unlisted topic.
+        guard let authentication = defaultAuthentication ?? fileCredentials.min(by: { $0.key < $1.key })?.value else {
+            return nil
+        }
+        var configuration = APNSClientConfiguration(authentication: authentication)
+        configuration.credentialsByTopic = fileCredentials
+        do {
+            if let url = reader["HERALD_APNS_PRODUCTION_URL"] {
+                configuration.production = try .init(url: url)
+            }
+            if let url = reader["HERALD_APNS_SANDBOX_URL"] {
+                configuration.sandbox = try .init(url: url)
+            }
+        } catch {
+            throw ConfigurationError("\(error)")
+        }
+        if let caPath = reader["HERALD_APNS_CA_PATH"] {
+            guard FileManager.default.isReadableFile(atPath: caPath) else {
+                throw ConfigurationError("cannot read HERALD_APNS_CA_PATH=\(caPath)")
+            }
+            configuration.additionalTrustRootsPEMPath = caPath
+        }
+        if reader["HERALD_APNS_CONNECTIONS"] != nil {
+            configuration.connectionsPerEndpoint = try reader.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
+        }
+        return (configuration, defaultAuthentication == nil ? Set(fileCredentials.keys) : nil)
+    }
+
+    /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate) credential, if set.
+    private static func defaultCredential(_ reader: ValueReader) throws -> APNSClientConfiguration.Authentication? {
         let authentication: APNSClientConfiguration.Authentication
         if let keyPath = reader["HERALD_APNS_KEY_PATH"] {
             guard let keyID = reader["HERALD_APNS_KEY_ID"], let teamID = reader["HERALD_APNS_TEAM_ID"] else {
@@ -142,27 +181,7 @@ public struct HeraldConfiguration: Sendable {
         } else {
             return nil
         }
-        var configuration = APNSClientConfiguration(authentication: authentication)
-        do {
-            if let url = reader["HERALD_APNS_PRODUCTION_URL"] {
-                configuration.production = try .init(url: url)
-            }
-            if let url = reader["HERALD_APNS_SANDBOX_URL"] {
-                configuration.sandbox = try .init(url: url)
-            }
-        } catch {
-            throw ConfigurationError("\(error)")
-        }
-        if let caPath = reader["HERALD_APNS_CA_PATH"] {
-            guard FileManager.default.isReadableFile(atPath: caPath) else {
-                throw ConfigurationError("cannot read HERALD_APNS_CA_PATH=\(caPath)")
-            }
-            configuration.additionalTrustRootsPEMPath = caPath
-        }
-        if reader["HERALD_APNS_CONNECTIONS"] != nil {
-            configuration.connectionsPerEndpoint = try reader.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
-        }
-        return configuration
+        return authentication
     }
 
     private static func readConfigFile(_ path: String) throws -> [String: String] {

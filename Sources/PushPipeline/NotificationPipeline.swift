@@ -476,7 +476,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             payload: event.payload
         )
         let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
-        guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
+        let served = configuration.servedTopics?.contains(event.topic) ?? true
+        let sent = served ? try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) : nil
+        guard let outcome = served ? sent : Self.noCredential else {
             trace?.end()
             return  // Cancelled: the message stays unfinished and is redelivered.
         }
@@ -514,7 +516,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             status: outcome.status,
             apnsStatus: outcome.apnsStatus,
             reason: outcome.reason,
-            apnsID: apnsID,
+            apnsID: served ? apnsID : nil,
             attempts: outcome.attempts,
             latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
             completedAtMilliseconds: Self.epochMilliseconds()
@@ -681,6 +683,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             }
         }
     }
+
+    /// The outcome for a device of an event no APNs credential serves: nothing is sent.
+    private static let noCredential = DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: 0)
 
     private static func milliseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000

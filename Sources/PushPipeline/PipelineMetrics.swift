@@ -32,6 +32,7 @@ public final class PipelineMetrics: Sendable {
     private let endToEnd: Timer
     private let deadLetters: LabelledCounters
     private let permanentPublishErrors: LabelledCounters
+    private let publishErrors: LabelledCounters
     private let inFlightMessages: Gauge
     private let inFlightSends: Gauge
     private let unrecordedOutcomes: Gauge
@@ -77,6 +78,7 @@ public final class PipelineMetrics: Sendable {
             initialValues: ["_UNKNOWN_TOPIC", "TOPIC_AUTHORIZATION_FAILED", "MSG_SIZE_TOO_LARGE"],
             factory: factory
         )
+        publishErrors = LabelledCounters("herald_publish_errors_total", label: "cause", factory: factory)
         inFlightMessages = Gauge(label: "herald_in_flight_messages", factory: factory)
         inFlightSends = Gauge(label: "herald_in_flight_sends", factory: factory)
         unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
@@ -94,6 +96,7 @@ public final class PipelineMetrics: Sendable {
     func recordResult(_ status: DeliveryResult.Status) { results[status]?.increment() }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
+    func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
     func recordStoreError() { storeErrors.increment() }
     func storeOperationStarted() { storeOperationsInFlight.add(1, ordering: .relaxed) }
     func storeOperationEnded() { storeOperationsInFlight.subtract(1, ordering: .relaxed) }

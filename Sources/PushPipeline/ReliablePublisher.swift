@@ -91,6 +91,7 @@ final class ReliablePublisher: Sendable {
             lastFailure = nil
             attempt += 1
             let kafkaError = failure as? KafkaError
+            metrics.recordPublishError(kafkaError?.cause ?? "unknown")
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
                 logger.warning(
                     "dead letter too large for the broker; sending it without its value",

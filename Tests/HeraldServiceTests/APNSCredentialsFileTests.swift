@@ -2,6 +2,7 @@ import APNSHTTP2
 import Crypto
 import Foundation
 import HeraldService
+import PushPipeline
 import Testing
 
 @Suite struct APNSCredentialsFileTests {
@@ -55,6 +56,33 @@ import Testing
             #expect(credentials["com.other.app"]?.description == "certificate(pkcs12)")
             #expect(credentials["com.third.app"]?.description == "certificate(pem)")
             #expect(credentials["com.fourth.app"]?.description == "certificate(pem)")
+        }
+    }
+
+    @Test func theFileAloneConfiguresHeraldForItsAppsAndBesideADefaultCredentialForItsAppsOnly() throws {
+        try Self.withFiles { directory in
+            let path = try Self.write(
+                """
+                [{"topics": ["com.example.shop"], "key_path": "keys/AuthKey.p8", "key_id": "ABC123DEFG", "team_id": "TEAM123456"},
+                 {"topics": ["com.other.app"], "cert_path": "other.p12"}]
+                """,
+                in: directory
+            )
+            let alone = try HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": path])
+            #expect(alone.apns?.credentialsByTopic.keys.sorted() == ["com.example.shop", "com.other.app"])
+            #expect(alone.pipeline.servedTopics == ["com.example.shop", "com.other.app"], "other topics are rejected")
+
+            let withDefault = try HeraldConfiguration(environment: [
+                "HERALD_APNS_CREDENTIALS_FILE": path,
+                "HERALD_APNS_KEY_PATH": directory.appendingPathComponent("keys/AuthKey.p8").path,
+                "HERALD_APNS_KEY_ID": "DEF456GHIJ",
+                "HERALD_APNS_TEAM_ID": "TEAM654321",
+            ])
+            #expect(withDefault.apns?.authentication.description == "token(keyID: DEF456GHIJ, teamID: TEAM654321)")
+            #expect(withDefault.apns?.credentialsByTopic.count == 2)
+            #expect(withDefault.pipeline.servedTopics == nil, "the default credential serves every other topic")
+
+            #expect(try HeraldConfiguration(environment: [:]).apns == nil, "no credential at all")
         }
     }
 

@@ -28,8 +28,7 @@ struct ContractDetailsTests {
             environment["HERALD_APNS_DERIVED_COLLAPSE_ID"] = "true"
             // librdkafka's message.max.bytes: results fit, the dead letter below does not.
             environment["HERALD_KAFKA_MESSAGE_MAX_BYTES"] = "2000"
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            let herald = try await testbed.startHerald(environment)
 
             try await testbed.register([gone, otherPhone])
             try await testbed.producer.send(
@@ -119,8 +118,7 @@ struct ContractDetailsTests {
             // Nothing listens on port 1: the connection is refused.
             environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:1"
             environment["HERALD_RETRY_MAX_ATTEMPTS"] = "2"
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            let herald = try await testbed.startHerald(environment)
             try await testbed.register([phone, tablet])
             try await testbed.waitForActiveTokens(users: ["u-1"], count: 2)
             try await testbed.publishEvent(id: "e-transport", users: ["u-1"])

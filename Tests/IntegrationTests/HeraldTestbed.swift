@@ -19,10 +19,17 @@ final class HeraldTestbed: Sendable {
     let logger: Logger
     let producer: KafkaProducer
 
-    /// `faults` are injected by the production mock only.
-    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:], faults: MockAPNSFaults = .none) throws {
+    /// Provider keys besides `key` that the mocks accept (same team).
+    let otherKeys: [TestProviderKey]
+
+    /// `faults` are injected by the production mock only; `otherKeyIDs` name more provider keys
+    /// the mocks accept.
+    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:], faults: MockAPNSFaults = .none, otherKeyIDs: [String] = []) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
+        let otherKeys = try otherKeyIDs.map { try TestProviderKey(directory: directory, keyID: $0) }
+        self.otherKeys = otherKeys
+        let providerKeys = Dictionary(uniqueKeysWithValues: ([key] + otherKeys).map { ($0.keyID, $0.privateKey.publicKey) })
         let logger = Logger(label: "test")
         self.directory = directory
         self.key = key
@@ -31,7 +38,7 @@ final class HeraldTestbed: Sendable {
             MockAPNSServer(
                 configuration: MockAPNSConfiguration(
                     caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,
-                    providerKeys: [key.keyID: key.privateKey.publicKey],
+                    providerKeys: providerKeys,
                     teamID: key.teamID,
                     unregisteredTokens: unregisteredTokens,
                     faults: faults
@@ -76,6 +83,13 @@ final class HeraldTestbed: Sendable {
         environment["HERALD_APNS_CA_PATH"] = bundle
         environment["HERALD_HTTP_PORT"] = "0"
         return environment
+    }
+
+    /// Applies the migrations, then starts `herald run` with `environment`, logging to the
+    /// testbed's `herald.log`.
+    func startHerald(_ environment: [String: String]) async throws -> HeraldProcess {
+        _ = try await heraldConfiguration(group: "migrate-only")
+        return try HeraldProcess(environment: environment, logPath: directory.appendingPathComponent("herald.log").path)
     }
 
     /// Herald's configuration (migrations applied), as `herald run` would read it.

@@ -64,11 +64,7 @@ struct HostileInputTests {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             let httpPort = try freePort()
             environment["HERALD_HTTP_PORT"] = String(httpPort)
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(
-                environment: environment,
-                logPath: testbed.directory.appendingPathComponent("herald.log").path
-            )
+            let herald = try await testbed.startHerald(environment)
             let users = ["u-1", "u-2"]
             let devices = TestDevice.twoPerUser(users)
             try await testbed.register(devices)

@@ -22,8 +22,7 @@ struct MetricsTests {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             let httpPort = try freePort()
             environment["HERALD_HTTP_PORT"] = String(httpPort)
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            let herald = try await testbed.startHerald(environment)
             try await testbed.register(devices + [gone])
             try await testbed.waitForActiveTokens(users: users, count: devices.count + 1)
             for (index, user) in users.enumerated() {

@@ -32,8 +32,7 @@ struct ReadinessTests {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
             environment["HERALD_HTTP_PORT"] = String(httpPort)
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            let herald = try await testbed.startHerald(environment)
 
             // Once it consumes, only APNs is missing.
             let down = try await Self.waitForReadiness(port: httpPort) { _, body in body == "not ready: apns_unreachable\n" }

@@ -86,13 +86,14 @@ struct TestTopics {
 
 /// A provider key as Apple issues it, written as a `.p8` file, and the mock's public half.
 struct TestProviderKey {
-    let keyID = "KEY1234567"
+    let keyID: String
     let teamID = "TEAM123456"
     let privateKey = P256.Signing.PrivateKey()
     let path: String
 
-    init(directory: URL) throws {
-        path = directory.appendingPathComponent("AuthKey.p8").path
+    init(directory: URL, keyID: String = "KEY1234567") throws {
+        self.keyID = keyID
+        path = directory.appendingPathComponent("AuthKey_\(keyID).p8").path
         try privateKey.pemRepresentation.write(toFile: path, atomically: true, encoding: .utf8)
     }
 }

@@ -22,8 +22,7 @@ struct TracingTests {
             environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(receiver.port)"
             environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
             environment["OTEL_BSP_SCHEDULE_DELAY"] = "200"
-            _ = try await testbed.heraldConfiguration(group: "migrate-only")
-            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
+            let herald = try await testbed.startHerald(environment)
             try await testbed.register(devices + [gone])
             try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: devices.count + 1)
 

@@ -111,6 +111,7 @@ struct DeliveryHardeningTests {
             guard source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1 else { return false }
             #expect(pipeline.publishBlockedBy.isEmpty, "ready again once the record went through")
             #expect(metrics.emitToString().contains(#"herald_publish_permanent_errors_total{cause="_UNKNOWN_TOPIC"} 1"#))
+            #expect(metrics.emitToString().contains(#"herald_publish_errors_total{cause="_UNKNOWN_TOPIC"} 2"#), "both refused attempts")
             return true
         }
         let blocked = sawBlocked.load(ordering: .relaxed)

@@ -1,0 +1,93 @@
+import DeviceTokenStore
+import Foundation
+import HeraldService
+import KafkaTransport
+import MockAPNS
+import Testing
+
+/// `herald run` configured with HERALD_APNS_CREDENTIALS_FILE only (no HERALD_APNS_KEY_*): each
+/// listed app is pushed with its own provider key, and an event for an app the file does not
+/// list gets `rejected` results with reason `NoCredentialForTopic`, nothing sent.
+@Suite(.timeLimit(.minutes(5)))
+struct CredentialsFileTests {
+    @Test func eachAppIsPushedWithItsOwnKeyAndAnUnlistedAppIsRejected() async throws {
+        let testbed = try HeraldTestbed(otherKeyIDs: ["KEY7654321"])
+        let shop = testbed.bundleID
+        let news = testbed.bundleID + ".news"
+        let unlisted = testbed.bundleID + ".unlisted"
+        let otherKey = try #require(testbed.otherKeys.first)
+        let devices = [shop, news, unlisted].map { ($0, TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")) }
+        let file = testbed.directory.appendingPathComponent("credentials.json")
+        try Data(
+            """
+            [ { "topics": ["\(shop)"], "key_path": "\(URL(fileURLWithPath: testbed.key.path).lastPathComponent)",
+                "key_id": "\(testbed.key.keyID)", "team_id": "\(testbed.key.teamID)" },
+              { "topics": ["\(news)"], "key_path": "\(otherKey.path)", "key_id": "\(otherKey.keyID)", "team_id": "\(otherKey.teamID)" } ]
+            """.utf8
+        ).write(to: file)
+        let topics = testbed.topics
+        try await testbed.withMocks {
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID"] { environment[key] = nil }
+            environment["HERALD_APNS_CREDENTIALS_FILE"] = file.path
+            let herald = try await testbed.startHerald(environment)
+            for (app, device) in devices {
+                try await testbed.producer.send(
+                    KafkaOutgoingMessage(
+                        topic: topics.tokens,
+                        key: Array(device.token.utf8),
+                        value: Array(#"{"action":"register","user_id":"u-1","token":"\#(device.token)","topic":"\#(app)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)
+                    )
+                )
+            }
+            // Nothing orders push.tokens before push.requests: wait until PostgreSQL has every device.
+            try await HeraldApplication.withTokenStore(postgresURL: try PostgresURL(TestEnvironment.postgresURL), logger: testbed.logger) { store in
+                let deadline = ContinuousClock.now + .seconds(60)
+                for (app, _) in devices {
+                    while try await store.activeTokens(topic: app, userIDs: ["u-1"], environment: nil).isEmpty {
+                        guard ContinuousClock.now < deadline else { throw TestFailure("\(app)'s device was not registered in 60 s") }
+                        try await Task.sleep(for: .milliseconds(200))
+                    }
+                }
+            }
+            for (app, _) in devices {
+                try await testbed.producer.send(
+                    KafkaOutgoingMessage(
+                        topic: topics.requests,
+                        key: Array(app.utf8),
+                        value: Array(#"{"id":"e-\#(app)","user_ids":["u-1"],"topic":"\#(app)","payload":{"aps":{"alert":"hi"}}}"#.utf8)
+                    )
+                )
+            }
+            let reader = try TopicReader(topics: [topics.results])
+            let records = try await reader.read(timeout: .seconds(120)) { $0.count >= devices.count }
+            let results = Dictionary(uniqueKeysWithValues: records.compactMap { record in
+                record.json.flatMap { json in (json["event_id"] as? String).map { ($0, json) } }
+            })
+            #expect(results["e-\(shop)"]?["status"] as? String == "delivered")
+            #expect(results["e-\(news)"]?["status"] as? String == "delivered")
+            let rejected = try #require(results["e-\(unlisted)"])
+            #expect(rejected["status"] as? String == "rejected")
+            #expect(rejected["reason"] as? String == "NoCredentialForTopic")
+            #expect(rejected["apns_status"] is NSNull)
+            #expect(rejected["attempts"] as? Int == 0)
+
+            // Each app's request was signed with its own key.
+            let requests = testbed.production.receivedRequests()
+            func keyID(_ token: String) -> String? {
+                guard let bearer = requests.first(where: { $0.token == token })?.header("authorization") else { return nil }
+                let header = bearer.split(separator: " ").last?.split(separator: ".").first.map(String.init) ?? ""
+                var base64 = header.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+                let json = Data(base64Encoded: base64).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+                return json?["kid"] as? String
+            }
+            #expect(keyID(devices[0].1.token) == testbed.key.keyID)
+            #expect(keyID(devices[1].1.token) == otherKey.keyID)
+            #expect(requests.allSatisfy { $0.token != devices[2].1.token }, "nothing sent for the unlisted app")
+
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+}
