@@ -101,40 +101,79 @@ public enum APNSCredentialsFile {
             guard let keyID = entry.keyID, !keyID.isEmpty, let teamID = entry.teamID, !teamID.isEmpty else {
                 throw ConfigurationError("\(place): key_path needs key_id and team_id")
             }
-            let path = resolve(keyPath, in: directory)
-            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw ConfigurationError("\(place): cannot read the key_path \(path)")
-            }
-            do {
-                return .token(try ProviderTokenCredentials(keyID: keyID, teamID: teamID, p8PEM: pem))
-            } catch {
-                throw ConfigurationError("\(place): key_path \(path) is not a PKCS#8 P-256 (.p8) key")
-            }
+            return try tokenCredential(
+                keyPath: resolve(keyPath, in: directory),
+                keyID: keyID,
+                teamID: teamID,
+                names: (key: "\(place): key_path", keyID: "\(place): key_id", teamID: "\(place): team_id")
+            )
         case (nil, let certPath?):
             guard entry.keyID == nil, entry.teamID == nil else {
                 throw ConfigurationError("\(place): a certificate entry (cert_path) takes no key_id or team_id")
             }
-            let path = resolve(certPath, in: directory)
-            guard FileManager.default.isReadableFile(atPath: path) else {
-                throw ConfigurationError("\(place): cannot read the cert_path \(path)")
-            }
-            if let certKeyPath = entry.certKeyPath {
-                let keyPath = resolve(certKeyPath, in: directory)
-                guard FileManager.default.isReadableFile(atPath: keyPath) else {
-                    throw ConfigurationError("\(place): cannot read the cert_key_path \(keyPath)")
-                }
-                return .certificate(pemCertificatePath: path, pemPrivateKeyPath: keyPath)
-            }
-            if isPEM(path) {
-                // A PEM file holding both the certificate and its key.
-                return .certificate(pemCertificatePath: path, pemPrivateKeyPath: path)
-            }
-            return .certificate(pkcs12Path: path, password: entry.certPassword)
+            return try certificateCredential(
+                path: resolve(certPath, in: directory),
+                keyPath: entry.certKeyPath.map { resolve($0, in: directory) },
+                password: entry.certPassword,
+                names: (certificate: "\(place): cert_path", key: "\(place): cert_key_path")
+            )
         case (nil, nil):
             throw ConfigurationError("\(place): give key_path (token) or cert_path (certificate)")
         case (.some, .some):
             throw ConfigurationError("\(place): give key_path or cert_path, not both")
         }
+    }
+
+    /// A token credential from a `.p8` key; `names` say where each value came from in errors.
+    /// Key and team IDs must have Apple's form (10 letters or digits) before they go into a JWT.
+    static func tokenCredential(
+        keyPath: String,
+        keyID: String,
+        teamID: String,
+        names: (key: String, keyID: String, teamID: String)
+    ) throws -> APNSClientConfiguration.Authentication {
+        guard let pem = try? String(contentsOfFile: keyPath, encoding: .utf8) else {
+            throw ConfigurationError("cannot read \(names.key)=\(keyPath)")
+        }
+        let credentials: ProviderTokenCredentials
+        do {
+            credentials = try ProviderTokenCredentials(keyID: keyID, teamID: teamID, p8PEM: pem)
+        } catch {
+            throw ConfigurationError("\(names.key)=\(keyPath) is not a PKCS#8 P-256 (.p8) key")
+        }
+        for (name, value) in [(names.keyID, keyID), (names.teamID, teamID)] where !isAppleIdentifier(value) {
+            throw ConfigurationError("\(name)=\(value) must be Apple's 10-character ID (letters A-Z and digits)")
+        }
+        return .token(credentials)
+    }
+
+    /// A certificate credential: a PEM certificate with its key in `keyPath` (or in the same
+    /// file), or a PKCS#12 bundle with an optional password.
+    static func certificateCredential(
+        path: String,
+        keyPath: String?,
+        password: String?,
+        names: (certificate: String, key: String)
+    ) throws -> APNSClientConfiguration.Authentication {
+        guard FileManager.default.isReadableFile(atPath: path) else {
+            throw ConfigurationError("cannot read \(names.certificate)=\(path)")
+        }
+        if let keyPath {
+            guard FileManager.default.isReadableFile(atPath: keyPath) else {
+                throw ConfigurationError("cannot read \(names.key)=\(keyPath)")
+            }
+            return .certificate(pemCertificatePath: path, pemPrivateKeyPath: keyPath)
+        }
+        if isPEM(path) {
+            // A PEM file holding both the certificate and its key.
+            return .certificate(pemCertificatePath: path, pemPrivateKeyPath: path)
+        }
+        return .certificate(pkcs12Path: path, password: password)
+    }
+
+    /// Apple's key and team IDs: 10 characters, uppercase letters and digits.
+    static func isAppleIdentifier(_ text: String) -> Bool {
+        text.utf8.count == 10 && text.utf8.allSatisfy { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
     private static func resolve(_ path: String, in directory: String) -> String {

@@ -155,33 +155,30 @@ public struct HeraldConfiguration: Sendable {
         return (configuration, defaultAuthentication == nil ? Set(fileCredentials.keys) : nil)
     }
 
-    /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate) credential, if set.
+    /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate: PKCS#12 with
+    /// HERALD_APNS_CERT_PASSWORD, or PEM with its key in HERALD_APNS_CERT_KEY_PATH or in the same
+    /// file) credential, if set.
     private static func defaultCredential(_ reader: ValueReader) throws -> APNSClientConfiguration.Authentication? {
-        let authentication: APNSClientConfiguration.Authentication
         if let keyPath = reader["HERALD_APNS_KEY_PATH"] {
             guard let keyID = reader["HERALD_APNS_KEY_ID"], let teamID = reader["HERALD_APNS_TEAM_ID"] else {
                 throw ConfigurationError("HERALD_APNS_KEY_PATH needs HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID")
             }
-            let pem: String
-            do {
-                pem = try String(contentsOfFile: keyPath, encoding: .utf8)
-            } catch {
-                throw ConfigurationError("cannot read the APNs key HERALD_APNS_KEY_PATH=\(keyPath)")
-            }
-            do {
-                authentication = .token(try ProviderTokenCredentials(keyID: keyID, teamID: teamID, p8PEM: pem))
-            } catch {
-                throw ConfigurationError("HERALD_APNS_KEY_PATH=\(keyPath) is not a PKCS#8 P-256 (.p8) key")
-            }
-        } else if let certificatePath = reader["HERALD_APNS_CERT_PATH"] {
-            guard FileManager.default.isReadableFile(atPath: certificatePath) else {
-                throw ConfigurationError("cannot read the APNs certificate HERALD_APNS_CERT_PATH=\(certificatePath)")
-            }
-            authentication = .certificate(pkcs12Path: certificatePath, password: reader["HERALD_APNS_CERT_PASSWORD"])
-        } else {
-            return nil
+            return try APNSCredentialsFile.tokenCredential(
+                keyPath: keyPath,
+                keyID: keyID,
+                teamID: teamID,
+                names: (key: "HERALD_APNS_KEY_PATH", keyID: "HERALD_APNS_KEY_ID", teamID: "HERALD_APNS_TEAM_ID")
+            )
         }
-        return authentication
+        if let certificatePath = reader["HERALD_APNS_CERT_PATH"] {
+            return try APNSCredentialsFile.certificateCredential(
+                path: certificatePath,
+                keyPath: reader["HERALD_APNS_CERT_KEY_PATH"],
+                password: reader["HERALD_APNS_CERT_PASSWORD"],
+                names: (certificate: "HERALD_APNS_CERT_PATH", key: "HERALD_APNS_CERT_KEY_PATH")
+            )
+        }
+        return nil
     }
 
     private static func readConfigFile(_ path: String) throws -> [String: String] {
@@ -249,9 +246,22 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     public var username: String
     public var password: String?
     public var database: String
-    /// `?sslmode=disable`: connect without TLS (local and test servers). Otherwise TLS is used
-    /// when the server offers it.
-    public var requiresNoTLS: Bool
+    /// TLS as libpq's `sslmode` names it (`?sslmode=…`, default `prefer`).
+    public var sslMode: SSLMode
+    /// `?sslrootcert=path`: the PEM roots `verify-ca` and `verify-full` trust (default: the
+    /// system's).
+    public var sslRootCertificatePath: String?
+
+    /// libpq's TLS modes: `disable` (plaintext), `prefer` (TLS when the server offers it,
+    /// unverified), `require` (TLS or no connection, unverified), `verify-ca` (TLS with a
+    /// certificate from a trusted CA), `verify-full` (that, and the certificate names the host).
+    public enum SSLMode: String, Sendable, CaseIterable {
+        case disable
+        case prefer
+        case require
+        case verifyCA = "verify-ca"
+        case verifyFull = "verify-full"
+    }
 
     public init(_ text: String) throws {
         guard let components = URLComponents(string: text),
@@ -266,7 +276,35 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
         self.password = components.password
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         self.database = path.isEmpty ? "herald" : path
-        self.requiresNoTLS = components.queryItems?.contains { $0.name == "sslmode" && $0.value == "disable" } ?? false
+        let query = Dictionary(components.queryItems?.map { ($0.name, $0.value ?? "") } ?? []) { _, last in last }
+        guard let mode = SSLMode(rawValue: query["sslmode"] ?? "prefer") else {
+            let modes = SSLMode.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ConfigurationError("HERALD_POSTGRES_URL: sslmode must be one of \(modes)")
+        }
+        sslMode = mode
+        sslRootCertificatePath = query["sslrootcert"]
+        if let path = sslRootCertificatePath, !FileManager.default.isReadableFile(atPath: path) {
+            throw ConfigurationError("HERALD_POSTGRES_URL: cannot read sslrootcert=\(path)")
+        }
+    }
+
+    /// postgres-nio's TLS setting for ``sslMode``.
+    var tls: PostgresClient.Configuration.TLS {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if let sslRootCertificatePath { configuration.trustRoots = .file(sslRootCertificatePath) }
+        switch sslMode {
+        case .disable:
+            return .disable
+        case .prefer, .require:
+            configuration.certificateVerification = .none
+            return sslMode == .prefer ? .prefer(configuration) : .require(configuration)
+        case .verifyCA:
+            configuration.certificateVerification = .noHostnameVerification
+            return .require(configuration)
+        case .verifyFull:
+            configuration.certificateVerification = .fullVerification
+            return .require(configuration)
+        }
     }
 
     /// The URL without its password, for logs.
@@ -289,7 +327,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
             username: username,
             password: password,
             database: database,
-            tls: requiresNoTLS ? .disable : .prefer(.makeClientConfiguration())
+            tls: tls
         )
         configuration.options.maximumConnections = maximumConnections
         if indexLookupsOnly {

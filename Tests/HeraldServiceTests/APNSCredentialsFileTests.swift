@@ -86,6 +86,28 @@ import Testing
         }
     }
 
+    @Test func theEnvironmentsCertificateMayBePEMAndItsKeyIDsMustHaveApplesForm() throws {
+        try Self.withFiles { directory in
+            let pem = try HeraldConfiguration(environment: [
+                "HERALD_APNS_CERT_PATH": directory.appendingPathComponent("third.pem").path,
+                "HERALD_APNS_CERT_KEY_PATH": directory.appendingPathComponent("third-key.pem").path,
+            ])
+            #expect(pem.apns?.authentication.description == "certificate(pem)")
+            let combined = try HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("combined.pem").path])
+            #expect(combined.apns?.authentication.description == "certificate(pem)")
+            let pkcs12 = try HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("other.p12").path])
+            #expect(pkcs12.apns?.authentication.description == "certificate(pkcs12)")
+            #expect {
+                _ = try HeraldConfiguration(environment: [
+                    "HERALD_APNS_KEY_PATH": directory.appendingPathComponent("keys/AuthKey.p8").path,
+                    "HERALD_APNS_KEY_ID": "ABC123DEF\"}", "HERALD_APNS_TEAM_ID": "TEAM123456",
+                ])
+            } throws: { error in
+                "\(error)".contains("HERALD_APNS_KEY_ID=") && "\(error)".contains("must be Apple's 10-character ID")
+            }
+        }
+    }
+
     @Test func anEmptyListIsAllowed() throws {
         try Self.withFiles { directory in
             let credentials = try APNSCredentialsFile.load(path: Self.write("[]", in: directory))
@@ -100,9 +122,11 @@ import Testing
         (#"[{"topics": ["a"]}]"#, "give key_path (token) or cert_path"),
         (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "cert_path": "other.p12"}]"#, "not both"),
         (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "key_id": "K"}]"#, "needs key_id and team_id"),
-        (#"[{"topics": ["a"], "key_path": "missing.p8", "key_id": "K", "team_id": "T"}]"#, "cannot read the key_path"),
+        (#"[{"topics": ["a"], "key_path": "missing.p8", "key_id": "K", "team_id": "T"}]"#, "cannot read HERALD_APNS_CREDENTIALS_FILE"),
         (#"[{"topics": ["a"], "key_path": "third.pem", "key_id": "K", "team_id": "T"}]"#, "is not a PKCS#8"),
-        (#"[{"topics": ["a"], "cert_path": "missing.p12"}]"#, "cannot read the cert_path"),
+        (#"[{"topics": ["a"], "cert_path": "missing.p12"}]"#, "entry 1: cert_path="),
+        (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "key_id": "K", "team_id": "TEAM123456"}]"#, "entry 1: key_id=K must be Apple's 10-character ID"),
+        (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "key_id": "ABC123DEFG", "team_id": "team123456"}]"#, "entry 1: team_id=team123456 must be"),
         (#"[{"topics": ["a"], "cert_path": "other.p12", "key_id": "K"}]"#, "takes no key_id"),
         (#"[{"topics": [""], "cert_path": "other.p12"}]"#, "must be 1 to 255 bytes"),
         (

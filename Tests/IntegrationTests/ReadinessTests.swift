@@ -58,6 +58,29 @@ struct ReadinessTests {
         }
     }
 
+    /// `sslmode=require` against a PostgreSQL that offers no TLS: Herald never falls back to
+    /// plaintext; it stays unready, naming PostgreSQL.
+    @Test func aRequiredTLSConnectionIsNeverMadeInPlaintext() async throws {
+        let testbed = try HeraldTestbed()
+        try await testbed.withMocks {
+            let httpPort = try freePort()
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            environment["HERALD_HTTP_PORT"] = String(httpPort)
+            let plaintext = try #require(environment["HERALD_POSTGRES_URL"])
+            environment["HERALD_POSTGRES_URL"] = plaintext + (plaintext.contains("?") ? "&" : "?") + "sslmode=require"
+            let herald = try await testbed.startHerald(environment)
+
+            let answer = try await Self.waitForReadiness(port: httpPort) { _, body in body.contains("postgres_unreachable") }
+            #expect(answer.status == 503)
+            #expect(answer.body.contains("postgres_unreachable"), "\(answer.body)")
+            let log = try String(contentsOfFile: testbed.directory.appendingPathComponent("herald.log").path, encoding: .utf8)
+            #expect(log.contains("sslUnsupported"), "postgres-nio refused the server without TLS")
+
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
     /// A member that crashed stays in the group until its session times out, and the group
     /// cannot finish the rebalance that a new member's join starts before that: the new member
     /// polls, reaches PostgreSQL and APNs, and is still not ready until it has joined.
