@@ -18,6 +18,9 @@ struct Herald: AsyncParsableCommand {
         do {
             let configuration = try HeraldConfiguration(environment: ProcessInfo.processInfo.environment)
             configuration.bootstrapLogging()
+            for unknown in configuration.unknownKeys {
+                Logger(label: "herald").warning("unknown configuration key ignored: \(unknown)")
+            }
             return configuration
         } catch {
             FileHandle.standardError.write(Data("herald: configuration error: \(error)\n".utf8))

@@ -37,6 +37,26 @@ public struct HeraldConfiguration: Sendable {
         case text
     }
 
+    /// Every HERALD_* key Herald reads, as the README's configuration table lists them; other
+    /// HERALD_KAFKA_* keys pass through to librdkafka.
+    public static let keys: Set<String> = [
+        "HERALD_CONFIG_FILE", "HERALD_KAFKA_BROKERS", "HERALD_KAFKA_GROUP",
+        "HERALD_TOPIC_REQUESTS", "HERALD_TOPIC_TOKENS", "HERALD_TOPIC_RESULTS", "HERALD_TOPIC_UNREGISTERED", "HERALD_TOPIC_DLQ",
+        "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE",
+        "HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID",
+        "HERALD_APNS_CERT_PATH", "HERALD_APNS_CERT_PASSWORD", "HERALD_APNS_CERT_KEY_PATH", "HERALD_APNS_CREDENTIALS_FILE",
+        "HERALD_APNS_PRODUCTION_URL", "HERALD_APNS_SANDBOX_URL", "HERALD_APNS_CA_PATH", "HERALD_APNS_CONNECTIONS",
+        "HERALD_APNS_DERIVED_COLLAPSE_ID", "HERALD_RETRY_MAX_ATTEMPTS", "HERALD_DELIVERY_DEADLINE_S",
+        "HERALD_SHUTDOWN_GRACE_S", "HERALD_HTTP_PORT", "HERALD_OTEL_TRACES", "HERALD_LOG_LEVEL", "HERALD_LOG_FORMAT",
+        "HERALD_MIGRATE_ON_START", "HERALD_MAX_CONCURRENT_SENDS", "HERALD_MAX_IN_FLIGHT_MESSAGES", "HERALD_POLL_BATCH_SIZE",
+        "HERALD_LEDGER_BATCH_SIZE", "HERALD_LEDGER_RETENTION_HOURS", "HERALD_TOKEN_PURGE_DAYS", "HERALD_TOKEN_TOMBSTONE_DAYS",
+        "HERALD_HOUSEKEEPING_INTERVAL_S",
+    ]
+
+    /// HERALD_* keys given that Herald does not read, each with the closest known key when one
+    /// is near: `herald` reports them at start-up, so a typo is not silently ignored.
+    public var unknownKeys: [String] = []
+
     /// Reads the configuration. A value in `environment` wins over the same key in the file
     /// named by HERALD_CONFIG_FILE (lines `KEY=VALUE`, `#` comments).
     public init(environment: [String: String]) throws {
@@ -45,6 +65,11 @@ public struct HeraldConfiguration: Sendable {
             for (key, value) in try Self.readConfigFile(path) where values[key] == nil {
                 values[key] = value
             }
+        }
+        for key in values.keys.sorted() where key.hasPrefix("HERALD_") && !key.hasPrefix("HERALD_KAFKA_") && !Self.keys.contains(key) {
+            let closest = Self.keys.min { Self.editDistance($0, key) < Self.editDistance($1, key) }
+            let hint = closest.map { Self.editDistance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
+            unknownKeys.append("\(key) is not a Herald configuration key\(hint)")
         }
         let reader = ValueReader(values: values)
 
@@ -179,6 +204,20 @@ public struct HeraldConfiguration: Sendable {
             )
         }
         return nil
+    }
+
+    /// Levenshtein distance, for naming the key a typo meant.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8), b = Array(b.utf8)
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1] + Array(repeating: 0, count: b.count)
+            for (j, y) in b.enumerated() {
+                current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 
     private static func readConfigFile(_ path: String) throws -> [String: String] {
