@@ -126,6 +126,7 @@ let package = Package(
             name: "Herald",
             dependencies: [
                 "HeraldService",
+                "PushPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

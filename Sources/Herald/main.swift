@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldService
 import Logging
+import PushPipeline
 
 /// `herald`: delivers Apple push notifications for events on Kafka.
 @main
@@ -9,7 +10,7 @@ struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Delivers Apple push notifications for notification events on Kafka.",
         discussion: "Configured by HERALD_* environment variables (see README.md).",
-        subcommands: [Run.self, Migrate.self],
+        subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self],
         defaultSubcommand: Run.self
     )
 
@@ -40,6 +41,106 @@ struct Herald: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("herald: configuration error: \(error)\n".utf8))
                 throw ExitCode(2)
             }
+        }
+    }
+
+    struct Config: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Configuration commands.",
+            subcommands: [Check.self]
+        )
+
+        struct Check: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Validate the configuration and print it, secrets left out; exit 0, or 2 naming the problem."
+            )
+
+            func run() async throws {
+                let configuration = Herald.loadConfiguration()
+                for line in OperatorCommands.describe(configuration) { print(line) }
+                print("configuration ok")
+            }
+        }
+    }
+
+    struct Token: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Publish a token registry update to push.tokens (as an app's API would).",
+            subcommands: [Register.self, Unregister.self]
+        )
+
+        struct Register: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Register a device token for a user of an app.")
+            @Option(help: "The user ID.") var user: String
+            @Option(help: "The app's bundle ID.") var topic: String
+            @Option(help: "The device token (hex).") var token: String
+            @Option(help: "production or sandbox.") var environment = "production"
+
+            func run() async throws {
+                try await Herald.publishToken(register: true, user: user, token: token, topic: topic, environment: environment)
+            }
+        }
+
+        struct Unregister: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Unregister a device token of an app.")
+            @Option(help: "The app's bundle ID.") var topic: String
+            @Option(help: "The device token (hex).") var token: String
+
+            func run() async throws {
+                try await Herald.publishToken(register: false, user: nil, token: token, topic: topic, environment: "production")
+            }
+        }
+    }
+
+    struct Send: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Publish a test alert for a user to push.requests and print its results (a smoke test against a running Herald)."
+        )
+        @Option(help: "The user ID.") var user: String
+        @Option(help: "The app's bundle ID.") var topic: String
+        @Option(help: "The alert text.") var alert: String
+        @Option(help: "Seconds to wait for results.") var timeout = 30
+
+        func run() async throws {
+            let configuration = Herald.loadConfiguration()
+            let lines = try await Herald.refusingBadInput {
+                try await OperatorCommands.sendTestAlert(
+                    user: user,
+                    topic: topic,
+                    alert: alert,
+                    timeout: .seconds(timeout),
+                    configuration: configuration,
+                    logger: Logger(label: "herald.send")
+                )
+            }
+            for line in lines { print(line) }
+            if lines.last?.hasPrefix("no result") == true { throw ExitCode(1) }
+        }
+    }
+
+    static func publishToken(register: Bool, user: String?, token: String, topic: String, environment: String) async throws {
+        let configuration = Herald.loadConfiguration()
+        let line = try await refusingBadInput {
+            try await OperatorCommands.publishTokenUpdate(
+                register: register,
+                user: user,
+                token: token,
+                topic: topic,
+                environment: environment,
+                configuration: configuration,
+                logger: Logger(label: "herald.token")
+            )
+        }
+        print(line)
+    }
+
+    /// Runs `body`; input Herald would dead-letter exits 2 with its code and detail.
+    static func refusingBadInput<Result>(_ body: () async throws -> Result) async throws -> Result {
+        do {
+            return try await body()
+        } catch let rejection as InputRejection {
+            FileHandle.standardError.write(Data("herald: refused: \(rejection.code.rawValue): \(rejection.detail)\n".utf8))
+            throw ExitCode(2)
         }
     }
 

@@ -1,0 +1,158 @@
+import APNSCore
+import APNSHTTP2
+import Foundation
+import DeviceTokenStore
+import KafkaTransport
+public import Logging
+import PushPipeline
+
+/// What `herald config check`, `herald token` and `herald send` do, on the configuration
+/// `herald run` reads.
+public enum OperatorCommands {
+    /// The effective configuration, one `name: value` line each; secrets (the database
+    /// password, the certificate password, librdkafka properties) never appear.
+    public static func describe(_ configuration: HeraldConfiguration) -> [String] {
+        let pipeline = configuration.pipeline
+        let topics = pipeline.topics
+        var lines = [
+            "kafka brokers: \(configuration.kafka.bootstrapServers)",
+            "kafka group: \(configuration.consumerGroup)",
+            "kafka properties set: \(configuration.kafka.properties.keys.sorted().joined(separator: ", ").nonEmpty ?? "none") (values not shown)",
+            "topics: requests \(topics.requests), tokens \(topics.tokens), results \(topics.results), unregistered \(topics.unregistered), dead letters \(topics.deadLetters)",
+            "postgres: \(configuration.postgresURL) sslmode \(configuration.postgresURL.sslMode.rawValue), pool \(configuration.postgresPoolSize)",
+        ]
+        if let apns = configuration.apns {
+            let onlyListed = pipeline.servedTopics != nil
+            lines.append("apns default credential: \(onlyListed ? "none (only the credentials file's apps are served)" : apns.authentication.description)")
+            for (topic, credential) in apns.credentialsByTopic.sorted(by: { $0.key < $1.key }) {
+                lines.append("apns credential for \(topic): \(credential)")
+            }
+            lines.append("apns endpoints: production \(apns.production), sandbox \(apns.sandbox), \(apns.connectionsPerEndpoint) connections each")
+        } else {
+            lines.append("apns: no credential (only `herald migrate` can run)")
+        }
+        lines += [
+            "windows: \(pipeline.maxInFlightMessages) messages, \(pipeline.maxConcurrentSends) sends, poll batch \(pipeline.pollBatchSize), ledger batch \(pipeline.maxOutcomesPerLedgerWrite)",
+            "retries: \(pipeline.retry.maxAttempts) attempts within \(pipeline.retry.deliveryDeadline)",
+            "derived collapse id: \(pipeline.derivesCollapseID)",
+            "housekeeping: every \(configuration.housekeeping.interval), ledger kept \(configuration.housekeeping.ledgerRetention)",
+            "http port: \(configuration.httpPort), log \(configuration.logLevel) \(configuration.logFormat.rawValue), tracing \(configuration.tracesEnabled ? "on" : "off")",
+            "migrate on start: \(configuration.migrateOnStart), shutdown grace \(configuration.shutdownGracePeriod)",
+        ]
+        return lines + configuration.unknownKeys.map { "warning: \($0)" }
+    }
+
+    /// Publishes a registry update to push.tokens; returns the line saying what was published.
+    public static func publishTokenUpdate(
+        register: Bool,
+        user: String?,
+        token: String,
+        topic: String,
+        environment: String,
+        configuration: HeraldConfiguration,
+        logger: Logger
+    ) async throws -> String {
+        var fields = [
+            ("action", register ? "register" : "unregister"), ("token", token), ("topic", topic),
+            ("timestamp", RFC3339.format(milliseconds: WallClock.millisecondsSince1970())),
+        ]
+        if let user { fields.append(("user_id", user)) }
+        if register { fields.append(("environment", environment)) }
+        let value = JSONValue.object(fields.map { ($0.0, .string($0.1)) }).serialized()
+        // The registry's own parser: what Herald would dead-letter is refused here.
+        _ = try TokenRegistryUpdate(json: value)
+        let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
+        try await withProducer(producer) {
+            try await producer.send(KafkaOutgoingMessage(topic: configuration.pipeline.topics.tokens, key: Array(token.utf8), value: value))
+        }
+        let who = user.map { " of user \($0)" } ?? ""
+        return "published \(register ? "register" : "unregister") of token \(DeviceTokenText.redacted(token))\(who) for \(topic)"
+            + (register ? " (\(environment))" : "") + " to \(configuration.pipeline.topics.tokens)"
+    }
+
+    /// Publishes a test alert to push.requests and returns a line per result that arrives on
+    /// push.results within `timeout` (results keep coming for a second after the last).
+    public static func sendTestAlert(
+        user: String,
+        topic: String,
+        alert: String,
+        timeout: Duration,
+        configuration: HeraldConfiguration,
+        logger: Logger
+    ) async throws -> [String] {
+        let eventID = "herald-send-\(UUID().uuidString.lowercased())"
+        let payload = JSONValue.object([("aps", .object([("alert", .string(alert))]))])
+        let event = JSONValue.object([
+            ("id", .string(eventID)), ("user_ids", .array([.string(user)])), ("topic", .string(topic)), ("payload", payload),
+        ]).serialized()
+        _ = try NotificationEvent(json: event)
+        // Read only what comes after joining: a fresh group from the end of push.results.
+        var readerConfiguration = configuration.kafka
+        readerConfiguration.properties["auto.offset.reset"] = "latest"
+        let reader = try KafkaConsumer(
+            configuration: readerConfiguration,
+            groupID: "herald-send-\(UUID().uuidString.lowercased())",
+            topics: [configuration.pipeline.topics.results],
+            logger: logger
+        )
+        let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        return try await withProducer(producer) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await reader.run() }
+                defer { group.cancelAll() }
+                while !reader.hasJoinedGroup, clock.now < deadline {
+                    _ = try await reader.poll(maxMessages: 100, timeout: .milliseconds(100))
+                }
+                try await producer.send(KafkaOutgoingMessage(topic: configuration.pipeline.topics.requests, key: Array(eventID.utf8), value: event))
+                var lines = ["published event \(eventID) for user \(user) of \(topic) to \(configuration.pipeline.topics.requests)"]
+                var quietSince: ContinuousClock.Instant?
+                while clock.now < deadline, quietSince.map({ $0.duration(to: clock.now) < .seconds(1) }) ?? true {
+                    for message in try await reader.poll(maxMessages: 100, timeout: .milliseconds(100)) {
+                        guard let value = message.value, let result = try? JSONParser.parse(value),
+                            result["event_id"] == .string(eventID)
+                        else { continue }
+                        lines.append(describe(result: result))
+                        quietSince = clock.now
+                    }
+                }
+                if lines.count == 1 { lines.append("no result within \(timeout)") }
+                return lines
+            }
+        }
+    }
+
+    /// One push.results record in a line: status, device, APNs' answer.
+    private static func describe(result: JSONValue) -> String {
+        func text(_ key: String) -> String? {
+            switch result[key] {
+            case .string(let value): value
+            case .number(let value): value
+            default: nil
+            }
+        }
+        let device = text("token").map { "token \(DeviceTokenText.redacted($0)) (\(text("environment") ?? "?"))" } ?? "no device"
+        var line = "\(text("status") ?? "?"): \(device)"
+        if let status = text("apns_status") { line += ", APNs \(status)" }
+        if let reason = text("reason") { line += " \(reason)" }
+        if let apnsID = text("apns_id") { line += ", apns-id \(apnsID)" }
+        return line + ", \(text("attempts") ?? "?") attempts, \(text("latency_ms") ?? "?") ms"
+    }
+
+    /// Runs `body` with `producer` running, then flushes and closes it.
+    private static func withProducer<Result: Sendable>(
+        _ producer: KafkaProducer,
+        _ body: () async throws -> Result
+    ) async throws -> Result {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            defer { group.cancelAll() }
+            return try await body()
+        }
+    }
+}
+
+extension String {
+    fileprivate var nonEmpty: String? { isEmpty ? nil : self }
+}
