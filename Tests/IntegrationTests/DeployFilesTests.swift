@@ -1,0 +1,64 @@
+import Foundation
+import HeraldService
+import Testing
+import Yams
+
+/// Every YAML and JSON file under deploy/ parses, and every HERALD_* variable the manifests and
+/// the compose file set is a key Herald knows (or a librdkafka property, HERALD_KAFKA_*).
+@Suite struct DeployFilesTests {
+    static let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../deploy")
+
+    static func files(withExtensions extensions: Set<String>) throws -> [URL] {
+        let enumerator = FileManager.default.enumerator(at: deploy, includingPropertiesForKeys: nil)
+        return (enumerator?.allObjects as? [URL] ?? []).filter { extensions.contains($0.pathExtension) }.sorted { $0.path < $1.path }
+    }
+
+    /// Every string (key or value) in a parsed document.
+    static func strings(in node: Any) -> [String] {
+        switch node {
+        case let text as String: [text]
+        case let list as [Any]: list.flatMap(strings)
+        case let map as [String: Any]: map.keys.map { $0 } + map.values.flatMap(strings)
+        case let map as [AnyHashable: Any]: map.keys.compactMap { $0 as? String } + map.values.flatMap(strings)
+        default: []
+        }
+    }
+
+    /// `HERALD_` and capitals, digits or underscores.
+    static func isVariable(_ text: String) -> Bool {
+        text.hasPrefix("HERALD_") && text.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 48 && $0 <= 57) || $0 == 95 }
+    }
+
+    @Test func everyFileParsesAndSetsOnlyKeysHeraldKnows() throws {
+        let yamlFiles = try Self.files(withExtensions: ["yaml", "yml"])
+        let jsonFiles = try Self.files(withExtensions: ["json"])
+        #expect(yamlFiles.count >= 10, "\(yamlFiles.map(\.lastPathComponent))")
+        var variables: Set<String> = []
+        for file in yamlFiles {
+            var count = 0
+            for document in try Yams.load_all(yaml: String(contentsOf: file, encoding: .utf8)) {
+                count += 1
+                let names = Self.strings(in: document).filter { Self.isVariable($0) }
+                variables.formUnion(names)
+            }
+            #expect(count >= 1, "\(file.lastPathComponent) holds a document")
+        }
+        for file in jsonFiles {
+            _ = try JSONSerialization.jsonObject(with: Data(contentsOf: file))
+        }
+        #expect(variables.contains("HERALD_POSTGRES_URL") && variables.contains("HERALD_APNS_KEY_PATH"), "\(variables.sorted())")
+        let unknown = variables.filter { !$0.hasPrefix("HERALD_KAFKA_") && !HeraldConfiguration.keys.contains($0) }
+        #expect(unknown.isEmpty, "not Herald's: \(unknown.sorted())")
+    }
+
+    @Test func theDeploymentOutlastsHeraldsDrainAndTheScalerStopsAtThePartitions() throws {
+        let deployment = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/deployment.yaml"), encoding: .utf8)) as? [String: Any]
+        let configMap = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/configmap.yaml"), encoding: .utf8)) as? [String: Any]
+        let pod = ((deployment?["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any]
+        let grace = try #require(pod?["terminationGracePeriodSeconds"] as? Int)
+        let drain = try #require(((configMap?["data"] as? [String: Any])?["HERALD_SHUTDOWN_GRACE_S"] as? String).flatMap { Int($0) })
+        #expect(grace > drain + 5, "the pod outlives preStop plus Herald's drain")
+        let scaler = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/keda.yaml"), encoding: .utf8)) as? [String: Any]
+        #expect((scaler?["spec"] as? [String: Any])?["maxReplicaCount"] as? Int == 48)
+    }
+}
