@@ -22,6 +22,9 @@ struct Herald: AsyncParsableCommand {
             for unknown in configuration.unknownKeys {
                 Logger(label: "herald").warning("unknown configuration key ignored: \(unknown)")
             }
+            for problem in configuration.certificateProblems {
+                Logger(label: "herald").error("APNs certificate: \(problem)")
+            }
             return configuration
         } catch {
             FileHandle.standardError.write(Data("herald: configuration error: \(error)\n".utf8))

@@ -24,6 +24,14 @@ import Foundation
 public enum APNSCredentialsFile {
     /// Loads the file at `path`; throws ``ConfigurationError`` naming the problem.
     public static func load(path: String) throws -> [String: APNSClientConfiguration.Authentication] {
+        try loadReportingCertificates(path: path).credentials
+    }
+
+    /// Loads the file at `path`, and says what is wrong with its certificates: expired or
+    /// expiring within 30 days, or not issued for a bundle ID the entry lists.
+    static func loadReportingCertificates(path: String) throws -> (
+        credentials: [String: APNSClientConfiguration.Authentication], problems: [String]
+    ) {
         let data: Data
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -31,7 +39,9 @@ public enum APNSCredentialsFile {
             throw ConfigurationError("cannot read HERALD_APNS_CREDENTIALS_FILE=\(path)")
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        return try parse(data, relativeTo: directory, fileName: path)
+        var problems: [String] = []
+        let credentials = try parse(data, relativeTo: directory, fileName: path, certificateProblems: &problems)
+        return (credentials, problems)
     }
 
     /// One entry as written in the file.
@@ -58,7 +68,8 @@ public enum APNSCredentialsFile {
     static func parse(
         _ data: Data,
         relativeTo directory: String,
-        fileName: String
+        fileName: String,
+        certificateProblems: inout [String]
     ) throws -> [String: APNSClientConfiguration.Authentication] {
         let entries: [Entry]
         do {
@@ -76,6 +87,14 @@ public enum APNSCredentialsFile {
                 throw ConfigurationError("\(place): \"topics\" must list at least one bundle ID")
             }
             let authentication = try self.authentication(of: entry, place: place, directory: directory)
+            if let certPath = entry.certPath {
+                certificateProblems += certificateProblemsOf(
+                    path: resolve(certPath, in: directory),
+                    password: entry.certPassword,
+                    name: "\(place): the certificate",
+                    servedTopics: topics
+                )
+            }
             for topic in topics {
                 guard (1...255).contains(topic.utf8.count), !topic.contains("\0") else {
                     throw ConfigurationError("\(place): the topic \"\(topic)\" must be 1 to 255 bytes")
@@ -169,6 +188,16 @@ public enum APNSCredentialsFile {
             return .certificate(pemCertificatePath: path, pemPrivateKeyPath: path)
         }
         return .certificate(pkcs12Path: path, password: password)
+    }
+
+    /// What start-up reports about the certificate at `path` serving `servedTopics` (none when
+    /// unknown): expiry, missing topics, or that it could not be read.
+    static func certificateProblemsOf(path: String, password: String?, name: String, servedTopics: [String]) -> [String] {
+        do {
+            return try APNSCertificateFacts(path: path, pem: isPEM(path), password: password).problems(named: name, servedTopics: servedTopics)
+        } catch {
+            return ["\(name) could not be read to check its expiry and topics: \(error)"]
+        }
     }
 
     /// Apple's key and team IDs: 10 characters, uppercase letters and digits.

@@ -56,6 +56,9 @@ public struct HeraldConfiguration: Sendable {
     /// HERALD_* keys given that Herald does not read, each with the closest known key when one
     /// is near: `herald` reports them at start-up, so a typo is not silently ignored.
     public var unknownKeys: [String] = []
+    /// APNs certificates that expired, expire within 30 days, or were not issued for a bundle
+    /// ID they are configured for: `herald` reports them at start-up.
+    public var certificateProblems: [String] = []
 
     /// Reads the configuration. A value in `environment` wins over the same key in the file
     /// named by HERALD_CONFIG_FILE (lines `KEY=VALUE`, `#` comments).
@@ -99,7 +102,7 @@ public struct HeraldConfiguration: Sendable {
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
         postgresPoolSize = try reader.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         housekeeping = try Self.housekeepingConfiguration(reader)
-        let apnsSettings = try Self.apnsConfiguration(reader)
+        let apnsSettings = try Self.apnsConfiguration(reader, certificateProblems: &certificateProblems)
         apns = apnsSettings?.0
         self.pipeline.servedTopics = apnsSettings?.servedTopics
         shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
@@ -148,8 +151,22 @@ public struct HeraldConfiguration: Sendable {
     /// and the credentials of HERALD_APNS_CREDENTIALS_FILE for the apps it lists. Without the
     /// former, the file's credentials are all there is: `servedTopics` lists the bundle IDs they
     /// serve (events for any other topic are rejected); nil when every topic has a credential.
-    private static func apnsConfiguration(_ reader: ValueReader) throws -> (APNSClientConfiguration, servedTopics: Set<String>?)? {
-        let fileCredentials = try reader["HERALD_APNS_CREDENTIALS_FILE"].map(APNSCredentialsFile.load(path:)) ?? [:]
+    private static func apnsConfiguration(
+        _ reader: ValueReader,
+        certificateProblems: inout [String]
+    ) throws -> (APNSClientConfiguration, servedTopics: Set<String>?)? {
+        var fileCredentials: [String: APNSClientConfiguration.Authentication] = [:]
+        if let path = reader["HERALD_APNS_CREDENTIALS_FILE"] {
+            (fileCredentials, certificateProblems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
+        }
+        if let certificatePath = reader["HERALD_APNS_CERT_PATH"], reader["HERALD_APNS_KEY_PATH"] == nil {
+            certificateProblems += APNSCredentialsFile.certificateProblemsOf(
+                path: certificatePath,
+                password: reader["HERALD_APNS_CERT_PASSWORD"],
+                name: "HERALD_APNS_CERT_PATH=\(certificatePath)",
+                servedTopics: []
+            )
+        }
         let defaultAuthentication = try defaultCredential(reader)
         // Without a default credential, requests go by topic to the file's credentials; the
         // default slot holds one of them and is never used for an unlisted topic.

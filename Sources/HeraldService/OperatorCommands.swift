@@ -39,7 +39,7 @@ public enum OperatorCommands {
             "http port: \(configuration.httpPort), log \(configuration.logLevel) \(configuration.logFormat.rawValue), tracing \(configuration.tracesEnabled ? "on" : "off")",
             "migrate on start: \(configuration.migrateOnStart), shutdown grace \(configuration.shutdownGracePeriod)",
         ]
-        return lines + configuration.unknownKeys.map { "warning: \($0)" }
+        return lines + configuration.unknownKeys.map { "warning: \($0)" } + configuration.certificateProblems.map { "warning: \($0)" }
     }
 
     /// Publishes a registry update to push.tokens; returns the line saying what was published.
