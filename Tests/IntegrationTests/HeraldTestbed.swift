@@ -85,6 +85,14 @@ final class HeraldTestbed: Sendable {
         return environment
     }
 
+    /// ``heraldEnvironment(group:)`` with a health and metrics port of Herald's own.
+    func heraldEnvironmentServingHTTP(group: String) async throws -> (environment: [String: String], httpPort: Int) {
+        var environment = try await heraldEnvironment(group: group)
+        let httpPort = try freePort()
+        environment["HERALD_HTTP_PORT"] = String(httpPort)
+        return (environment, httpPort)
+    }
+
     /// Applies the migrations, then starts `herald run` with `environment`, logging to the
     /// testbed's `herald.log`.
     func startHerald(_ environment: [String: String]) async throws -> HeraldProcess {

@@ -61,9 +61,7 @@ struct HostileInputTests {
         let testbed = try HeraldTestbed()
         let topics = testbed.topics
         try await testbed.withMocks {
-            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
-            let httpPort = try freePort()
-            environment["HERALD_HTTP_PORT"] = String(httpPort)
+            let (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             let herald = try await testbed.startHerald(environment)
             let users = ["u-1", "u-2"]
             let devices = TestDevice.twoPerUser(users)

@@ -19,9 +19,7 @@ struct MetricsTests {
         )
         let topics = testbed.topics
         try await testbed.withMocks {
-            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
-            let httpPort = try freePort()
-            environment["HERALD_HTTP_PORT"] = String(httpPort)
+            let (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             let herald = try await testbed.startHerald(environment)
             try await testbed.register(devices + [gone])
             try await testbed.waitForActiveTokens(users: users, count: devices.count + 1)

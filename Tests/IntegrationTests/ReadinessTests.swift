@@ -63,9 +63,7 @@ struct ReadinessTests {
     @Test func aRequiredTLSConnectionIsNeverMadeInPlaintext() async throws {
         let testbed = try HeraldTestbed()
         try await testbed.withMocks {
-            let httpPort = try freePort()
-            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
-            environment["HERALD_HTTP_PORT"] = String(httpPort)
+            var (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             let plaintext = try #require(environment["HERALD_POSTGRES_URL"])
             environment["HERALD_POSTGRES_URL"] = plaintext + (plaintext.contains("?") ? "&" : "?") + "sslmode=require"
             let herald = try await testbed.startHerald(environment)
