@@ -269,6 +269,8 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 "HeraldService",
                 "KafkaTransport",
                 "MockAPNS",

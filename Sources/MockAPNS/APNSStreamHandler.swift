@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+import NIOSSL
 
 /// Serves one HTTP/2 stream (one push request): collects HEADERS and DATA until the client ends
 /// the stream, waits out any injected latency, asks the server for the answer and writes it back.
@@ -109,6 +110,12 @@ final class APNSStreamHandler: ChannelInboundHandler {
         }
     }
 
+    /// Whether the stream's connection presented a (verified) client certificate.
+    private static func presentedCertificate(_ streamChannel: any Channel) -> Bool {
+        let tls = try? streamChannel.parent?.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self)
+        return tls?.peerCertificate != nil
+    }
+
     private func answer(context: ChannelHandlerContext) {
         guard case .started = self.phase, let requestHeaders = self.requestHeaders else { return }
         self.phase = .finished
@@ -116,7 +123,8 @@ final class APNSStreamHandler: ChannelInboundHandler {
         let answer = self.server.answer(
             headers: requestHeaders,
             payload: self.keptPayload ?? ByteBuffer(),
-            payloadLength: self.payloadLength
+            payloadLength: self.payloadLength,
+            certificateAuthenticated: self.server.acceptsBothKindsOfProvider && Self.presentedCertificate(context.channel)
         )
 
         var responseHeaders = HPACKHeaders()

@@ -67,11 +67,18 @@ extension MockAPNSServer {
         }
     }
 
+    /// Whether connections may authenticate with a client certificate or, without one, with
+    /// provider tokens (both a client CA and provider keys are configured).
+    var acceptsBothKindsOfProvider: Bool {
+        configuration.clientCertificateAuthorityPath != nil && providerTokenVerifier.isEnabled
+    }
+
     /// Decides the answer to one complete request, counts it and logs it.
     ///
-    /// Checks run in Apple's order: method, path and device token, provider token, the `apns-*`
-    /// headers, the payload, then the token's registration.
-    func answer(headers: HPACKHeaders, payload: ByteBuffer, payloadLength: Int) -> Answer {
+    /// Checks run in Apple's order: method, path and device token, provider token (not for a
+    /// request on a connection that presented a client certificate), the `apns-*` headers, the
+    /// payload, then the token's registration.
+    func answer(headers: HPACKHeaders, payload: ByteBuffer, payloadLength: Int, certificateAuthenticated: Bool = false) -> Answer {
         let head = RequestHead(headers)
         // Echo the request's apns-id; a missing or malformed one gets a fresh UUID, as APNs does.
         let requestedAPNSID = head.apnsID.flatMap { Encoding.isCanonicalUUID($0) ? $0 : nil }
@@ -81,7 +88,12 @@ extension MockAPNSServer {
         if let path = head.path, path.hasPrefix(Self.devicePathPrefix) {
             deviceToken = path.dropFirst(Self.devicePathPrefix.utf8.count)
         }
-        let rejection = self.rejection(for: head, deviceToken: deviceToken, payloadLength: payloadLength)
+        let rejection = self.rejection(
+            for: head,
+            deviceToken: deviceToken,
+            payloadLength: payloadLength,
+            checksToken: !certificateAuthenticated
+        )
         let tokenKey = Encoding.asciiLowercased(deviceToken)
         let requestedAPNSIDKey = requestedAPNSID.map { Encoding.asciiLowercased($0[...]) }
 
@@ -158,13 +170,13 @@ extension MockAPNSServer {
     }
 
     /// The rejection APNs would give before looking at the device's registration, if any.
-    private func rejection(for head: RequestHead, deviceToken: Substring, payloadLength: Int) -> Rejection? {
+    private func rejection(for head: RequestHead, deviceToken: Substring, payloadLength: Int, checksToken: Bool) -> Rejection? {
         guard head.method == "POST" else { return .methodNotAllowed }
         guard let path = head.path, path.hasPrefix(Self.devicePathPrefix) else { return .badPath }
         guard !deviceToken.isEmpty else { return .missingDeviceToken }
         guard Encoding.isEvenLengthHex(deviceToken) else { return .badDeviceToken }
 
-        if self.providerTokenVerifier.isEnabled,
+        if checksToken, self.providerTokenVerifier.isEnabled,
             let rejection = self.providerTokenVerifier.rejection(
                 forAuthorization: head.authorization,
                 nowSeconds: MockWallClock.millisecondsSince1970() / 1000

@@ -163,9 +163,12 @@ public final class MockAPNSServer: Service, Sendable {
         tlsConfiguration.applicationProtocols = ["h2"]
         tlsConfiguration.minimumTLSVersion = .tlsv12
         if let clientAuthorityPath = self.configuration.clientCertificateAuthorityPath {
-            // A client certificate is required and must chain to one of these CAs (no host name
-            // check: a client certificate names a provider, not a host).
-            tlsConfiguration.certificateVerification = .noHostnameVerification
+            // A client certificate must chain to one of these CAs (no host name check: a client
+            // certificate names a provider, not a host). With provider keys too, as APNs serves
+            // both kinds of provider on one host, a connection may instead go without one and
+            // authenticate each request with a token.
+            tlsConfiguration.certificateVerification =
+                self.configuration.providerKeys.isEmpty ? .noHostnameVerification : .optionalVerification
             tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientAuthorityPath))
         }
         let sslContext = try NIOSSLContext(configuration: tlsConfiguration)

@@ -1,28 +1,44 @@
+import Crypto
 import DeviceTokenStore
 import Foundation
 import HeraldService
 import KafkaTransport
 import MockAPNS
+import SwiftASN1
 import Testing
+import X509
 
 /// `herald run` configured with HERALD_APNS_CREDENTIALS_FILE only (no HERALD_APNS_KEY_*): each
-/// listed app is pushed with its own provider key, and an event for an app the file does not
-/// list gets `rejected` results with reason `NoCredentialForTopic`, nothing sent.
+/// listed app is pushed with its own credential (two token keys and a client certificate), and
+/// an event for an app the file does not list gets `rejected` results with reason
+/// `NoCredentialForTopic`, nothing sent.
 @Suite(.timeLimit(.minutes(5)))
 struct CredentialsFileTests {
-    @Test func eachAppIsPushedWithItsOwnKeyAndAnUnlistedAppIsRejected() async throws {
-        let testbed = try HeraldTestbed(otherKeyIDs: ["KEY7654321"])
+    @Test func eachAppIsPushedWithItsOwnCredentialAndAnUnlistedAppIsRejected() async throws {
+        // A provider's client certificate, issued by a CA the mocks trust beside the token keys.
+        let authority = try CertificateAuthority(commonName: "Test Provider CA")
+        let authorityPath = FileManager.default.temporaryDirectory.appendingPathComponent("provider-ca-\(UUID().uuidString).pem").path
+        try authority.pem.write(toFile: authorityPath, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: authorityPath) }
+        let testbed = try HeraldTestbed(otherKeyIDs: ["KEY7654321"], clientCertificateAuthority: authorityPath)
         let shop = testbed.bundleID
         let news = testbed.bundleID + ".news"
+        let legacy = testbed.bundleID + ".legacy"
         let unlisted = testbed.bundleID + ".unlisted"
         let otherKey = try #require(testbed.otherKeys.first)
-        let devices = [shop, news, unlisted].map { ($0, TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")) }
+        let (certificate, certificateKey) = try authority.issue(commonName: "Apple Push Services: \(legacy)", usage: .clientAuth)
+        let certificatePath = testbed.directory.appendingPathComponent("legacy.pem").path
+        let certificateKeyPath = testbed.directory.appendingPathComponent("legacy-key.pem").path
+        try certificate.serializeAsPEM().pemString.write(toFile: certificatePath, atomically: true, encoding: .utf8)
+        try certificateKey.pemRepresentation.write(toFile: certificateKeyPath, atomically: true, encoding: .utf8)
+        let devices = [shop, news, legacy, unlisted].map { ($0, TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")) }
         let file = testbed.directory.appendingPathComponent("credentials.json")
         try Data(
             """
             [ { "topics": ["\(shop)"], "key_path": "\(URL(fileURLWithPath: testbed.key.path).lastPathComponent)",
                 "key_id": "\(testbed.key.keyID)", "team_id": "\(testbed.key.teamID)" },
-              { "topics": ["\(news)"], "key_path": "\(otherKey.path)", "key_id": "\(otherKey.keyID)", "team_id": "\(otherKey.teamID)" } ]
+              { "topics": ["\(news)"], "key_path": "\(otherKey.path)", "key_id": "\(otherKey.keyID)", "team_id": "\(otherKey.teamID)" },
+              { "topics": ["\(legacy)"], "cert_path": "legacy.pem", "cert_key_path": "legacy-key.pem" } ]
             """.utf8
         ).write(to: file)
         let topics = testbed.topics
@@ -66,6 +82,7 @@ struct CredentialsFileTests {
             })
             #expect(results["e-\(shop)"]?["status"] as? String == "delivered")
             #expect(results["e-\(news)"]?["status"] as? String == "delivered")
+            #expect(results["e-\(legacy)"]?["status"] as? String == "delivered")
             let rejected = try #require(results["e-\(unlisted)"])
             #expect(rejected["status"] as? String == "rejected")
             #expect(rejected["reason"] as? String == "NoCredentialForTopic")
@@ -84,7 +101,9 @@ struct CredentialsFileTests {
             }
             #expect(keyID(devices[0].1.token) == testbed.key.keyID)
             #expect(keyID(devices[1].1.token) == otherKey.keyID)
-            #expect(requests.allSatisfy { $0.token != devices[2].1.token }, "nothing sent for the unlisted app")
+            let legacyRequest = try #require(requests.first { $0.token == devices[2].1.token })
+            #expect(legacyRequest.header("authorization") == nil, "the certificate app's connection authenticates with its certificate")
+            #expect(requests.allSatisfy { $0.token != devices[3].1.token }, "nothing sent for the unlisted app")
 
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)

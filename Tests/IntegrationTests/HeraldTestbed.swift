@@ -24,7 +24,15 @@ final class HeraldTestbed: Sendable {
 
     /// `faults` are injected by the production mock only; `otherKeyIDs` name more provider keys
     /// the mocks accept.
-    init(partitions: Int = 3, unregisteredTokens: [String: Int64] = [:], faults: MockAPNSFaults = .none, otherKeyIDs: [String] = []) throws {
+    /// `clientCertificateAuthority`, when given, is a PEM CA whose client certificates the
+    /// mocks also accept (connections without one authenticate with provider tokens).
+    init(
+        partitions: Int = 3,
+        unregisteredTokens: [String: Int64] = [:],
+        faults: MockAPNSFaults = .none,
+        otherKeyIDs: [String] = [],
+        clientCertificateAuthority: String? = nil
+    ) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
         let otherKeys = try otherKeyIDs.map { try TestProviderKey(directory: directory, keyID: $0) }
@@ -41,7 +49,8 @@ final class HeraldTestbed: Sendable {
                     providerKeys: providerKeys,
                     teamID: key.teamID,
                     unregisteredTokens: unregisteredTokens,
-                    faults: faults
+                    faults: faults,
+                    clientCertificateAuthorityPath: clientCertificateAuthority
                 ),
                 logger: logger
             )
