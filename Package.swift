@@ -189,6 +189,14 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "KafkaTransportTests",
+            dependencies: [
+                "KafkaTransport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "APNSCoreTests",
             dependencies: ["APNSCore", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
