@@ -181,15 +181,11 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// What the pool holds for one environment: live (not draining) connections and the most
     /// streams any of them carried at once.
-    /// Connections open (not draining) and streams in use now, to `environment`'s endpoint.
-    func usage(_ environment: APNSEnvironment) -> (connections: Int, streamsInUse: Int) {
+    /// Connections open (not draining) to `environment`'s endpoint, the most streams one carried
+    /// at once, and the streams in use now.
+    func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
         let pool = pools[Self.poolIndex(environment)]
-        return (pool.liveSlots, pool.slots.reduce(0) { $0 + $1.inUse })
-    }
-
-    func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int) {
-        let pool = pools[Self.poolIndex(environment)]
-        return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0)
+        return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0, pool.slots.reduce(0) { $0 + $1.inUse })
     }
 
     // MARK: Leasing streams

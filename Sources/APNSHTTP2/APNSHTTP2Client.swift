@@ -338,7 +338,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     func poolSnapshot(
         _ environment: APNSEnvironment,
         topic: String? = nil
-    ) -> (liveConnections: Int, peakStreamsPerConnection: Int) {
+    ) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
         let index = topic.flatMap { poolIndexByTopic[$0] } ?? 0
         return pools[index].state.withLockedValue { $0.snapshot(environment) }
     }
@@ -347,10 +347,10 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// pool (`herald_apns_connections`, `herald_apns_streams_in_use`).
     public func recordPoolState() {
         for environment in [APNSEnvironment.production, .sandbox] {
-            let usage = pools.map { pool in pool.state.withLockedValue { $0.usage(environment) } }
+            let usage = pools.map { pool in pool.state.withLockedValue { $0.snapshot(environment) } }
             metrics.recordUsage(
                 environment,
-                connections: usage.map(\.connections).reduce(0, +),
+                connections: usage.map(\.liveConnections).reduce(0, +),
                 streamsInUse: usage.map(\.streamsInUse).reduce(0, +)
             )
         }

@@ -478,11 +478,16 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             payload: event.payload
         )
         let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
+        defer { trace?.end() }
         let served = configuration.servedTopics?.contains(event.topic) ?? true
-        let sent = served ? try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) : nil
-        guard let outcome = served ? sent : Self.noCredential else {
-            trace?.end()
-            return  // Cancelled: the message stays unfinished and is redelivered.
+        let outcome: DeliveryOutcome
+        if served {
+            guard let sent = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
+                return  // Cancelled: the message stays unfinished and is redelivered.
+            }
+            outcome = sent
+        } else {
+            outcome = Self.noCredential
         }
         if let trace {
             trace.attributes["herald.event_id"] = event.id
@@ -493,7 +498,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
             if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
         }
-        defer { trace?.end() }
         if outcome.status != .delivered {
             // The event (and, when traced, the span) in context: the metadata providers name them.
             var context = trace?.context ?? ServiceContext.topLevel
