@@ -50,7 +50,11 @@ final class HandedOn: Sendable {
 
     init(hold: Duration = .zero) { self.hold = hold }
 
-    var received: [[(event: String, result: String, ticket: Int)]] { batches.withLock { $0 } }
+    /// The batches handed on so far, ordered by their first ticket: hand-overs run concurrently,
+    /// so the order they finish in is not the order they were written in.
+    var received: [[(event: String, result: String, ticket: Int)]] {
+        batches.withLock { $0 }.sorted { ($0.first?.ticket ?? 0) < ($1.first?.ticket ?? 0) }
+    }
 
     func receive(_ batch: [(standing: RecordedDelivery, ticket: Int)]) async {
         try? await Task.sleep(for: hold)
