@@ -71,9 +71,23 @@ public struct APNSResponse: Sendable, Hashable {
 public protocol APNSClientProtocol: Sendable {
     /// Sends one request to the environment's host and returns APNs' answer.
     ///
-    /// Throws ``APNSTransportError`` when no answer arrived (deadline, connection loss, reset stream).
+    /// Throws ``APNSTransportError`` when no answer arrived (deadline, connection loss, reset
+    /// stream), ``APNSNoCredentialError`` when no credential serves the request's topic.
     func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws
         -> APNSResponse
+}
+
+/// A request for a topic the client has no credential for. Nothing was sent, and retrying
+/// cannot help until a credential for the topic is configured.
+public struct APNSNoCredentialError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The request's `apns-topic`.
+    public let topic: String
+
+    public init(topic: String) {
+        self.topic = topic
+    }
+
+    public var description: String { "no APNs credential serves the topic \(topic)" }
 }
 
 /// A request that got no answer from APNs. Every case is safe to retry: APNs did not answer.

@@ -75,18 +75,6 @@ public struct APNSClientConfiguration: Sendable {
             return false
         }
 
-        /// Tells credentials apart without comparing secrets: two values with the same identity
-        /// share connections.
-        var identity: String {
-            switch backing {
-            case .token(let credentials):
-                // Apple's key IDs are unique: one key ID and team is one signing key.
-                return "token:\(credentials.keyID):\(credentials.teamID)"
-            case .pkcs12(let path, _): return "pkcs12:\(path)"
-            case .pem(let certificatePath, let privateKeyPath): return "pem:\(certificatePath):\(privateKeyPath)"
-            }
-        }
-
         /// Names the method only; never key material, paths' secrets or passwords.
         public var description: String {
             switch backing {
@@ -102,7 +90,9 @@ public struct APNSClientConfiguration: Sendable {
     /// The sandbox endpoint; default `https://api.sandbox.push.apple.com`.
     public var sandbox: Endpoint
     /// The default credentials: used for every topic without an entry in ``credentialsByTopic``.
-    public var authentication: Authentication
+    /// When nil, only the topics listed there are served; a request for any other topic throws
+    /// ``APNSNoCredentialError`` without being sent.
+    public var authentication: Authentication?
     /// Credentials for particular apps (several apps or teams in one Herald), keyed by bundle ID:
     /// the `apns-topic` without Apple's push-type suffix (`com.example.app` also covers
     /// `com.example.app.voip`). A full suffixed topic may be given too and wins over its bundle ID.
@@ -127,7 +117,7 @@ public struct APNSClientConfiguration: Sendable {
 
     /// A configuration with Apple's endpoints and the documented defaults; only the credentials are required.
     public init(
-        authentication: Authentication,
+        authentication: Authentication?,
         production: Endpoint = .production,
         sandbox: Endpoint = .sandbox,
         additionalTrustRootsPEMPath: String? = nil,

@@ -1,4 +1,6 @@
 import APNSCore
+import Crypto
+import Foundation
 import Logging
 public import Metrics
 import NIOConcurrencyHelpers
@@ -18,7 +20,8 @@ import Synchronization
 /// and credential, and each carries as many streams as the server's SETTINGS_MAX_CONCURRENT_STREAMS
 /// allows (one until the first 200 with token authentication). Callers beyond that wait in a
 /// bounded FIFO queue. A request whose bundle ID has an entry in
-/// ``APNSClientConfiguration/credentialsByTopic`` uses that credential's own connections.
+/// ``APNSClientConfiguration/credentialsByTopic`` uses that credential's own connections;
+/// ``replaceCredentials(default:byTopic:)`` swaps credentials while the client runs.
 public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     private let configuration: APNSClientConfiguration
     private let logger: Logger
@@ -28,28 +31,59 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     >
 
     /// The connections of one credential: its TLS identity or token source and its pool state.
-    private struct CredentialPool: Sendable {
-        let index: Int
+    private final class CredentialPool: Sendable {
         let factory: APNSConnection.Factory
         let state: NIOLockedValueBox<PoolStateMachine>
         /// Names the credential in logs (never key material).
         let name: String
+        private let retired = Atomic(false)
+
+        init(factory: APNSConnection.Factory, state: PoolStateMachine, name: String) {
+            self.factory = factory
+            self.state = NIOLockedValueBox(state)
+            self.name = name
+        }
+
+        /// True once the credential was replaced or removed: the pool takes no new requests, and
+        /// requests that waited in it move to the routing's current pool.
+        var isRetired: Bool { retired.load(ordering: .acquiring) }
+
+        func retire() { retired.store(true, ordering: .releasing) }
     }
 
     /// A connection the pool of `credential` asked for.
     private struct PlannedConnection: Sendable {
-        var credential: Int
+        var pool: CredentialPool
         var plan: APNSConnectionPlan
     }
 
-    /// Index 0 holds the default credential.
-    private let pools: [CredentialPool]
-    /// Bundle ID (or full apns-topic) to an index into `pools`; empty with one credential.
-    private let poolIndexByTopic: [String: Int]
+    /// Which pool serves which request, replaced as a whole when credentials change.
+    private struct Routing: Sendable {
+        /// The pool for topics without an entry; nil when only listed topics are served.
+        var defaultPool: CredentialPool?
+        /// Bundle ID (or full apns-topic) to its credential's pool.
+        var poolsByTopic: [String: CredentialPool] = [:]
+        /// Every pool in use, by credential identity (see ``APNSHTTP2Client/identity(of:)``).
+        var poolsByIdentity: [String: CredentialPool] = [:]
+
+        /// Whether `other` sends every topic to the same pools.
+        func routesTheSame(as other: Routing) -> Bool {
+            defaultPool === other.defaultPool
+                && poolsByTopic.count == other.poolsByTopic.count
+                && poolsByTopic.allSatisfy { other.poolsByTopic[$0.key] === $0.value }
+        }
+    }
+
+    private enum Phase {
+        case notStarted
+        case running
+        case stopped
+    }
+
+    private let routing: NIOLockedValueBox<(routing: Routing, phase: Phase)>
     private let connectionPlans: AsyncStream<PlannedConnection>
     private let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
     private let waiterIDs = Atomic<UInt64>(0)
-    private let runState = NIOLockedValueBox(false)
     private let metrics: APNSClientMetrics
 
     /// Loads credentials and trust roots; throws ``APNSClientConfigurationError`` when they cannot
@@ -82,40 +116,58 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         guard configuration.connectionsPerEndpoint >= 1 else {
             throw APNSClientConfigurationError("connectionsPerEndpoint must be at least 1")
         }
-        let metrics = APNSClientMetrics(configuration: configuration, factory: metricsFactory)
-        self.metrics = metrics
+        guard configuration.authentication != nil || !configuration.credentialsByTopic.isEmpty else {
+            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
+        }
+        self.metrics = APNSClientMetrics(configuration: configuration, factory: metricsFactory)
         self.configuration = configuration
         self.logger = logger
         self.eventLoopGroup = eventLoopGroup
+        (self.connectionPlans, self.connectionPlanSink) = AsyncStream.makeStream(of: PlannedConnection.self)
+        let routing = try Self.makeRouting(
+            default: configuration.authentication,
+            byTopic: configuration.credentialsByTopic,
+            reusing: [:],
+            configuration: configuration,
+            eventLoopGroup: eventLoopGroup,
+            metrics: metrics,
+            makeDefaultTokenSource: makeTokenSource
+        )
+        self.routing = NIOLockedValueBox((routing, .notStarted))
+    }
 
-        // One pool per distinct credential; topics naming the same credential share its pool.
-        var credentials = [configuration.authentication]
-        var indexByIdentity = [configuration.authentication.identity: 0]
-        var poolIndexByTopic: [String: Int] = [:]
-        for (topic, authentication) in configuration.credentialsByTopic.sorted(by: { $0.key < $1.key }) {
-            if let index = indexByIdentity[authentication.identity] {
-                poolIndexByTopic[topic] = index
-            } else {
-                indexByIdentity[authentication.identity] = credentials.count
-                poolIndexByTopic[topic] = credentials.count
-                credentials.append(authentication)
+    /// One pool per distinct credential (topics naming the same credential share its pool);
+    /// pools in `existing` with the same identity are kept with their connections.
+    private static func makeRouting(
+        default defaultAuthentication: APNSClientConfiguration.Authentication?,
+        byTopic: [String: APNSClientConfiguration.Authentication],
+        reusing existing: [String: CredentialPool],
+        configuration: APNSClientConfiguration,
+        eventLoopGroup: any EventLoopGroup,
+        metrics: APNSClientMetrics,
+        makeDefaultTokenSource: (@Sendable () -> any APNSProviderTokenSource)? = nil
+    ) throws -> Routing {
+        var routing = Routing()
+        func pool(for authentication: APNSClientConfiguration.Authentication, isDefault: Bool) throws -> CredentialPool {
+            let identity = try identity(of: authentication)
+            if let pool = routing.poolsByIdentity[identity] ?? existing[identity] {
+                routing.poolsByIdentity[identity] = pool
+                return pool
             }
-        }
-        self.poolIndexByTopic = poolIndexByTopic
-
-        var pools: [CredentialPool] = []
-        for (index, authentication) in credentials.enumerated() {
             var tokenSource: (@Sendable () -> any APNSProviderTokenSource)?
-            if index == 0, let makeTokenSource {
-                tokenSource = { CountingTokenSource(makeTokenSource(), counting: metrics.providerTokens) }
+            if isDefault, let makeDefaultTokenSource {
+                tokenSource = { CountingTokenSource(makeDefaultTokenSource(), counting: metrics.providerTokens) }
             } else if case .token(let credentials) = authentication.backing {
                 tokenSource = {
-                    CountingTokenSource(ProviderTokenManager(credentials: credentials, clock: ContinuousClock()), counting: metrics.providerTokens)
+                    CountingTokenSource(
+                        ProviderTokenManager(credentials: credentials, clock: ContinuousClock()),
+                        counting: metrics.providerTokens
+                    )
                 }
             }
             let factory = APNSConnection.Factory(
                 eventLoopGroup: eventLoopGroup,
-                sslContext: try Self.makeSSLContext(configuration, authentication: authentication),
+                sslContext: try makeSSLContext(configuration, authentication: authentication),
                 makeTokenSource: tokenSource,
                 connectTimeout: configuration.connectTimeout,
                 pingInterval: configuration.pingInterval,
@@ -126,17 +178,99 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
                 maximumWaiters: configuration.maximumQueuedRequests,
                 requiresVerification: authentication.usesProviderTokens
             )
-            pools.append(
-                CredentialPool(
-                    index: index,
-                    factory: factory,
-                    state: NIOLockedValueBox(state),
-                    name: index == 0 ? "default" : authentication.description
-                )
-            )
+            let pool = CredentialPool(factory: factory, state: state, name: isDefault ? "default" : authentication.description)
+            routing.poolsByIdentity[identity] = pool
+            return pool
         }
-        self.pools = pools
-        (self.connectionPlans, self.connectionPlanSink) = AsyncStream.makeStream(of: PlannedConnection.self)
+        routing.defaultPool = try defaultAuthentication.map { try pool(for: $0, isDefault: true) }
+        for (topic, authentication) in byTopic.sorted(by: { $0.key < $1.key }) {
+            routing.poolsByTopic[topic] = try pool(for: authentication, isDefault: false)
+        }
+        return routing
+    }
+
+    /// Tells credentials apart without comparing secrets: two credentials with the same identity
+    /// share connections, and a replaced credential (a new key, or a certificate file whose
+    /// content changed) gets new ones.
+    private static func identity(of authentication: APNSClientConfiguration.Authentication) throws -> String {
+        func digest(_ path: String) throws -> String {
+            guard let contents = FileManager.default.contents(atPath: path) else {
+                throw APNSClientConfigurationError("cannot read \(path)")
+            }
+            return SHA256.hash(data: contents).map { String($0, radix: 16) }.joined()
+        }
+        switch authentication.backing {
+        case .token(let credentials):
+            let publicKey = SHA256.hash(data: credentials.privateKey.publicKey.rawRepresentation)
+            return "token:\(credentials.keyID):\(credentials.teamID):\(publicKey.map { String($0, radix: 16) }.joined())"
+        case .pkcs12(let path, _):
+            return "pkcs12:\(path):\(try digest(path))"
+        case .pem(let certificatePath, let privateKeyPath):
+            return "pem:\(certificatePath):\(try digest(certificatePath)):\(try digest(privateKeyPath))"
+        }
+    }
+
+    /// Replaces the credentials while the client runs: requests use the new ones from now on.
+    ///
+    /// A credential that is unchanged (same key, or same certificate file contents) keeps its
+    /// connections. A replaced or removed one is retired: its connections take no new streams
+    /// and close once their in-flight requests were answered (within
+    /// ``APNSClientConfiguration/shutdownGracePeriod``), and requests waiting for one of its
+    /// streams move to the new routing without counting an attempt. Nothing is sent twice.
+    ///
+    /// Returns false when nothing changed (same credentials for the same topics). Throws
+    /// ``APNSClientConfigurationError`` when a new credential cannot be loaded; the old ones then
+    /// stay in use.
+    @discardableResult
+    public func replaceCredentials(
+        default defaultAuthentication: APNSClientConfiguration.Authentication?,
+        byTopic: [String: APNSClientConfiguration.Authentication]
+    ) throws -> Bool {
+        guard defaultAuthentication != nil || !byTopic.isEmpty else {
+            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
+        }
+        let current = routing.withLockedValue { $0.routing.poolsByIdentity }
+        let next = try Self.makeRouting(
+            default: defaultAuthentication,
+            byTopic: byTopic,
+            reusing: current,
+            configuration: configuration,
+            eventLoopGroup: eventLoopGroup,
+            metrics: metrics
+        )
+        let retired: [CredentialPool]? = routing.withLockedValue { state in
+            guard state.phase != .stopped, !state.routing.routesTheSame(as: next) else { return nil }
+            let retired = state.routing.poolsByIdentity.filter { next.poolsByIdentity[$0.key] == nil }.map(\.value)
+            // Marked inside the lock: no request resolves a retired pool after this.
+            for pool in retired { pool.retire() }
+            state.routing = next
+            return retired
+        }
+        guard let retired else { return false }
+        for pool in retired { retire(pool) }
+        let added = next.poolsByIdentity.keys.filter { current[$0] == nil }.count
+        logger.info(
+            "APNs credentials replaced",
+            metadata: [
+                APNSLoggingKeys.credentialsKept: "\(next.poolsByIdentity.count - added)",
+                APNSLoggingKeys.credentialsAdded: "\(added)",
+                APNSLoggingKeys.credentialsRetired: "\(retired.count)",
+            ]
+        )
+        return true
+    }
+
+    /// Stops a retired pool: its waiters move on (``sendOnce(_:environment:deadline:)`` sees the
+    /// pool retired) and its connections close after their in-flight streams.
+    private func retire(_ pool: CredentialPool) {
+        let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
+        timer?.cancel()
+        for waiter in waiters {
+            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("the credential was replaced"))
+        }
+        for connection in connections {
+            connection.closeGracefully(within: configuration.shutdownGracePeriod)
+        }
     }
 
     // MARK: Service
@@ -144,20 +278,19 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// Opens connections as the pool asks for them and keeps them until shutdown. Call once;
     /// requests sent before `run()` starts wait for it (up to their deadlines).
     public func run() async throws {
-        let isFirstRun = runState.withLockedValue { hasRun in
-            defer { hasRun = true }
-            return !hasRun
+        let isFirstRun = routing.withLockedValue { state in
+            guard state.phase == .notStarted else { return false }
+            state.phase = .running
+            return true
         }
         guard isFirstRun else {
             throw APNSClientConfigurationError("APNSHTTP2Client.run() must be called only once")
         }
-        for pool in pools { _ = pool.state.withLockedValue { $0.startRunning() } }
         logger.debug("APNs client started")
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 for await planned in connectionPlans {
-                    let pool = pools[planned.credential]
-                    group.addTask { await self.runConnection(planned.plan, pool: pool) }
+                    group.addTask { await self.runConnection(planned.plan, pool: planned.pool) }
                 }
                 // The plan stream ends on graceful shutdown or when this task is cancelled; in the
                 // latter case the group's children are cancelled too and close their channels.
@@ -172,6 +305,10 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// Stops taking requests, fails queued ones and closes connections once in-flight streams finished.
     private func shutDown() {
         connectionPlanSink.finish()
+        let pools = routing.withLockedValue { state in
+            state.phase = .stopped
+            return state.routing.poolsByIdentity.values
+        }
         for pool in pools {
             let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
             timer?.cancel()
@@ -198,8 +335,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         environment: APNSEnvironment,
         deadline: ContinuousClock.Instant
     ) async throws -> APNSResponse {
-        let pool = pools[poolIndex(for: request)]
-        let first = try await sendOnce(request, environment: environment, deadline: deadline, pool: pool)
+        let first = try await sendOnce(request, environment: environment, deadline: deadline)
         guard first.outcome.response.status == 403, first.outcome.response.reason == .expiredProviderToken,
             let usedToken = first.outcome.providerToken, let manager = first.connection.tokenManager
         else {
@@ -215,33 +351,45 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         }
         guard replaced else { return first.outcome.response }
         logger.info("APNs provider token expired; retrying with a new token")
-        return try await sendOnce(request, environment: environment, deadline: deadline, pool: pool).outcome.response
+        return try await sendOnce(request, environment: environment, deadline: deadline).outcome.response
     }
 
-    /// The pool for the request's credential: the bundle ID's (or the full topic's) entry in
-    /// ``APNSClientConfiguration/credentialsByTopic``, else the default.
-    private func poolIndex(for request: APNSRequest) -> Int {
-        guard !poolIndexByTopic.isEmpty else { return 0 }
-        let bundleID = request.bundleID
-        if let index = poolIndexByTopic[String(bundleID)] { return index }
-        if bundleID.utf8.count != request.topic.utf8.count, let index = poolIndexByTopic[request.topic] {
-            return index
+    /// The pool for the request's credential: the bundle ID's entry (the full topic's, when it
+    /// has one, wins), else the default; throws ``APNSNoCredentialError`` when there is none.
+    private func pool(for request: APNSRequest) throws(APNSNoCredentialError) -> CredentialPool {
+        let pool = routing.withLockedValue { state -> CredentialPool? in
+            let routing = state.routing
+            guard !routing.poolsByTopic.isEmpty else { return routing.defaultPool }
+            let bundleID = request.bundleID
+            if bundleID.utf8.count != request.topic.utf8.count, let pool = routing.poolsByTopic[request.topic] {
+                return pool
+            }
+            return routing.poolsByTopic[String(bundleID)] ?? routing.defaultPool
         }
-        return 0
+        guard let pool else { throw APNSNoCredentialError(topic: request.topic) }
+        return pool
     }
 
     private func sendOnce(
         _ request: APNSRequest,
         environment: APNSEnvironment,
-        deadline: ContinuousClock.Instant,
-        pool: CredentialPool
+        deadline: ContinuousClock.Instant
     ) async throws -> (outcome: APNSStreamOutcome, connection: APNSConnection) {
         guard let nioDeadline = NIODeadline.fromContinuousClock(deadline) else {
             throw APNSTransportError.deadlineExceeded("the deadline passed before the request was sent")
         }
+        var pool = try pool(for: request)
         var unopenedStreams = 0
         while true {
-            let connection = try await leaseStream(environment: environment, deadline: nioDeadline, pool: pool)
+            let connection: APNSConnection
+            do {
+                connection = try await leaseStream(environment: environment, deadline: nioDeadline, pool: pool)
+            } catch let error as APNSTransportError where error.isShuttingDown && pool.isRetired {
+                // The credential was replaced before this request got a stream: nothing was
+                // sent, so it moves to the current credential without counting an attempt.
+                pool = try self.pool(for: request)
+                continue
+            }
             let outcome: APNSStreamOutcome
             do {
                 outcome = try await connection.execute(request, deadline: nioDeadline)
@@ -339,13 +487,15 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         _ environment: APNSEnvironment,
         topic: String? = nil
     ) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
-        let index = topic.flatMap { poolIndexByTopic[$0] } ?? 0
-        return pools[index].state.withLockedValue { $0.snapshot(environment) }
+        let routing = routing.withLockedValue { $0.routing }
+        guard let pool = topic.flatMap({ routing.poolsByTopic[$0] }) ?? routing.defaultPool else { return (0, 0, 0) }
+        return pool.state.withLockedValue { $0.snapshot(environment) }
     }
 
     /// Records the connections open and the streams in use per endpoint, over every credential's
     /// pool (`herald_apns_connections`, `herald_apns_streams_in_use`).
     public func recordPoolState() {
+        let pools = currentPools
         for environment in [APNSEnvironment.production, .sandbox] {
             let usage = pools.map { pool in pool.state.withLockedValue { $0.snapshot(environment) } }
             metrics.recordUsage(
@@ -357,7 +507,12 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     }
 
     /// How many connection pools (distinct credentials) the client has.
-    var credentialCount: Int { pools.count }
+    var credentialCount: Int { currentPools.count }
+
+    /// The pools of the credentials in use (not those retired and draining).
+    private var currentPools: [CredentialPool] {
+        routing.withLockedValue { Array($0.routing.poolsByIdentity.values) }
+    }
 
     /// Whether every configured endpoint (production and sandbox) can be reached now: a
     /// connection to it is open, or a TCP connection to it opens within `timeout`.
@@ -366,6 +521,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// token, and only while no APNs connection to that endpoint is open, so a busy client never
     /// probes and an idle one touches APNs once per readiness check at most.
     public func canReachEndpoints(timeout: Duration = .seconds(2)) async -> Bool {
+        let pools = currentPools
         for environment in [APNSEnvironment.production, .sandbox] {
             if pools.contains(where: { $0.state.withLockedValue { $0.snapshot(environment) }.liveConnections > 0 }) {
                 continue
@@ -388,7 +544,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     // MARK: Connections
 
     private func requestConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) {
-        if case .terminated = connectionPlanSink.yield(PlannedConnection(credential: pool.index, plan: plan)) {
+        if case .terminated = connectionPlanSink.yield(PlannedConnection(pool: pool, plan: plan)) {
             // run() has ended: the pool is shut down, so report the plan as failed to keep it consistent.
             perform(
                 pool.state.withLockedValue {
@@ -409,7 +565,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         var logger = self.logger
         logger[metadataKey: APNSLoggingKeys.connectionID] = "\(plan.connectionID)"
         logger[metadataKey: APNSLoggingKeys.endpoint] = "\(endpoint)"
-        if pools.count > 1 { logger[metadataKey: APNSLoggingKeys.credential] = "\(pool.name)" }
+        if pool.name != "default" { logger[metadataKey: APNSLoggingKeys.credential] = "\(pool.name)" }
 
         let connection: APNSConnection
         let streamLimit: Int
@@ -569,6 +725,9 @@ enum APNSLoggingKeys {
     static let goAwayErrorCode = "apns.goaway.error_code"
     static let goAwayReason = "apns.goaway.reason"
     static let credential = "apns.credential"
+    static let credentialsKept = "apns.credentials.kept"
+    static let credentialsAdded = "apns.credentials.added"
+    static let credentialsRetired = "apns.credentials.retired"
     static let error = "error"
 }
 

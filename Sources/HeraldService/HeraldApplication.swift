@@ -80,6 +80,14 @@ public enum HeraldApplication {
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
         let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
+        let credentialsReloader = APNSCredentialsReloader(
+            path: configuration.apnsCredentialsFile,
+            defaultCredential: apnsConfiguration.authentication,
+            client: apns,
+            checkInterval: configuration.apnsCredentialsCheckInterval,
+            metricsFactory: metricsFactory,
+            logger: logger
+        )
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let topics = configuration.pipeline.topics
         let consumer = try KafkaConsumer(
@@ -138,6 +146,7 @@ public enum HeraldApplication {
                     // Needs only PostgreSQL: stops just before it.
                     .init(service: housekeeping),
                     .init(service: apns),
+                    .init(service: credentialsReloader),
                     .init(service: producer),
                     .init(service: consumer),
                     .init(service: pipeline),

@@ -21,6 +21,10 @@ public struct HeraldConfiguration: Sendable {
     public var housekeeping: HousekeepingConfiguration
     /// nil when no APNs credential is configured (only `herald migrate` can run then).
     public var apns: APNSClientConfiguration?
+    /// HERALD_APNS_CREDENTIALS_FILE, re-read on SIGHUP and every ``apnsCredentialsCheckInterval``.
+    public var apnsCredentialsFile: String?
+    /// How often the credentials file is checked for changes (HERALD_APNS_CREDENTIALS_CHECK_S).
+    public var apnsCredentialsCheckInterval: Duration
     public var shutdownGracePeriod: Duration
     public var httpPort: Int
     public var logLevel: Logger.Level
@@ -45,6 +49,7 @@ public struct HeraldConfiguration: Sendable {
         "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE",
         "HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID",
         "HERALD_APNS_CERT_PATH", "HERALD_APNS_CERT_PASSWORD", "HERALD_APNS_CERT_KEY_PATH", "HERALD_APNS_CREDENTIALS_FILE",
+        "HERALD_APNS_CREDENTIALS_CHECK_S",
         "HERALD_APNS_PRODUCTION_URL", "HERALD_APNS_SANDBOX_URL", "HERALD_APNS_CA_PATH", "HERALD_APNS_CONNECTIONS",
         "HERALD_APNS_DERIVED_COLLAPSE_ID", "HERALD_RETRY_MAX_ATTEMPTS", "HERALD_DELIVERY_DEADLINE_S",
         "HERALD_SHUTDOWN_GRACE_S", "HERALD_HTTP_PORT", "HERALD_OTEL_TRACES", "HERALD_LOG_LEVEL", "HERALD_LOG_FORMAT",
@@ -102,9 +107,9 @@ public struct HeraldConfiguration: Sendable {
         postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
         postgresPoolSize = try reader.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         housekeeping = try Self.housekeepingConfiguration(reader)
-        let apnsSettings = try Self.apnsConfiguration(reader, certificateProblems: &certificateProblems)
-        apns = apnsSettings?.0
-        self.pipeline.servedTopics = apnsSettings?.servedTopics
+        apns = try Self.apnsConfiguration(reader, certificateProblems: &certificateProblems)
+        apnsCredentialsFile = reader["HERALD_APNS_CREDENTIALS_FILE"]
+        apnsCredentialsCheckInterval = .seconds(try reader.integer("HERALD_APNS_CREDENTIALS_CHECK_S", default: 10, in: 1...86_400))
         shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
         httpPort = try reader.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
         let levelText = reader["HERALD_LOG_LEVEL"] ?? "info"
@@ -149,12 +154,12 @@ public struct HeraldConfiguration: Sendable {
 
     /// The APNs client's configuration: the HERALD_APNS_KEY_*/CERT_* credential for every topic,
     /// and the credentials of HERALD_APNS_CREDENTIALS_FILE for the apps it lists. Without the
-    /// former, the file's credentials are all there is: `servedTopics` lists the bundle IDs they
-    /// serve (events for any other topic are rejected); nil when every topic has a credential.
+    /// former, the file's credentials are all there is (events for any other topic are
+    /// rejected). nil when no credential is configured at all.
     private static func apnsConfiguration(
         _ reader: ValueReader,
         certificateProblems: inout [String]
-    ) throws -> (APNSClientConfiguration, servedTopics: Set<String>?)? {
+    ) throws -> APNSClientConfiguration? {
         var fileCredentials: [String: APNSClientConfiguration.Authentication] = [:]
         if let path = reader["HERALD_APNS_CREDENTIALS_FILE"] {
             (fileCredentials, certificateProblems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
@@ -168,12 +173,8 @@ public struct HeraldConfiguration: Sendable {
             )
         }
         let defaultAuthentication = try defaultCredential(reader)
-        // Without a default credential, requests go by topic to the file's credentials; the
-        // default slot holds one of them and is never used for an unlisted topic.
-        guard let authentication = defaultAuthentication ?? fileCredentials.min(by: { $0.key < $1.key })?.value else {
-            return nil
-        }
-        var configuration = APNSClientConfiguration(authentication: authentication)
+        guard defaultAuthentication != nil || !fileCredentials.isEmpty else { return nil }
+        var configuration = APNSClientConfiguration(authentication: defaultAuthentication)
         configuration.credentialsByTopic = fileCredentials
         do {
             if let url = reader["HERALD_APNS_PRODUCTION_URL"] {
@@ -194,7 +195,7 @@ public struct HeraldConfiguration: Sendable {
         if reader["HERALD_APNS_CONNECTIONS"] != nil {
             configuration.connectionsPerEndpoint = try reader.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
         }
-        return (configuration, defaultAuthentication == nil ? Set(fileCredentials.keys) : nil)
+        return configuration
     }
 
     /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate: PKCS#12 with

@@ -22,8 +22,7 @@ public enum OperatorCommands {
             "postgres: \(configuration.postgresURL) sslmode \(configuration.postgresURL.sslMode.rawValue), pool \(configuration.postgresPoolSize)",
         ]
         if let apns = configuration.apns {
-            let onlyListed = pipeline.servedTopics != nil
-            lines.append("apns default credential: \(onlyListed ? "none (only the credentials file's apps are served)" : apns.authentication.description)")
+            lines.append("apns default credential: \(apns.authentication?.description ?? "none (only the credentials file's apps are served)")")
             for (topic, credential) in apns.credentialsByTopic.sorted(by: { $0.key < $1.key }) {
                 lines.append("apns credential for \(topic): \(credential)")
             }

@@ -479,15 +479,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         )
         let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
         defer { trace?.end() }
-        let served = configuration.servedTopics?.contains(event.topic) ?? true
-        let outcome: DeliveryOutcome
-        if served {
-            guard let sent = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
-                return  // Cancelled: the message stays unfinished and is redelivered.
-            }
-            outcome = sent
-        } else {
-            outcome = Self.noCredential
+        guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
+            return  // Cancelled: the message stays unfinished and is redelivered.
         }
         if let trace {
             trace.attributes["herald.event_id"] = event.id
@@ -522,7 +515,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             status: outcome.status,
             apnsStatus: outcome.apnsStatus,
             reason: outcome.reason,
-            apnsID: served ? apnsID : nil,
+            apnsID: outcome.attempts > 0 ? apnsID : nil,  // "the apns-id sent": none when no request was made
             attempts: outcome.attempts,
             latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
             completedAtMilliseconds: Self.epochMilliseconds()
@@ -691,7 +684,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     /// The outcome for a device of an event no APNs credential serves: nothing is sent.
-    private static let noCredential = DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: 0)
 
     private static func milliseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000

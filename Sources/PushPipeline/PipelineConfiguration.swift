@@ -43,10 +43,6 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// Sends an event without `collapse_id` with one derived from its id
     /// (HERALD_APNS_DERIVED_COLLAPSE_ID), so a crash's repeat of an alert replaces the first copy.
     public var derivesCollapseID = false
-    /// The bundle IDs an APNs credential serves, when not every topic has one (only
-    /// HERALD_APNS_CREDENTIALS_FILE is configured); nil: all. A device of an event for another
-    /// topic gets a `rejected` result with reason `NoCredentialForTopic`, without a request.
-    public var servedTopics: Set<String>?
 
     public init() {}
 }

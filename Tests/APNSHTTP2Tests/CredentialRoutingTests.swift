@@ -114,4 +114,69 @@ struct CredentialRoutingTests {
             #expect(healthy.status == 200)
         }
     }
+
+    @Test func replacingACredentialWhileRequestsRunLosesAndRepeatsNothing() async throws {
+        var mock = Self.mock
+        mock.maxConcurrentStreams = 8
+        mock.faults = MockAPNSFaults(latency: .init(fixed: .milliseconds(100)))
+        try await MockHarness.run(
+            mock: mock,
+            authentication: .token(Self.shop),
+            configure: { $0.connectionsPerEndpoint = 1 }
+        ) { harness in
+            let client = harness.client
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<40 {
+                    group.addTask {
+                        try await client.send(MockHarness.request(index), environment: .production, deadline: .now + .seconds(30)).status
+                    }
+                }
+                // Streams in flight on the first key's connection and requests queued behind them.
+                while client.poolSnapshot(.production).streamsInUse < 2 { try await Task.sleep(for: .milliseconds(2)) }
+                #expect(try client.replaceCredentials(default: .token(Self.otherTeam), byTopic: [:]))
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.count == 40)
+            #expect(statuses.allSatisfy { $0 == 200 })
+            let received = harness.server.receivedRequests()
+            #expect(received.count == 40, "nothing sent twice")
+            #expect(Set(received.map(\.token)).count == 40, "nothing lost")
+            let keyIDs = received.map { Self.keyID(of: $0) }
+            #expect(keyIDs.contains("SHOPKEY001"), "requests in flight finished with the old key")
+            #expect(keyIDs.contains("OTHERKEY01"), "the rest went with the new one")
+            #expect(received.suffix(5).allSatisfy { Self.keyID(of: $0) == "OTHERKEY01" })
+            #expect(client.credentialCount == 1)
+            #expect(!(try client.replaceCredentials(default: .token(Self.otherTeam), byTopic: [:])), "the same credential again changes nothing")
+        }
+    }
+
+    @Test func withoutADefaultCredentialAnUnlistedTopicIsNotSent() async throws {
+        try await MockHarness.run(
+            mock: Self.mock,
+            authentication: .token(Self.shop),
+            configure: {
+                $0.authentication = nil
+                $0.credentialsByTopic = ["com.other.app": .token(Self.otherTeam)]
+            }
+        ) { harness in
+            await #expect(throws: APNSNoCredentialError(topic: "com.example.shop")) {
+                try await harness.client.send(MockHarness.request(1), environment: .production, deadline: .now + .seconds(30))
+            }
+            let listed = try await harness.client.send(
+                MockHarness.request(2, topic: "com.other.app"),
+                environment: .production,
+                deadline: .now + .seconds(30)
+            )
+            #expect(listed.status == 200)
+            #expect(harness.server.receivedRequests().map(\.token) == [MockHarness.deviceToken(2)])
+
+            // A credential for the topic added while running serves it from then on.
+            try harness.client.replaceCredentials(
+                default: nil,
+                byTopic: ["com.other.app": .token(Self.otherTeam), "com.example.shop": .token(Self.shop)]
+            )
+            let added = try await harness.client.send(MockHarness.request(3), environment: .production, deadline: .now + .seconds(30))
+            #expect(added.status == 200)
+        }
+    }
 }

@@ -32,6 +32,7 @@ public struct DeliveryOutcome: Sendable, Hashable {
 /// - 500, 503 and lost, failed or timed-out connections back off exponentially with full jitter,
 ///   and also engage a shared ``LoadSheddingGate``, so every notification of this sender slows
 ///   down while APNs sheds load.
+/// - A topic no credential serves is `rejected` with reason `NoCredentialForTopic`, unsent.
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts`` and time by
 ///   ``RetryPolicy/deliveryDeadline`` (then `failed`); a notification whose `expiration` passes
 ///   before it could be sent is `expired`.
@@ -109,6 +110,8 @@ public struct NotificationSender: Sendable {
                 case .retryAndSlowDown:
                     loadShedding.recordOverload()
                 }
+            } catch is APNSNoCredentialError {
+                return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: attempts - 1)
             } catch let error as APNSTransportError {
                 lastStatus = nil
                 lastReason = error.resultReason
