@@ -91,14 +91,7 @@ struct CredentialsFileTests {
 
             // Each app's request was signed with its own key.
             let requests = testbed.production.receivedRequests()
-            func keyID(_ token: String) -> String? {
-                guard let bearer = requests.first(where: { $0.token == token })?.header("authorization") else { return nil }
-                let header = bearer.split(separator: " ").last?.split(separator: ".").first.map(String.init) ?? ""
-                var base64 = header.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-                base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-                let json = Data(base64Encoded: base64).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
-                return json?["kid"] as? String
-            }
+            func keyID(_ token: String) -> String? { requests.first { $0.token == token }?.providerKeyID }
             #expect(keyID(devices[0].1.token) == testbed.key.keyID)
             #expect(keyID(devices[1].1.token) == otherKey.keyID)
             let legacyRequest = try #require(requests.first { $0.token == devices[2].1.token })
