@@ -33,8 +33,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // OTLP over HTTP only: the gRPC exporter's dependencies would double the build.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
-        // Tests only: reads deploy/prometheus/alerts.yaml.
+        // Lists HERALD_CONFIG_FILE's keys; the tests read deploy/'s YAML with it.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        // HERALD_CONFIG_FILE in YAML or JSON beside the environment.
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: [.defaults, "YAML"]),
     ],
     targets: [
         // C shim for Debian's librdkafka: the only place C is imported.
@@ -122,6 +124,8 @@ let package = Package(
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -9,15 +9,15 @@ import PushPipeline
 struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Delivers Apple push notifications for notification events on Kafka.",
-        discussion: "Configured by HERALD_* environment variables (see README.md).",
+        discussion: "Configured by HERALD_* environment variables and the YAML or JSON file HERALD_CONFIG_FILE names (see README.md).",
         subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self],
         defaultSubcommand: Run.self
     )
 
     /// Reads the configuration or exits with code 2 and one line naming the problem.
-    static func loadConfiguration() -> HeraldConfiguration {
+    static func loadConfiguration() async -> HeraldConfiguration {
         do {
-            let configuration = try HeraldConfiguration(environment: ProcessInfo.processInfo.environment)
+            let configuration = try await HeraldConfiguration(environment: ProcessInfo.processInfo.environment)
             configuration.bootstrapLogging()
             for unknown in configuration.unknownKeys {
                 Logger(label: "herald").warning("unknown configuration key ignored: \(unknown)")
@@ -36,7 +36,7 @@ struct Herald: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Run the service until SIGTERM or SIGINT.")
 
         func run() async throws {
-            let configuration = Herald.loadConfiguration()
+            let configuration = await Herald.loadConfiguration()
             let logger = Logger(label: "herald")
             do {
                 try await HeraldApplication.run(configuration: configuration, logger: logger)
@@ -59,7 +59,7 @@ struct Herald: AsyncParsableCommand {
             )
 
             func run() async throws {
-                let configuration = Herald.loadConfiguration()
+                let configuration = await Herald.loadConfiguration()
                 for line in OperatorCommands.describe(configuration) { print(line) }
                 print("configuration ok")
             }
@@ -105,7 +105,7 @@ struct Herald: AsyncParsableCommand {
         @Option(help: "Seconds to wait for results.") var timeout = 30
 
         func run() async throws {
-            let configuration = Herald.loadConfiguration()
+            let configuration = await Herald.loadConfiguration()
             let lines = try await Herald.refusingBadInput {
                 try await OperatorCommands.sendTestAlert(
                     user: user,
@@ -122,7 +122,7 @@ struct Herald: AsyncParsableCommand {
     }
 
     static func publishToken(register: Bool, user: String?, token: String, topic: String, environment: String) async throws {
-        let configuration = Herald.loadConfiguration()
+        let configuration = await Herald.loadConfiguration()
         let line = try await refusingBadInput {
             try await OperatorCommands.publishTokenUpdate(
                 register: register,
@@ -151,7 +151,7 @@ struct Herald: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Apply the PostgreSQL schema migrations.")
 
         func run() async throws {
-            let configuration = Herald.loadConfiguration()
+            let configuration = await Herald.loadConfiguration()
             try await HeraldApplication.migrate(configuration: configuration, logger: Logger(label: "herald.migrate"))
         }
     }

@@ -130,7 +130,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             environment[String(parts[0])] = String(parts[1])
         }
-        let configuration = try HeraldConfiguration(environment: environment)
+        let configuration = try await HeraldConfiguration(environment: environment)
         let (pipeline, connections) = (configuration.pipeline, configuration.apns?.connectionsPerEndpoint ?? 2)
         print(
             "herald: \(connections) APNs connections, \(pipeline.maxConcurrentSends) concurrent sends, "

@@ -8,7 +8,8 @@ public import PostgresNIO
 public import PushPipeline
 import NIOSSL
 
-/// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4).
+/// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4)
+/// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
 public struct HeraldConfiguration: Sendable {
     public var kafka: KafkaConfiguration
     public var consumerGroup: String
@@ -64,26 +65,24 @@ public struct HeraldConfiguration: Sendable {
     /// APNs certificates that expired, expire within 30 days, or were not issued for a bundle
     /// ID they are configured for: `herald` reports them at start-up.
     public var certificateProblems: [String] = []
+    /// Every key read that has a value, as `KEY = [type: value] (source)`; secrets show as
+    /// `<REDACTED>` (swift-configuration's redaction). `herald config check` prints them.
+    public var effectiveValues: [String] = []
 
-    /// Reads the configuration. A value in `environment` wins over the same key in the file
-    /// named by HERALD_CONFIG_FILE (lines `KEY=VALUE`, `#` comments).
-    public init(environment: [String: String]) throws {
-        var values = environment
-        if let path = environment["HERALD_CONFIG_FILE"] {
-            for (key, value) in try Self.readConfigFile(path) where values[key] == nil {
-                values[key] = value
-            }
-        }
-        for key in values.keys.sorted() where key.hasPrefix("HERALD_") && !key.hasPrefix("HERALD_KAFKA_") && !Self.keys.contains(key) {
+    /// Reads the configuration. A value in `environment` wins over the same key in the YAML or
+    /// JSON file named by HERALD_CONFIG_FILE.
+    public init(environment: [String: String]) async throws {
+        let source = try await HeraldConfigurationSource(environment: environment)
+        for key in source.givenKeys.sorted() where key.hasPrefix("HERALD_") && !key.hasPrefix("HERALD_KAFKA_") && !Self.keys.contains(key) {
             let closest = Self.keys.min { Self.editDistance($0, key) < Self.editDistance($1, key) }
             let hint = closest.map { Self.editDistance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
             unknownKeys.append("\(key) is not a Herald configuration key\(hint)")
         }
-        let reader = ValueReader(values: values)
+        let reader = ValueReader(source: source)
 
         kafka = KafkaConfiguration(
             bootstrapServers: reader["HERALD_KAFKA_BROKERS"] ?? "127.0.0.1:9092",
-            properties: Self.librdkafkaProperties(values)
+            properties: Self.librdkafkaProperties(source)
         )
         consumerGroup = reader["HERALD_KAFKA_GROUP"] ?? "herald"
 
@@ -122,18 +121,19 @@ public struct HeraldConfiguration: Sendable {
         }
         logFormat = format
         migrateOnStart = try reader.boolean("HERALD_MIGRATE_ON_START", default: false)
-        let otlpEndpointSet = values["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || values["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
+        let otlpEndpointSet = environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
         tracesEnabled = try reader.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
+        effectiveValues = source.effectiveValues
     }
 
     /// Variables that map to librdkafka properties: HERALD_KAFKA_SESSION_TIMEOUT_MS →
     /// session.timeout.ms. BROKERS and GROUP have their own meaning.
-    static func librdkafkaProperties(_ values: [String: String]) -> [String: String] {
+    private static func librdkafkaProperties(_ source: HeraldConfigurationSource) -> [String: String] {
         let prefix = "HERALD_KAFKA_"
         var properties: [String: String] = [:]
-        for (key, value) in values where key.hasPrefix(prefix) {
+        for key in source.givenKeys where key.hasPrefix(prefix) {
             let name = key.dropFirst(prefix.count)
-            guard name != "BROKERS", name != "GROUP", !name.isEmpty else { continue }
+            guard name != "BROKERS", name != "GROUP", !name.isEmpty, let value = source[key] else { continue }
             properties[name.lowercased().replacingOccurrences(of: "_", with: ".")] = value
         }
         return properties
@@ -237,25 +237,6 @@ public struct HeraldConfiguration: Sendable {
         }
         return previous[b.count]
     }
-
-    private static func readConfigFile(_ path: String) throws -> [String: String] {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ConfigurationError("cannot read HERALD_CONFIG_FILE=\(path)")
-        }
-        var values: [String: String] = [:]
-        for line in text.split(whereSeparator: \.isNewline) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            guard !trimmed.isEmpty, !trimmed.hasPrefix("#") else { continue }
-            guard let equals = trimmed.firstIndex(of: "=") else {
-                throw ConfigurationError("HERALD_CONFIG_FILE=\(path): expected KEY=VALUE lines")
-            }
-            values[String(trimmed[..<equals])] = String(trimmed[trimmed.index(after: equals)...])
-        }
-        return values
-    }
 }
 
 /// A configuration problem, worded as the one line `herald` prints before exiting with code 2.
@@ -269,14 +250,11 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// Reads typed values; empty strings count as unset.
+/// Reads typed values from the configuration's text; empty strings count as unset.
 private struct ValueReader {
-    let values: [String: String]
+    let source: HeraldConfigurationSource
 
-    subscript(key: String) -> String? {
-        guard let value = values[key], !value.isEmpty else { return nil }
-        return value
-    }
+    subscript(key: String) -> String? { source[key] }
 
     func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
         guard let text = self[key] else { return defaultValue }

@@ -9,8 +9,9 @@ import PushPipeline
 /// What `herald config check`, `herald token` and `herald send` do, on the configuration
 /// `herald run` reads.
 public enum OperatorCommands {
-    /// The effective configuration, one `name: value` line each; secrets (the database
-    /// password, the certificate password, librdkafka properties) never appear.
+    /// The effective configuration, one `name: value` line each, then every value set and where
+    /// it came from; secrets (the database URL, the certificate password, librdkafka's
+    /// passwords and keys) show as `<REDACTED>`.
     public static func describe(_ configuration: HeraldConfiguration) -> [String] {
         let pipeline = configuration.pipeline
         let topics = pipeline.topics
@@ -38,7 +39,8 @@ public enum OperatorCommands {
             "http port: \(configuration.httpPort), log \(configuration.logLevel) \(configuration.logFormat.rawValue), tracing \(configuration.tracesEnabled ? "on" : "off")",
             "migrate on start: \(configuration.migrateOnStart), shutdown grace \(configuration.shutdownGracePeriod)",
         ]
-        return lines + configuration.unknownKeys.map { "warning: \($0)" } + configuration.certificateProblems.map { "warning: \($0)" }
+        return lines + configuration.effectiveValues.map { "set: \($0)" } + configuration.unknownKeys.map { "warning: \($0)" }
+            + configuration.certificateProblems.map { "warning: \($0)" }
     }
 
     /// Publishes a registry update to push.tokens; returns the line saying what was published.

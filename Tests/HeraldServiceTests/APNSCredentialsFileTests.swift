@@ -7,7 +7,7 @@ import Testing
 
 @Suite struct APNSCredentialsFileTests {
     /// A fresh directory with a `.p8` key, a PKCS#12 stand-in and PEM files, removed by `body`'s end.
-    static func withFiles(_ body: (URL) throws -> Void) throws {
+    static func withFiles(_ body: (URL) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("credentials-file-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory.appendingPathComponent("keys"), withIntermediateDirectories: true)
@@ -24,7 +24,7 @@ import Testing
             atomically: true,
             encoding: .utf8
         )
-        try body(directory)
+        try await body(directory)
     }
 
     static func write(_ json: String, in directory: URL) throws -> String {
@@ -33,8 +33,8 @@ import Testing
         return path
     }
 
-    @Test func everyKindOfEntryIsReadWithPathsRelativeToTheFile() throws {
-        try Self.withFiles { directory in
+    @Test func everyKindOfEntryIsReadWithPathsRelativeToTheFile() async throws {
+        try await Self.withFiles { directory in
             let path = try Self.write(
                 """
                 [
@@ -59,8 +59,8 @@ import Testing
         }
     }
 
-    @Test func theFileAloneConfiguresHeraldForItsAppsAndBesideADefaultCredentialForItsAppsOnly() throws {
-        try Self.withFiles { directory in
+    @Test func theFileAloneConfiguresHeraldForItsAppsAndBesideADefaultCredentialForItsAppsOnly() async throws {
+        try await Self.withFiles { directory in
             let path = try Self.write(
                 """
                 [{"topics": ["com.example.shop"], "key_path": "keys/AuthKey.p8", "key_id": "ABC123DEFG", "team_id": "TEAM123456"},
@@ -68,11 +68,11 @@ import Testing
                 """,
                 in: directory
             )
-            let alone = try HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": path])
+            let alone = try await HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": path])
             #expect(alone.apns?.credentialsByTopic.keys.sorted() == ["com.example.shop", "com.other.app"])
             #expect(alone.apns?.authentication == nil, "other topics are rejected")
 
-            let withDefault = try HeraldConfiguration(environment: [
+            let withDefault = try await HeraldConfiguration(environment: [
                 "HERALD_APNS_CREDENTIALS_FILE": path,
                 "HERALD_APNS_KEY_PATH": directory.appendingPathComponent("keys/AuthKey.p8").path,
                 "HERALD_APNS_KEY_ID": "DEF456GHIJ",
@@ -81,23 +81,23 @@ import Testing
             #expect(withDefault.apns?.authentication?.description == "token(keyID: DEF456GHIJ, teamID: TEAM654321)")
             #expect(withDefault.apns?.credentialsByTopic.count == 2)
 
-            #expect(try HeraldConfiguration(environment: [:]).apns == nil, "no credential at all")
+            #expect(try await HeraldConfiguration(environment: [:]).apns == nil, "no credential at all")
         }
     }
 
-    @Test func theEnvironmentsCertificateMayBePEMAndItsKeyIDsMustHaveApplesForm() throws {
-        try Self.withFiles { directory in
-            let pem = try HeraldConfiguration(environment: [
+    @Test func theEnvironmentsCertificateMayBePEMAndItsKeyIDsMustHaveApplesForm() async throws {
+        try await Self.withFiles { directory in
+            let pem = try await HeraldConfiguration(environment: [
                 "HERALD_APNS_CERT_PATH": directory.appendingPathComponent("third.pem").path,
                 "HERALD_APNS_CERT_KEY_PATH": directory.appendingPathComponent("third-key.pem").path,
             ])
             #expect(pem.apns?.authentication?.description == "certificate(pem)")
-            let combined = try HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("combined.pem").path])
+            let combined = try await HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("combined.pem").path])
             #expect(combined.apns?.authentication?.description == "certificate(pem)")
-            let pkcs12 = try HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("other.p12").path])
+            let pkcs12 = try await HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": directory.appendingPathComponent("other.p12").path])
             #expect(pkcs12.apns?.authentication?.description == "certificate(pkcs12)")
-            #expect {
-                _ = try HeraldConfiguration(environment: [
+            await #expect {
+                _ = try await HeraldConfiguration(environment: [
                     "HERALD_APNS_KEY_PATH": directory.appendingPathComponent("keys/AuthKey.p8").path,
                     "HERALD_APNS_KEY_ID": "ABC123DEF\"}", "HERALD_APNS_TEAM_ID": "TEAM123456",
                 ])
@@ -107,8 +107,8 @@ import Testing
         }
     }
 
-    @Test func anEmptyListIsAllowed() throws {
-        try Self.withFiles { directory in
+    @Test func anEmptyListIsAllowed() async throws {
+        try await Self.withFiles { directory in
             let credentials = try APNSCredentialsFile.load(path: Self.write("[]", in: directory))
             #expect(credentials.isEmpty)
         }
@@ -133,8 +133,8 @@ import Testing
             "entry 2: the topic a is listed twice"
         ),
     ])
-    func mistakesAreNamed(json: String, expected: String) throws {
-        try Self.withFiles { directory in
+    func mistakesAreNamed(json: String, expected: String) async throws {
+        try await Self.withFiles { directory in
             let path = try Self.write(json, in: directory)
             #expect {
                 _ = try APNSCredentialsFile.load(path: path)
@@ -144,8 +144,8 @@ import Testing
         }
     }
 
-    @Test func passwordsNeverAppearInErrors() throws {
-        try Self.withFiles { directory in
+    @Test func passwordsNeverAppearInErrors() async throws {
+        try await Self.withFiles { directory in
             let path = try Self.write(
                 #"[{"topics": ["a"], "cert_path": "other.p12", "cert_password": "hunter2", "key_id": "K"}]"#,
                 in: directory

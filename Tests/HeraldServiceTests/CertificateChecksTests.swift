@@ -40,7 +40,7 @@ import X509
         return (certificatePath, keyPath)
     }
 
-    @Test func anExpiredCertificateAndAListedAppItWasNotIssuedForAreReported() throws {
+    @Test func anExpiredCertificateAndAListedAppItWasNotIssuedForAreReported() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("certificate-checks-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -52,14 +52,14 @@ import X509
          {"topics": ["com.example.news", "com.example.other"], "cert_path": "\(valid.certificate)", "cert_key_path": "\(valid.key)"}]
         """.write(toFile: file, atomically: true, encoding: .utf8)
 
-        let configuration = try HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": file])
+        let configuration = try await HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": file])
         let problems = configuration.certificateProblems
         #expect(problems.count == 2, "\(problems)")
         #expect(problems.contains { $0.contains("entry 1: the certificate expired at") }, "\(problems)")
         #expect(problems.contains { $0.contains("entry 2: the certificate was not issued for com.example.other (its topics: com.example.news, com.example.news.voip)") }, "\(problems)")
 
         let soon = try Self.writeCertificate(topics: ["com.example.shop"], notValidAfter: Date().addingTimeInterval(10 * 86_400), in: directory)
-        let environmentCertificate = try HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": soon.certificate, "HERALD_APNS_CERT_KEY_PATH": soon.key])
+        let environmentCertificate = try await HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": soon.certificate, "HERALD_APNS_CERT_KEY_PATH": soon.key])
         #expect(environmentCertificate.certificateProblems.count == 1)
         #expect(environmentCertificate.certificateProblems.first?.contains("in less than 30 days") == true)
     }

@@ -1,10 +1,12 @@
 import Foundation
 import HeraldService
+import KafkaTransport
+import PushPipeline
 import Testing
 
 @Suite struct ConfigurationKeysTests {
-    @Test func aMistypedKeyIsReportedNamingTheKeyItMeant() throws {
-        let configuration = try HeraldConfiguration(environment: [
+    @Test func aMistypedKeyIsReportedNamingTheKeyItMeant() async throws {
+        let configuration = try await HeraldConfiguration(environment: [
             "HERALD_MAX_CONCURENT_SENDS": "10", "HERALD_SOMETHING_ELSE": "1",
             // librdkafka's properties pass through; other variables are not Herald's business.
             "HERALD_KAFKA_FETCH_WAIT_MAX_MS": "10", "PATH": "/bin",
@@ -18,7 +20,7 @@ import Testing
     }
 
     /// The README's configuration table lists exactly the keys Herald reads.
-    @Test func theREADMEsTableListsEveryKeyAndNoOther() throws {
+    @Test func theREADMEsTableListsEveryKeyAndNoOther() async throws {
         let readme = try String(
             contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md"),
             encoding: .utf8
@@ -38,5 +40,64 @@ import Testing
             }
         }
         #expect(documented == HeraldConfiguration.keys, "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
+    }
+}
+
+/// HERALD_CONFIG_FILE: the environment's keys in YAML or JSON, read through swift-configuration.
+@Suite struct ConfigurationFileTests {
+    static func write(_ text: String, named name: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-config-\(UUID().uuidString)-\(name)").path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test(arguments: [
+        ("herald.yaml", "HERALD_KAFKA_GROUP: from-file\nHERALD_HTTP_PORT: 9191\nHERALD_MIGRATE_ON_START: true\nHERALD_POSTGRES_URL: postgres://herald:hunter2@db.example.net/herald\nHERALD_KAFKA_SASL_PASSWORD: s3cret\nHERALD_MAX_CONCURRENT_SENDS: 64\n"),
+        ("herald.json", #"{"HERALD_KAFKA_GROUP": "from-file", "HERALD_HTTP_PORT": 9191, "HERALD_MIGRATE_ON_START": true, "HERALD_POSTGRES_URL": "postgres://herald:hunter2@db.example.net/herald", "HERALD_KAFKA_SASL_PASSWORD": "s3cret", "HERALD_MAX_CONCURRENT_SENDS": "64"}"#),
+    ])
+    func theFileSetsTheSameKeysAndTheEnvironmentWins(name: String, text: String) async throws {
+        let path = try Self.write(text, named: name)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let configuration = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path, "HERALD_MAX_CONCURRENT_SENDS": "32"])
+        #expect(configuration.consumerGroup == "from-file")
+        #expect(configuration.httpPort == 9191, "a number in the file")
+        #expect(configuration.migrateOnStart, "a boolean in the file")
+        #expect(configuration.postgresURL.host == "db.example.net")
+        #expect(configuration.kafka.properties["sasl.password"] == "s3cret", "librdkafka's properties pass through from the file too")
+        #expect(configuration.pipeline.maxConcurrentSends == 32, "the environment wins over the file")
+
+        let printed = OperatorCommands.describe(configuration).joined(separator: "\n")
+        #expect(!printed.contains("hunter2") && !printed.contains("s3cret"), "secrets are never printed")
+        #expect(printed.contains("set: HERALD_POSTGRES_URL = [string: <REDACTED>] (HERALD_CONFIG_FILE)"))
+        #expect(printed.contains("set: HERALD_KAFKA_SASL_PASSWORD = [string: <REDACTED>] (HERALD_CONFIG_FILE)"))
+        #expect(printed.contains("set: HERALD_MAX_CONCURRENT_SENDS = [string: 32] (environment)"))
+        #expect(printed.contains("set: HERALD_KAFKA_GROUP = [string: from-file] (HERALD_CONFIG_FILE)"))
+    }
+
+    @Test func aMistypedKeyInTheFileIsReported() async throws {
+        let path = try Self.write("HERALD_HTTP_PROT: 9191\n", named: "herald.yml")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let configuration = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path])
+        #expect(configuration.unknownKeys == ["HERALD_HTTP_PROT is not a Herald configuration key (did you mean HERALD_HTTP_PORT?)"])
+    }
+
+    @Test(arguments: [
+        ("bad.yaml", "HERALD_HTTP_PORT: eighty\n", "HERALD_HTTP_PORT must be an integer in 0...65535"),
+        ("bad.json", #"{"HERALD_HTTP_PORT": [1, 2]}"#, "HERALD_HTTP_PORT must be a single value"),
+        ("bad.json", #"{"HERALD_HTTP_PORT": "#, "is not valid YAML or JSON"),
+        ("bad.yaml", "- HERALD_HTTP_PORT\n", "must be a mapping of keys to values"),
+        ("herald.conf", "HERALD_HTTP_PORT: 1\n", "must end in .yaml, .yml or .json"),
+    ])
+    func aBadFileIsOneLineNamingTheProblem(name: String, text: String, expected: String) async throws {
+        let path = try Self.write(text, named: name)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        await #expect {
+            _ = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path])
+        } throws: { error in
+            "\(error)".contains(expected) && !"\(error)".contains("\n")
+        }
+        await #expect(throws: ConfigurationError.self) {
+            _ = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path + ".missing"])
+        }
     }
 }

@@ -111,7 +111,7 @@ final class HeraldTestbed: Sendable {
 
     /// Herald's configuration (migrations applied), as `herald run` would read it.
     func heraldConfiguration(group: String) async throws -> HeraldConfiguration {
-        let configuration = try HeraldConfiguration(environment: try await heraldEnvironment(group: group))
+        let configuration = try await HeraldConfiguration(environment: try await heraldEnvironment(group: group))
         try await HeraldApplication.migrate(configuration: configuration, logger: logger)
         return configuration
     }

@@ -16,7 +16,7 @@ import Testing
         let (settings, plan) = try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            try await HeraldApplication.migrate(configuration: HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
+            try await HeraldApplication.migrate(configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
             return try await client.withConnection { connection in
                 var settings: [String] = []
                 for setting in ["plan_cache_mode", "enable_seqscan"] {

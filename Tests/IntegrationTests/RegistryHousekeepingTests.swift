@@ -124,7 +124,7 @@ extension TokenRegistryTests {
             environment["HERALD_HOUSEKEEPING_INTERVAL_S"] = "1"
             environment["HERALD_TOKEN_PURGE_DAYS"] = "7300"
             environment["HERALD_POSTGRES_POOL_SIZE"] = "4"
-            let configuration = try HeraldConfiguration(environment: environment)
+            let configuration = try await HeraldConfiguration(environment: environment)
             try await HeraldApplication.migrate(configuration: configuration, logger: testbed.logger)
             try await RegistryDatabase.withStore { _, database in
                 let purged = TestDevice.randomToken()
@@ -147,8 +147,8 @@ extension TokenRegistryTests {
 }
 
 @Suite struct HousekeepingConfigurationTests {
-    @Test func defaults() throws {
-        let configuration = try HeraldConfiguration(environment: [:])
+    @Test func defaults() async throws {
+        let configuration = try await HeraldConfiguration(environment: [:])
         #expect(configuration.postgresPoolSize == 20)
         #expect(configuration.pipeline.maxConcurrentSends == 2000)
         #expect(configuration.pipeline.maxInFlightMessages == 4096)
@@ -161,8 +161,8 @@ extension TokenRegistryTests {
         #expect(configuration.housekeeping.tombstoneRetention == .seconds(30 * 86_400))
     }
 
-    @Test func readsEveryKey() throws {
-        let configuration = try HeraldConfiguration(environment: [
+    @Test func readsEveryKey() async throws {
+        let configuration = try await HeraldConfiguration(environment: [
             "HERALD_POSTGRES_POOL_SIZE": "7",
             "HERALD_MAX_CONCURRENT_SENDS": "250",
             "HERALD_HOUSEKEEPING_INTERVAL_S": "60",
@@ -176,7 +176,7 @@ extension TokenRegistryTests {
         #expect(configuration.housekeeping.ledgerRetention == .seconds(24 * 3600))
         #expect(configuration.housekeeping.unregisteredTokenRetention == .seconds(90 * 86_400))
         #expect(configuration.housekeeping.tombstoneRetention == .seconds(14 * 86_400))
-        #expect(try HeraldConfiguration(environment: ["HERALD_TOKEN_PURGE_DAYS": "0"]).housekeeping.unregisteredTokenRetention == nil)
+        #expect(try await HeraldConfiguration(environment: ["HERALD_TOKEN_PURGE_DAYS": "0"]).housekeeping.unregisteredTokenRetention == nil)
     }
 
     @Test(arguments: [
@@ -191,8 +191,8 @@ extension TokenRegistryTests {
         ("HERALD_HOUSEKEEPING_INTERVAL_S", "0"),
         ("HERALD_TOKEN_TOMBSTONE_DAYS", "0"),
     ])
-    func rejectsValuesOutOfRange(key: String, value: String) {
-        #expect(throws: ConfigurationError.self) { _ = try HeraldConfiguration(environment: [key: value]) }
+    func rejectsValuesOutOfRange(key: String, value: String) async {
+        await #expect(throws: ConfigurationError.self) { _ = try await HeraldConfiguration(environment: [key: value]) }
     }
 }
 

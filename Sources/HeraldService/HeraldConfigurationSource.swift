@@ -1,0 +1,118 @@
+import Configuration
+import Foundation
+import Synchronization
+import Yams
+
+/// Where Herald's configuration values come from: swift-configuration's reader over the
+/// environment and, when HERALD_CONFIG_FILE names one, a YAML or JSON file with the same keys
+/// (the environment wins). Secrets are marked, so the values `herald config check` prints are
+/// redacted by the library.
+struct HeraldConfigurationSource {
+    let reader: ConfigReader
+    /// Every key given, in the environment or the file (HERALD_* and others).
+    let givenKeys: Set<String>
+    /// What each key read resolved to, secrets redacted, and where it came from.
+    private let valuesRead: ValuesRead
+
+    /// Keys whose values are secret: the database URL (it may hold a password), the
+    /// certificate password, and librdkafka's passwords, secrets and keys.
+    static func isSecret(_ key: String) -> Bool {
+        if key == "HERALD_POSTGRES_URL" || key == "HERALD_APNS_CERT_PASSWORD" { return true }
+        guard key.hasPrefix("HERALD_KAFKA_") else { return false }
+        return ["PASSWORD", "SECRET", "_KEY_PEM", "_KEY_LOCATION_PASSWORD", "TOKEN"].contains { key.contains($0) }
+    }
+
+    init(environment: [String: String]) async throws {
+        let valuesRead = ValuesRead()
+        var providers: [any ConfigProvider] = [
+            EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .dynamic { key, _ in Self.isSecret(key) })
+        ]
+        var givenKeys = Set(environment.keys)
+        if let path = environment["HERALD_CONFIG_FILE"], !path.isEmpty {
+            let (provider, keys) = try await Self.fileProvider(path: path)
+            providers.append(provider)
+            givenKeys.formUnion(keys)
+        }
+        self.reader = ConfigReader(providers: providers, accessReporter: valuesRead)
+        self.givenKeys = givenKeys
+        self.valuesRead = valuesRead
+    }
+
+    /// The value of `key` as text: a string, or a YAML/JSON number or boolean written as one;
+    /// nil when unset or empty.
+    subscript(key: String) -> String? {
+        let configKey = ConfigKey([key])
+        let isSecret = Self.isSecret(key)
+        let text =
+            reader.string(forKey: configKey, isSecret: isSecret)
+            ?? reader.int(forKey: configKey, isSecret: isSecret).map(String.init)
+            ?? reader.bool(forKey: configKey, isSecret: isSecret).map(String.init)
+        guard let text, !text.isEmpty else { return nil }
+        return text
+    }
+
+    /// The keys read that have a value, each as `KEY = [type: value] (source)`, secrets redacted.
+    var effectiveValues: [String] { valuesRead.lines }
+
+    /// The file's provider and its keys. Its top level must be a mapping of keys to single
+    /// values (strings, numbers, booleans), like the environment.
+    private static func fileProvider(path: String) async throws -> (any ConfigProvider, [String]) {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigurationError("cannot read HERALD_CONFIG_FILE=\(path)")
+        }
+        // YAML is a superset of JSON: one parse lists the keys of either.
+        let parsed: Any?
+        do {
+            parsed = try Yams.load(yaml: text)
+        } catch {
+            throw ConfigurationError("HERALD_CONFIG_FILE=\(path) is not valid YAML or JSON")
+        }
+        guard let mapping = parsed as? [String: Any] else {
+            throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must be a mapping of keys to values (KEY: value)")
+        }
+        for (key, value) in mapping.sorted(by: { $0.key < $1.key }) where !(value is String || value is Int || value is Bool || value is Double) {
+            throw ConfigurationError("HERALD_CONFIG_FILE=\(path): \(key) must be a single value (a string, number or boolean)")
+        }
+        let location = ConfigReader(provider: InMemoryProvider(values: ["filePath": ConfigValue(.string(path), isSecret: false)]))
+        let provider: any ConfigProvider
+        do {
+            if path.hasSuffix(".json") {
+                provider = try await FileProvider<JSONSnapshot>(
+                    parsingOptions: .init(secretsSpecifier: .dynamic { key, _ in isSecret(key) }),
+                    config: location
+                )
+            } else if path.hasSuffix(".yaml") || path.hasSuffix(".yml") {
+                provider = try await FileProvider<YAMLSnapshot>(
+                    parsingOptions: .init(secretsSpecifier: .dynamic { key, _ in isSecret(key) }),
+                    config: location
+                )
+            } else {
+                throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must end in .yaml, .yml or .json")
+            }
+        } catch let error as ConfigurationError {
+            throw error
+        } catch {
+            throw ConfigurationError("HERALD_CONFIG_FILE=\(path) cannot be read: \(error)")
+        }
+        return (provider, Array(mapping.keys))
+    }
+}
+
+/// Records what each key read resolved to (swift-configuration's access events): the value as
+/// the library describes it, which redacts secrets, and whether the environment or the file
+/// gave it.
+private final class ValuesRead: AccessReporter, Sendable {
+    private let values = Mutex<[String: String]>([:])
+
+    func report(_ event: AccessEvent) {
+        guard case .success(let value?) = event.result else { return }
+        let source = event.providerResults.firstIndex { (try? $0.result.get().value) != nil } == 0 ? "environment" : "HERALD_CONFIG_FILE"
+        let key = event.metadata.key.components.joined(separator: ".")
+        values.withLock { $0[key] = "\(key) = \(value) (\(source))" }
+    }
+
+    var lines: [String] { values.withLock { $0.sorted { $0.key < $1.key }.map(\.value) } }
+}
