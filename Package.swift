@@ -45,10 +45,13 @@ let package = Package(
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
         ),
+        // The records the pipeline reads and publishes, with no client library.
+        .target(name: "KafkaMessages", swiftSettings: swiftSettings),
         .target(
             name: "KafkaTransport",
             dependencies: [
                 "CRdKafka",
+                "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -78,11 +81,19 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The registry's and the ledger's protocols and values, with no database driver.
         .target(
             name: "DeviceTokenStore",
+            dependencies: ["APNSCore"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PostgresTokenStore",
             dependencies: [
                 "APNSCore",
+                "DeviceTokenStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -93,7 +104,7 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 "DeviceTokenStore",
-                "KafkaTransport",
+                "KafkaMessages",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -108,6 +119,8 @@ let package = Package(
                 "APNSCore",
                 "APNSHTTP2",
                 "DeviceTokenStore",
+                "PostgresTokenStore",
+                "KafkaMessages",
                 "KafkaTransport",
                 "PushPipeline",
                 .product(name: "Logging", package: "swift-log"),
@@ -171,6 +184,7 @@ let package = Package(
         .executableTarget(
             name: "HeraldDemo",
             dependencies: [
+                "KafkaMessages",
                 "KafkaTransport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -184,7 +198,10 @@ let package = Package(
                 "APNSCore",
                 "APNSHTTP2",
                 "DeviceTokenStore",
+                "PostgresTokenStore",
                 "HeraldService",
+                "KafkaMessages",
+                "KafkaTransport",
                 "PushPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -196,6 +213,7 @@ let package = Package(
         .testTarget(
             name: "KafkaTransportTests",
             dependencies: [
+                "KafkaMessages",
                 "KafkaTransport",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -231,6 +249,7 @@ let package = Package(
             name: "DeviceTokenStoreTests",
             dependencies: [
                 "DeviceTokenStore",
+                "PostgresTokenStore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
@@ -240,7 +259,7 @@ let package = Package(
         .testTarget(
             name: "PushPipelineTests",
             dependencies: [
-                "PushPipeline", "APNSCore", "DeviceTokenStore", "KafkaTransport",
+                "PushPipeline", "APNSCore", "DeviceTokenStore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -254,6 +273,8 @@ let package = Package(
             dependencies: [
                 "HeraldService",
                 "APNSHTTP2",
+                "KafkaMessages",
+                "KafkaTransport",
                 "PushPipeline",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -285,10 +306,12 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 "HeraldService",
+                "KafkaMessages",
                 "KafkaTransport",
                 "MockAPNS",
                 "PushPipeline",
                 "DeviceTokenStore",
+                "PostgresTokenStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

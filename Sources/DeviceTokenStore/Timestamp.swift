@@ -1,6 +1,4 @@
 import APNSCore
-public import NIOCore
-public import PostgresNIO
 
 /// An instant as whole microseconds since 1970-01-01T00:00:00Z.
 ///
@@ -34,36 +32,5 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
     /// The wall clock now, read as integers (``WallClock``).
     public static func now() -> Timestamp {
         Timestamp(microsecondsSince1970: WallClock.microsecondsSince1970())
-    }
-
-    /// PostgreSQL's epoch (2000-01-01T00:00:00Z) in microseconds since 1970.
-    static let postgresEpochMicroseconds: Int64 = 946_684_800_000_000
-}
-
-/// Bound and read as `timestamptz` in PostgreSQL's binary form, an Int64 of microseconds since
-/// 2000-01-01: exact, unlike `Date`, which postgres-nio converts through `Double` seconds.
-extension Timestamp: PostgresNonThrowingEncodable, PostgresDecodable {
-    public static var psqlType: PostgresDataType { .timestamptz }
-    public static var psqlFormat: PostgresFormat { .binary }
-
-    public func encode<JSONEncoder: PostgresJSONEncoder>(
-        into byteBuffer: inout ByteBuffer,
-        context: PostgresEncodingContext<JSONEncoder>
-    ) {
-        byteBuffer.writeInteger(microsecondsSince1970 - Self.postgresEpochMicroseconds)
-    }
-
-    public init<JSONDecoder: PostgresJSONDecoder>(
-        from buffer: inout ByteBuffer,
-        type: PostgresDataType,
-        format: PostgresFormat,
-        context: PostgresDecodingContext<JSONDecoder>
-    ) throws {
-        guard type == .timestamptz || type == .timestamp, format == .binary,
-            buffer.readableBytes == 8, let microseconds = buffer.readInteger(as: Int64.self)
-        else {
-            throw PostgresDecodingError.Code.typeMismatch
-        }
-        self.init(microsecondsSince1970: microseconds + Self.postgresEpochMicroseconds)
     }
 }

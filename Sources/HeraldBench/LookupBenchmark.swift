@@ -1,3 +1,4 @@
+import PostgresTokenStore
 import APNSCore
 import ArgumentParser
 import DeviceTokenStore

@@ -1,3 +1,4 @@
+import KafkaMessages
 import APNSCore
 import APNSHTTP2
 import ArgumentParser

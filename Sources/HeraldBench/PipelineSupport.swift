@@ -1,3 +1,4 @@
+import KafkaMessages
 import APNSCore
 import Foundation
 import HeraldService

@@ -1,3 +1,4 @@
+import KafkaMessages
 import ArgumentParser
 import Crypto
 import Foundation

@@ -1,5 +1,5 @@
 public import APNSHTTP2
-public import DeviceTokenStore
+public import PostgresTokenStore
 import Foundation
 import KafkaTransport
 public import Logging
@@ -185,3 +185,7 @@ public enum HeraldApplication {
         return factory
     }
 }
+
+/// librdkafka's consumer and producer are the pipeline's message source and publisher.
+extension KafkaConsumer: MessageSource {}
+extension KafkaProducer: MessagePublisher {}

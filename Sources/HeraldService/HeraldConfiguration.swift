@@ -1,6 +1,6 @@
 public import APNSHTTP2
 import APNSCore
-public import DeviceTokenStore
+public import PostgresTokenStore
 import Foundation
 public import KafkaTransport
 public import Logging

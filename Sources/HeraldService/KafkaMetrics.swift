@@ -1,3 +1,4 @@
+import KafkaMessages
 import KafkaTransport
 import Metrics
 import Synchronization

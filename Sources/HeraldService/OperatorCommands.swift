@@ -1,3 +1,5 @@
+import PostgresTokenStore
+import KafkaMessages
 import APNSCore
 import APNSHTTP2
 import Foundation

@@ -1,4 +1,5 @@
 import CRdKafka
+public import KafkaMessages
 import Synchronization
 public import Logging
 public import ServiceLifecycle
@@ -176,14 +177,4 @@ extension KafkaMessage {
             timestampMilliseconds: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || timestamp < 0 ? nil : timestamp
         )
     }
-}
-
-/// Told about consumer-group rebalances, on the consumer's poll thread (never Swift's
-/// cooperative pool, so blocking briefly is allowed).
-public protocol KafkaRebalanceListener: Sendable {
-    /// These partitions now belong to this member.
-    func partitionsAssigned(_ partitions: [KafkaTopicPartition])
-    /// These partitions are about to go: stop taking their work, finish what is in flight within
-    /// a bound, and return the offsets to commit for them before they go.
-    func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64]
 }

@@ -1,5 +1,7 @@
+public import KafkaMessages
+
 /// An error from the Kafka client: a stable code, librdkafka's text and the call site.
-public struct KafkaError: Error, Sendable, CustomStringConvertible {
+public struct KafkaError: PublishError, Sendable, CustomStringConvertible {
     private enum Code: Sendable, Hashable {
         case configuration
         case clientCreation

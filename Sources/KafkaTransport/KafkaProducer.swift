@@ -1,4 +1,5 @@
 import CRdKafka
+public import KafkaMessages
 public import Logging
 public import ServiceLifecycle
 import Synchronization

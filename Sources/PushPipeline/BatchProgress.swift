@@ -1,4 +1,4 @@
-import KafkaTransport
+import KafkaMessages
 import Synchronization
 
 /// Counts down the results still to publish for each message of one poll batch, and wakes the

@@ -1,4 +1,4 @@
-import KafkaTransport
+import KafkaMessages
 public import Logging
 public import Tracing
 

@@ -1,4 +1,4 @@
-public import KafkaTransport
+public import KafkaMessages
 
 /// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
 /// the highest offset taken when nothing is in flight. A message that never finishes (a

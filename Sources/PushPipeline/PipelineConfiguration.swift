@@ -1,4 +1,4 @@
-public import KafkaTransport
+public import KafkaMessages
 
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).
 public struct PushTopics: Sendable, Hashable {
@@ -91,5 +91,3 @@ extension MessagePublisher {
     }
 }
 
-extension KafkaConsumer: MessageSource {}
-extension KafkaProducer: MessagePublisher {}

@@ -1,4 +1,4 @@
-import KafkaTransport
+import KafkaMessages
 import Logging
 import Synchronization
 
@@ -90,7 +90,7 @@ final class ReliablePublisher: Sendable {
             }
             lastFailure = nil
             attempt += 1
-            let kafkaError = failure as? KafkaError
+            let kafkaError = failure as? any PublishError
             metrics.recordPublishError(kafkaError?.cause ?? "unknown")
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
                 logger.warning(
@@ -130,7 +130,7 @@ final class ReliablePublisher: Sendable {
     }
 
     /// Counts a permanent error; logs it when it is the first publish this cause holds.
-    private func hold(_ cause: String, topic: String, error: KafkaError) {
+    private func hold(_ cause: String, topic: String, error: any PublishError) {
         metrics.recordPermanentPublishError(cause)
         let first = blocked.withLock { state in
             state.heldByCause[cause, default: 0] += 1

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import DeviceTokenStore
+@testable import PostgresTokenStore
 
 @Suite struct MigrationsTests {
     /// `schemas/migrations/` of this checkout.

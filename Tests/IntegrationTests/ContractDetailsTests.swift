@@ -1,3 +1,4 @@
+import KafkaMessages
 import DeviceTokenStore
 import Foundation
 import HeraldService

@@ -1,3 +1,5 @@
+import PostgresTokenStore
+import KafkaMessages
 import Crypto
 import DeviceTokenStore
 import Foundation

@@ -1,3 +1,4 @@
+import KafkaMessages
 import Foundation
 import HeraldService
 import KafkaTransport

@@ -1,4 +1,5 @@
-@testable import DeviceTokenStore
+import DeviceTokenStore
+@testable import PostgresTokenStore
 import HeraldService
 import Logging
 import PostgresNIO

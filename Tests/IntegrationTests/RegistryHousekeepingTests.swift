@@ -1,3 +1,4 @@
+import PostgresTokenStore
 import DeviceTokenStore
 import Foundation
 import HeraldService

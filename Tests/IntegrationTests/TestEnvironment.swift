@@ -1,3 +1,4 @@
+import KafkaMessages
 import Crypto
 import Foundation
 import KafkaTransport

@@ -1,3 +1,4 @@
+import PostgresTokenStore
 import APNSCore
 import DeviceTokenStore
 import Foundation

@@ -1,3 +1,4 @@
+import KafkaMessages
 import Foundation
 import KafkaTransport
 import Testing

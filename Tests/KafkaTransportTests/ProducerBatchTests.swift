@@ -1,3 +1,4 @@
+import KafkaMessages
 import KafkaTransport
 import Logging
 import Testing

@@ -1,7 +1,7 @@
+import KafkaMessages
 import APNSCore
 import DeviceTokenStore
 import Foundation
-@testable import KafkaTransport
 import Logging
 import Prometheus
 import PushPipeline
@@ -85,7 +85,7 @@ struct DeliveryHardeningTests {
         let source = FakeSource([Fixture.request(0, "{" + oversized)])
         let publisher = FakePublisher(refusing: { message, _ in
             guard message.topic == "push.dlq", message.value != nil else { return nil }
-            return KafkaError.delivery(ProduceErrorCause(name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large"))
+            return FakePublishError(cause: "MSG_SIZE_TOO_LARGE", isRetriable: false, isRecordTooLarge: true)
         })
         try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS()) { _ in
             source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
@@ -102,7 +102,7 @@ struct DeliveryHardeningTests {
         let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
         // The results topic does not exist for the first two attempts, then an operator creates it.
         let publisher = FakePublisher(refusing: { message, attempt in
-            attempt <= 2 ? KafkaError.delivery(ProduceErrorCause(name: "_UNKNOWN_TOPIC", message: "Local: Unknown topic")) : nil
+            attempt <= 2 ? FakePublishError(cause: "_UNKNOWN_TOPIC", isRetriable: false) : nil
         })
         let sawBlocked = Atomic(false)
         let metrics = PrometheusCollectorRegistry()

@@ -1,7 +1,7 @@
+import KafkaMessages
 import APNSCore
 import DeviceTokenStore
 import Foundation
-import KafkaTransport
 import PushPipeline
 import Synchronization
 
@@ -254,4 +254,12 @@ final class FakeAPNS: APNSClientProtocol {
     }
 
     var sent: [(APNSRequest, APNSEnvironment)] { requests.withLock { $0 } }
+}
+
+/// A publisher's error as a broker client reports it: whether a retry can succeed, and why.
+struct FakePublishError: PublishError {
+    var cause: String?
+    var isRetriable: Bool
+    var isRecordTooLarge = false
+    var message: String { "refused: \(cause ?? "unknown")" }
 }

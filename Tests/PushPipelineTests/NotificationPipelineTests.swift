@@ -1,7 +1,7 @@
+import KafkaMessages
 import APNSCore
 import DeviceTokenStore
 import Foundation
-import KafkaTransport
 import Logging
 import PushPipeline
 import ServiceLifecycle

@@ -1,3 +1,4 @@
+import KafkaMessages
 import CRdKafka
 import Dispatch
 import Logging

@@ -1,3 +1,4 @@
+public import DeviceTokenStore
 public import Foundation
 import Logging
 import PostgresNIO

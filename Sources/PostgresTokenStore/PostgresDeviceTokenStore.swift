@@ -1,3 +1,4 @@
+public import DeviceTokenStore
 public import APNSCore
 public import Logging
 public import PostgresNIO
