@@ -12,6 +12,14 @@ let package = Package(
     name: "herald",
     platforms: [.macOS(.v15)],
     products: [
+        // An APNs client for Swift servers: request types and reasons, provider tokens, and the
+        // pooled HTTP/2 client with deadlines and Apple's rules, as a ServiceLifecycle service.
+        .library(name: "APNSClient", targets: ["APNSCore", "APNSHTTP2"]),
+        // The delivery pipeline, embeddable with your own message source, publisher, token
+        // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
+        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore"]),
+        // A mock APNs (HTTP/2 over TLS, token and certificate authentication) for tests.
+        .library(name: "MockAPNS", targets: ["MockAPNS"]),
         .executable(name: "herald", targets: ["Herald"]),
         .executable(name: "mock-apns", targets: ["MockAPNSServer"]),
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),

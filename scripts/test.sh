@@ -10,3 +10,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 export HERALD_BIN="$BIN/herald"
 # Serially: the integration suites share one broker and two cores; in parallel they starve each other.
 swift test -c release -Xswiftc -enable-testing --skip-build --no-parallel "$@"
+
+# Herald's library products as another package uses them (Examples/Embedding, built apart in
+# debug): the APNs client sends to the mock, the pipeline runs with in-memory parts, and the
+# pipeline-only executable links neither librdkafka nor postgres-nio.
+swift build --package-path Examples/Embedding
+EXAMPLES="$(swift build --package-path Examples/Embedding --show-bin-path)"
+"$EXAMPLES/APNSClientExample"
+"$EXAMPLES/PipelineExample"
+if ldd "$EXAMPLES/PipelineExample" | grep -q rdkafka || nm "$EXAMPLES/PipelineExample" | grep -q PostgresNIO; then
+    echo "PipelineExample links librdkafka or postgres-nio" >&2
+    exit 1
+fi
+echo "embedding examples: passed"

@@ -1,5 +1,3 @@
-public import Foundation
-
 /// A terminal outcome exactly as it was published, so a redelivered event republishes the same
 /// records instead of pushing again.
 public struct RecordedDelivery: Sendable, Hashable {
@@ -55,7 +53,4 @@ public protocol DeliveryLedger: Sendable {
     /// unregistered in the same transaction as its insert and keeps its `unregisteredEvent` only
     /// if that mark changed the row; an outcome without one keeps none.
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery]
-
-    /// Deletes outcomes recorded before `date`; returns how many.
-    func pruneDeliveries(recordedBefore date: Date) async throws -> Int
 }

@@ -222,10 +222,6 @@ extension FakeStore {
         return standing
     }
 
-    func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
-        0
-    }
-
     var recordedCount: Int { deliveries.withLock { $0.count } }
 
     /// Every batch the ledger wrote, oldest first.
