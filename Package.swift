@@ -1,11 +1,14 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
 
 /// Settings shared by every Swift target: Swift 6 language mode plus the upcoming features
-/// the server ecosystem (NIO, Hummingbird) turns on.
+/// the server ecosystem (NIO, Hummingbird) turns on, and no warning left standing (the setting
+/// applies to Herald's own targets, not to its dependencies).
 let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .treatAllWarnings(as: .error),
 ]
 
 let package = Package(

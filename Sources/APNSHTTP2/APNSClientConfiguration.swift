@@ -1,4 +1,4 @@
-import APNSCore
+public import APNSCore
 import NIOCore
 
 /// How ``APNSHTTP2Client`` reaches APNs: endpoints, credentials, trust and connection tuning.

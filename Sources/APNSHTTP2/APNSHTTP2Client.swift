@@ -1,13 +1,13 @@
-import APNSCore
+public import APNSCore
 import Crypto
 import Foundation
-import Logging
+public import Logging
 public import Metrics
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOPosix
+public import NIOCore
+public import NIOPosix
 import NIOSSL
-import ServiceLifecycle
+public import ServiceLifecycle
 import Synchronization
 
 /// Sends APNs requests over pooled HTTP/2 connections (``APNSConnectionHandler`` over swift-nio-ssl).

@@ -1,4 +1,4 @@
-public import APNSHTTP2
+package import APNSHTTP2
 import APNSCore
 import Foundation
 
@@ -21,9 +21,9 @@ import Foundation
 ///
 /// Relative paths are relative to the file's directory. Errors name the entry and the field,
 /// never a password or key material.
-public enum APNSCredentialsFile {
+package enum APNSCredentialsFile {
     /// Loads the file at `path`; throws ``ConfigurationError`` naming the problem.
-    public static func load(path: String) throws -> [String: APNSClientConfiguration.Authentication] {
+    package static func load(path: String) throws -> [String: APNSClientConfiguration.Authentication] {
         try loadReportingCertificates(path: path).credentials
     }
 

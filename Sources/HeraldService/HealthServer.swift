@@ -1,11 +1,11 @@
-public import Logging
+package import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-public import ServiceLifecycle
+import ServiceLifecycle
 
 /// Serves `/health/live`, `/health/ready` and `/metrics` over HTTP/1.1 on HERALD_HTTP_PORT.
-public final class HealthServer: Service, Sendable {
+package final class HealthServer: Service, Sendable {
     private let host: String
     private let port: Int
     private let readiness: @Sendable () async -> [String]
@@ -16,7 +16,7 @@ public final class HealthServer: Service, Sendable {
     ///   - readiness: the conditions that keep Herald from doing its job now (database, consumer,
     ///     APNs); empty when it is ready. `/health/ready` names them in its 503 body.
     ///   - metrics: the Prometheus text exposition.
-    public init(
+    package init(
         host: String = "0.0.0.0",
         port: Int,
         readiness: @escaping @Sendable () async -> [String],
@@ -30,7 +30,7 @@ public final class HealthServer: Service, Sendable {
         self.logger = logger
     }
 
-    public func run() async throws {
+    package func run() async throws {
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .bind(host: host, port: port) { channel in

@@ -1,8 +1,8 @@
-public import APNSHTTP2
-public import PostgresTokenStore
+package import APNSHTTP2
+package import PostgresTokenStore
 import Foundation
 import KafkaTransport
-public import Logging
+package import Logging
 import NIOPosix
 import NIOSSL
 import OTel
@@ -11,20 +11,20 @@ import PostgresNIO
 import Prometheus
 import PushPipeline
 import Tracing
-public import ServiceLifecycle
+package import ServiceLifecycle
 import UnixSignals
 
 /// Builds Herald's services from a configuration: the wiring `herald run` and the tests share.
-public enum HeraldApplication {
+package enum HeraldApplication {
     /// Applies the schema migrations and returns.
-    public static func migrate(configuration: HeraldConfiguration, logger: Logger) async throws {
+    package static func migrate(configuration: HeraldConfiguration, logger: Logger) async throws {
         try await withTokenStore(postgresURL: configuration.postgresURL, logger: logger) { store in
             try await store.migrate()
         }
     }
 
     /// Runs `body` with a registry connected to `postgresURL`, for one-off work outside the service.
-    public static func withTokenStore<Result: Sendable>(
+    package static func withTokenStore<Result: Sendable>(
         postgresURL: PostgresURL,
         logger: Logger,
         _ body: (PostgresDeviceTokenStore) async throws -> Result
@@ -38,7 +38,7 @@ public enum HeraldApplication {
     }
 
     /// Runs Herald until SIGTERM or SIGINT: migrations first when configured, then the services.
-    public static func run(configuration: HeraldConfiguration, logger: Logger) async throws {
+    package static func run(configuration: HeraldConfiguration, logger: Logger) async throws {
         if configuration.migrateOnStart {
             try await migrate(configuration: configuration, logger: logger)
         }
@@ -47,7 +47,7 @@ public enum HeraldApplication {
 
     /// The services in dependency order; the group shuts them down in reverse, so the pipeline
     /// drains before the consumer leaves the group and the producer flushes.
-    public static func makeServiceGroup(
+    package static func makeServiceGroup(
         configuration: HeraldConfiguration,
         apnsOverride: APNSClientConfiguration? = nil,
         logger: Logger

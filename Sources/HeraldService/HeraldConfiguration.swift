@@ -1,50 +1,50 @@
-public import APNSHTTP2
+package import APNSHTTP2
 import APNSCore
-public import PostgresTokenStore
+package import PostgresTokenStore
 import Foundation
-public import KafkaTransport
-public import Logging
-public import PostgresNIO
-public import PushPipeline
+package import KafkaTransport
+package import Logging
+package import PostgresNIO
+package import PushPipeline
 import NIOSSL
 
 /// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4)
 /// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
-public struct HeraldConfiguration: Sendable {
-    public var kafka: KafkaConfiguration
-    public var consumerGroup: String
-    public var pipeline: PipelineConfiguration
-    public var postgresURL: PostgresURL
+package struct HeraldConfiguration: Sendable {
+    package var kafka: KafkaConfiguration
+    package var consumerGroup: String
+    package var pipeline: PipelineConfiguration
+    package var postgresURL: PostgresURL
     /// The most PostgreSQL connections the service opens (HERALD_POSTGRES_POOL_SIZE).
-    public var postgresPoolSize: Int
+    package var postgresPoolSize: Int
     /// Ledger pruning, token purging and tombstone clean-up (HERALD_LEDGER_RETENTION_HOURS,
     /// HERALD_TOKEN_PURGE_DAYS, HERALD_TOKEN_TOMBSTONE_DAYS, HERALD_HOUSEKEEPING_INTERVAL_S).
-    public var housekeeping: HousekeepingConfiguration
+    package var housekeeping: HousekeepingConfiguration
     /// nil when no APNs credential is configured (only `herald migrate` can run then).
-    public var apns: APNSClientConfiguration?
+    package var apns: APNSClientConfiguration?
     /// HERALD_APNS_CREDENTIALS_FILE, re-read on SIGHUP and every ``apnsCredentialsCheckInterval``.
-    public var apnsCredentialsFile: String?
+    package var apnsCredentialsFile: String?
     /// How often the credentials file is checked for changes (HERALD_APNS_CREDENTIALS_CHECK_S).
-    public var apnsCredentialsCheckInterval: Duration
-    public var shutdownGracePeriod: Duration
-    public var httpPort: Int
-    public var logLevel: Logger.Level
-    public var logFormat: LogFormat
+    package var apnsCredentialsCheckInterval: Duration
+    package var shutdownGracePeriod: Duration
+    package var httpPort: Int
+    package var logLevel: Logger.Level
+    package var logFormat: LogFormat
     /// Whether `herald run` applies migrations before it starts consuming.
-    public var migrateOnStart: Bool
+    package var migrateOnStart: Bool
     /// Whether events and sends are traced and exported over OTLP/HTTP (HERALD_OTEL_TRACES;
     /// default: on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set).
     /// The exporter reads the standard OTEL_* variables.
-    public var tracesEnabled: Bool
+    package var tracesEnabled: Bool
 
-    public enum LogFormat: String, Sendable {
+    package enum LogFormat: String, Sendable {
         case json
         case text
     }
 
     /// Every HERALD_* key Herald reads, as the README's configuration table lists them; other
     /// HERALD_KAFKA_* keys pass through to librdkafka.
-    public static let keys: Set<String> = [
+    package static let keys: Set<String> = [
         "HERALD_CONFIG_FILE", "HERALD_KAFKA_BROKERS", "HERALD_KAFKA_GROUP",
         "HERALD_TOPIC_REQUESTS", "HERALD_TOPIC_TOKENS", "HERALD_TOPIC_RESULTS", "HERALD_TOPIC_UNREGISTERED", "HERALD_TOPIC_DLQ",
         "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE",
@@ -61,17 +61,17 @@ public struct HeraldConfiguration: Sendable {
 
     /// HERALD_* keys given that Herald does not read, each with the closest known key when one
     /// is near: `herald` reports them at start-up, so a typo is not silently ignored.
-    public var unknownKeys: [String] = []
+    package var unknownKeys: [String] = []
     /// APNs certificates that expired, expire within 30 days, or were not issued for a bundle
     /// ID they are configured for: `herald` reports them at start-up.
-    public var certificateProblems: [String] = []
+    package var certificateProblems: [String] = []
     /// Every key read that has a value, as `KEY = [type: value] (source)`; secrets show as
     /// `<REDACTED>` (swift-configuration's redaction). `herald config check` prints them.
-    public var effectiveValues: [String] = []
+    package var effectiveValues: [String] = []
 
     /// Reads the configuration. A value in `environment` wins over the same key in the YAML or
     /// JSON file named by HERALD_CONFIG_FILE.
-    public init(environment: [String: String]) async throws {
+    package init(environment: [String: String]) async throws {
         let source = try await HeraldConfigurationSource(environment: environment)
         for key in source.givenKeys.sorted() where key.hasPrefix("HERALD_") && !key.hasPrefix("HERALD_KAFKA_") && !Self.keys.contains(key) {
             let closest = Self.keys.min { Self.editDistance($0, key) < Self.editDistance($1, key) }
@@ -240,14 +240,14 @@ public struct HeraldConfiguration: Sendable {
 }
 
 /// A configuration problem, worded as the one line `herald` prints before exiting with code 2.
-public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
-    public let message: String
+package struct ConfigurationError: Error, Sendable, CustomStringConvertible {
+    package let message: String
 
-    public init(_ message: String) {
+    package init(_ message: String) {
         self.message = message
     }
 
-    public var description: String { message }
+    package var description: String { message }
 }
 
 /// Reads typed values from the configuration's text; empty strings count as unset.
@@ -275,22 +275,22 @@ private struct ValueReader {
 }
 
 /// `postgres://user:password@host:port/database`, split into what postgres-nio needs.
-public struct PostgresURL: Sendable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-    public var username: String
-    public var password: String?
-    public var database: String
+package struct PostgresURL: Sendable, CustomStringConvertible {
+    package var host: String
+    package var port: Int
+    package var username: String
+    package var password: String?
+    package var database: String
     /// TLS as libpq's `sslmode` names it (`?sslmode=…`, default `prefer`).
-    public var sslMode: SSLMode
+    package var sslMode: SSLMode
     /// `?sslrootcert=path`: the PEM roots `verify-ca` and `verify-full` trust (default: the
     /// system's).
-    public var sslRootCertificatePath: String?
+    package var sslRootCertificatePath: String?
 
     /// libpq's TLS modes: `disable` (plaintext), `prefer` (TLS when the server offers it,
     /// unverified), `require` (TLS or no connection, unverified), `verify-ca` (TLS with a
     /// certificate from a trusted CA), `verify-full` (that, and the certificate names the host).
-    public enum SSLMode: String, Sendable, CaseIterable {
+    package enum SSLMode: String, Sendable, CaseIterable {
         case disable
         case prefer
         case require
@@ -298,7 +298,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
         case verifyFull = "verify-full"
     }
 
-    public init(_ text: String) throws {
+    package init(_ text: String) throws {
         guard let components = URLComponents(string: text),
             components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, !host.isEmpty
@@ -343,7 +343,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     }
 
     /// The URL without its password, for logs.
-    public var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
+    package var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
 
     /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
     /// - Parameters:
@@ -355,7 +355,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     ///     bulk load of tokens before the next auto-analyze, made even the generic token lookup
     ///     a sequential scan: 692 ms for 400 users among 100,000 tokens, 1.8 ms with
     ///     `enable_seqscan = off` (psql, EXPLAIN ANALYZE; BENCHMARKS.md).
-    public func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
+    package func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
             port: port,

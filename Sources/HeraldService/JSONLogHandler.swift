@@ -2,27 +2,27 @@ import DeviceTokenStore
 import Foundation
 import OTel
 import PushPipeline
-public import Logging
+package import Logging
 
 /// One JSON object per line on standard error: `ts`, `level`, `msg`, `label`, then metadata.
-public struct JSONLogHandler: LogHandler {
-    public var logLevel: Logger.Level
-    public var metadata: Logger.Metadata = [:]
-    public var metadataProvider: Logger.MetadataProvider?
+package struct JSONLogHandler: LogHandler {
+    package var logLevel: Logger.Level
+    package var metadata: Logger.Metadata = [:]
+    package var metadataProvider: Logger.MetadataProvider?
     private let label: String
 
-    public init(label: String, level: Logger.Level, metadataProvider: Logger.MetadataProvider? = nil) {
+    package init(label: String, level: Logger.Level, metadataProvider: Logger.MetadataProvider? = nil) {
         self.label = label
         self.logLevel = level
         self.metadataProvider = metadataProvider
     }
 
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    public func log(event: LogEvent) {
+    package func log(event: LogEvent) {
         var object: [(String, String)] = [
             ("ts", Self.timestamp()),
             ("level", event.level.rawValue),
@@ -68,7 +68,7 @@ extension HeraldConfiguration {
     /// Installs the configured log format and level for the whole process.
     /// Bootstraps swift-log with the configured format and level; lines about an event name it
     /// (`push.event_id`) and, when it is traced, its trace (`trace_id`, `span_id`).
-    public func bootstrapLogging() {
+    package func bootstrapLogging() {
         let level = logLevel
         let provider = Logger.MetadataProvider.multiplex([.heraldEvent, OTel.makeLoggingMetadataProvider()])
         switch logFormat {

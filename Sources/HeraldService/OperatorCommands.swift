@@ -5,16 +5,16 @@ import APNSHTTP2
 import Foundation
 import DeviceTokenStore
 import KafkaTransport
-public import Logging
+package import Logging
 import PushPipeline
 
 /// What `herald config check`, `herald token` and `herald send` do, on the configuration
 /// `herald run` reads.
-public enum OperatorCommands {
+package enum OperatorCommands {
     /// The effective configuration, one `name: value` line each, then every value set and where
     /// it came from; secrets (the database URL, the certificate password, librdkafka's
     /// passwords and keys) show as `<REDACTED>`.
-    public static func describe(_ configuration: HeraldConfiguration) -> [String] {
+    package static func describe(_ configuration: HeraldConfiguration) -> [String] {
         let pipeline = configuration.pipeline
         let topics = pipeline.topics
         var lines = [
@@ -46,7 +46,7 @@ public enum OperatorCommands {
     }
 
     /// Publishes a registry update to push.tokens; returns the line saying what was published.
-    public static func publishTokenUpdate(
+    package static func publishTokenUpdate(
         register: Bool,
         user: String?,
         token: String,
@@ -75,7 +75,7 @@ public enum OperatorCommands {
 
     /// Publishes a test alert to push.requests and returns a line per result that arrives on
     /// push.results within `timeout` (results keep coming for a second after the last).
-    public static func sendTestAlert(
+    package static func sendTestAlert(
         user: String,
         topic: String,
         alert: String,

@@ -1,12 +1,12 @@
 /// Connection settings shared by Herald's consumer and producer.
-public struct KafkaConfiguration: Sendable, Hashable {
+package struct KafkaConfiguration: Sendable, Hashable {
     /// `bootstrap.servers`: comma-separated `host:port` list.
-    public var bootstrapServers: String
+    package var bootstrapServers: String
     /// Any other librdkafka property by its dotted name (`security.protocol`, `sasl.username`…).
     /// Values may be secrets: they are never logged.
-    public var properties: [String: String]
+    package var properties: [String: String]
 
-    public init(bootstrapServers: String, properties: [String: String] = [:]) {
+    package init(bootstrapServers: String, properties: [String: String] = [:]) {
         self.bootstrapServers = bootstrapServers
         self.properties = properties
     }

@@ -1,19 +1,19 @@
 import CRdKafka
-public import KafkaMessages
+package import KafkaMessages
 import Synchronization
-public import Logging
-public import ServiceLifecycle
+package import Logging
+import ServiceLifecycle
 
 /// A member of a Kafka consumer group with manual offset commits.
 ///
 /// Herald commits explicitly: nothing is committed until ``commit(_:)`` is called, so a message
 /// is acknowledged only after its results are published. `run()` keeps the member alive and,
 /// on graceful shutdown, leaves the group cleanly.
-public final class KafkaConsumer: Service, Sendable {
+package final class KafkaConsumer: Service, Sendable {
     private let client: RDKafkaClient
 
     /// Creates the consumer and subscribes to `topics` in group `groupID`.
-    public init(configuration: KafkaConfiguration, groupID: String, topics: [String], logger: Logger) throws {
+    package init(configuration: KafkaConfiguration, groupID: String, topics: [String], logger: Logger) throws {
         var logger = logger
         logger[metadataKey: "kafka.group.id"] = "\(groupID)"
         self.client = try RDKafkaClient(
@@ -49,7 +49,7 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Waits up to `timeout` for the first message, then takes whatever else is already
     /// fetched, up to `maxMessages`. Returns an empty array when nothing arrived.
-    public func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
+    package func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
         let timeoutMilliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = client.logger
         return try await client.blocking { handle in
@@ -79,7 +79,7 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Commits `offsets` (for each partition, the offset of the next message to read) and
     /// waits for the broker's answer.
-    public func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
+    package func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
         guard !offsets.isEmpty else { return }
         try await client.blocking { handle in
             let list = KafkaTopicPartition.makeList(offsets)
@@ -93,7 +93,7 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// The partition's high watermark (the offset after its last record) as of the consumer's
     /// latest fetch, or nil before one. A non-blocking read of librdkafka's cached value.
-    public func highWatermark(_ partition: KafkaTopicPartition) -> Int64? {
+    package func highWatermark(_ partition: KafkaTopicPartition) -> Int64? {
         try? client.immediate { handle -> Int64? in
             var low: Int64 = -1
             var high: Int64 = -1
@@ -104,22 +104,22 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Whether the group has assigned this member its partitions (none is an assignment too),
     /// and the assignment has not been lost since.
-    public var hasJoinedGroup: Bool {
+    package var hasJoinedGroup: Bool {
         client.context.hasJoinedGroup.load(ordering: .relaxed)
     }
 
     /// Registers who finishes and commits a partition's work before a rebalance takes it away.
-    public func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
+    package func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
         client.context.rebalanceListener.withLock { $0 = listener }
     }
 
     /// Stops fetching from every assigned partition (messages already fetched may still arrive).
-    public func pauseAll() async throws {
+    package func pauseAll() async throws {
         try await changeAssignedPartitions(pause: true)
     }
 
     /// Resumes fetching from every assigned partition.
-    public func resumeAll() async throws {
+    package func resumeAll() async throws {
         try await changeAssignedPartitions(pause: false)
     }
 
@@ -133,7 +133,7 @@ public final class KafkaConsumer: Service, Sendable {
     }
 
     /// Keeps the member alive until graceful shutdown or cancellation, then leaves the group.
-    public func run() async throws {
+    package func run() async throws {
         try? await gracefulShutdown()
         await client.destroy { handle in
             _ = rd_kafka_consumer_close(handle)

@@ -1,7 +1,7 @@
-public import KafkaMessages
+import KafkaMessages
 
 /// An error from the Kafka client: a stable code, librdkafka's text and the call site.
-public struct KafkaError: PublishError, Sendable, CustomStringConvertible {
+package struct KafkaError: PublishError, Sendable, CustomStringConvertible {
     private enum Code: Sendable, Hashable {
         case configuration
         case clientCreation
@@ -15,16 +15,16 @@ public struct KafkaError: PublishError, Sendable, CustomStringConvertible {
 
     private let code: Code
     /// librdkafka's message, or Herald's; never contains property values.
-    public let message: String
+    package let message: String
     /// Whether trying the same operation again may succeed. A produce error that is not
     /// retriable (a record larger than `message.max.bytes`, an unknown topic, a denied ACL)
     /// needs an operator or a different record.
-    public let isRetriable: Bool
+    package let isRetriable: Bool
     /// librdkafka's name of the error (`MSG_SIZE_TOO_LARGE`, `_UNKNOWN_TOPIC`…), when it gave one.
-    public let cause: String?
+    package let cause: String?
     /// The broker can never take the record as it is: it is larger than the producer's or the
     /// broker's size limit.
-    public let isRecordTooLarge: Bool
+    package let isRecordTooLarge: Bool
     private let file: String
     private let line: Int
 
@@ -74,7 +74,7 @@ public struct KafkaError: PublishError, Sendable, CustomStringConvertible {
     /// librdkafka's local queue had no room; the record was not taken.
     var isQueueFull: Bool { code == .queueFull }
 
-    public var description: String {
+    package var description: String {
         "KafkaError.\(code): \(message) (\(file):\(line))"
     }
 }

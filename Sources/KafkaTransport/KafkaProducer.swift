@@ -1,18 +1,18 @@
 import CRdKafka
-public import KafkaMessages
-public import Logging
-public import ServiceLifecycle
+package import KafkaMessages
+package import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// A Kafka producer whose `send` returns only once the broker acknowledged the record.
 ///
 /// Delivery reports arrive on librdkafka's background thread, so no Swift thread polls.
 /// `run()` waits for graceful shutdown and then flushes what is still in flight.
-public final class KafkaProducer: Service, Sendable {
+package final class KafkaProducer: Service, Sendable {
     private let client: RDKafkaClient
     private let flushTimeout: Duration
 
-    public init(configuration: KafkaConfiguration, flushTimeout: Duration = .seconds(10), logger: Logger) throws {
+    package init(configuration: KafkaConfiguration, flushTimeout: Duration = .seconds(10), logger: Logger) throws {
         self.client = try RDKafkaClient(
             kind: .producer,
             configuration: configuration,
@@ -24,7 +24,7 @@ public final class KafkaProducer: Service, Sendable {
 
     /// Records handed to librdkafka and not yet acknowledged (its out-queue, which also holds
     /// protocol requests in flight). A non-blocking read.
-    public var queuedRecords: Int {
+    package var queuedRecords: Int {
         (try? client.immediate { Int(rd_kafka_outq_len($0)) }) ?? 0
     }
 
@@ -32,7 +32,7 @@ public final class KafkaProducer: Service, Sendable {
     /// retries (bounded by `message.timeout.ms`); throws if the broker refused it or librdkafka
     /// gave up. A ``KafkaError`` says whether sending it again can help (``KafkaError/isRetriable``).
     /// Only a record librdkafka did not take (its local queue was full) is handed over again.
-    public func send(_ message: KafkaOutgoingMessage) async throws {
+    package func send(_ message: KafkaOutgoingMessage) async throws {
         while true {
             do {
                 return try await withCheckedThrowingContinuation { continuation in
@@ -54,7 +54,7 @@ public final class KafkaProducer: Service, Sendable {
     ///
     /// One wait for the batch instead of one per record: each `send` resumes its caller from
     /// librdkafka's thread, a job and often a thread wake-up per record (BENCHMARKS.md).
-    public func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?] {
+    package func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?] {
         guard !messages.isEmpty else { return [] }
         let batch = ProduceBatch(count: messages.count)
         for (index, message) in messages.enumerated() {
@@ -120,7 +120,7 @@ public final class KafkaProducer: Service, Sendable {
     }
 
     /// Waits for graceful shutdown or cancellation, then flushes in-flight records and closes.
-    public func run() async throws {
+    package func run() async throws {
         try? await gracefulShutdown()
         let timeoutMilliseconds = Int32(flushTimeout.components.seconds * 1000)
         await client.destroy { handle in

@@ -1,5 +1,5 @@
 public import Crypto
-import Foundation
+public import Foundation
 import SwiftASN1
 public import X509
 

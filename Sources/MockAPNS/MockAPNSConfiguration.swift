@@ -1,4 +1,4 @@
-import Crypto
+public import Crypto
 
 /// How a ``MockAPNSServer`` listens and which provider credentials and device tokens it knows.
 ///

@@ -1,11 +1,11 @@
 import Foundation
-import Logging
+public import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
-import ServiceLifecycle
+public import ServiceLifecycle
 
 /// An HTTP/2 + TLS server that answers like Apple's APNs provider API.
 ///

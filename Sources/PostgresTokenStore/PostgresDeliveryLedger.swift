@@ -1,10 +1,10 @@
-public import DeviceTokenStore
-public import Foundation
+package import DeviceTokenStore
+package import Foundation
 import Logging
 import PostgresNIO
 
 extension PostgresDeviceTokenStore: DeliveryLedger {
-    public func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
+    package func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
         guard !eventIDs.isEmpty else { return [:] }
         var deliveries: [String: [String: RecordedDelivery]] = [:]
         let rows = try await RecordedDeliveriesStatement(eventIDs: eventIDs).executeUnnamed { try await client.query($0, logger: logger) }
@@ -20,7 +20,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
     /// round trip and no transaction: the batch sits between APNs' answers and their results'
     /// publication, and its latency is the window in which a crash repeats a push. With marks,
     /// the marks and the statement share one transaction.
-    public func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+    package func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         // One row per (event, token): the first outcome given for it stands for every copy.
         var rows: [RecordedDelivery] = []
         var rowOfKey: [DeliveryKey: Int] = [:]
@@ -85,7 +85,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         }
     }
 
-    public func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
+    package func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
         try await deleteInBatches { batchSize in
             """
             WITH deleted AS (

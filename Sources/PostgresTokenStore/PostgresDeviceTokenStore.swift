@@ -1,7 +1,7 @@
-public import DeviceTokenStore
-public import APNSCore
-public import Logging
-public import PostgresNIO
+package import DeviceTokenStore
+package import APNSCore
+package import Logging
+package import PostgresNIO
 
 /// The registry in PostgreSQL (`push.device_tokens`, plus `push.token_tombstones` for
 /// unregistrations that arrive before their token has a row), through a postgres-nio client
@@ -9,18 +9,18 @@ public import PostgresNIO
 ///
 /// Herald's writes to one token are serialised by a transaction-scoped advisory lock; rows that
 /// app APIs write directly are read by the same ordering rule.
-public struct PostgresDeviceTokenStore: DeviceTokenStore {
+package struct PostgresDeviceTokenStore: DeviceTokenStore {
     let client: PostgresClient
     let logger: Logger
 
-    public init(client: PostgresClient, logger: Logger) {
+    package init(client: PostgresClient, logger: Logger) {
         self.client = client
         self.logger = logger
     }
 
     /// Applies every migration not yet recorded, under an advisory lock so that instances
     /// starting together do not race. Safe to run any number of times.
-    public func migrate() async throws {
+    package func migrate() async throws {
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(7215300411)", logger: logger)
             try await connection.query("CREATE SCHEMA IF NOT EXISTS push", logger: logger)
@@ -54,7 +54,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
         }
     }
 
-    public func activeTokens(
+    package func activeTokens(
         topic: String,
         userIDs: [String],
         environment: APNSEnvironment?
@@ -70,7 +70,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
     }
 
     @discardableResult
-    public func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
+    package func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
         switch update.action {
         case .register:
             guard let userID = update.userID else { return false }
@@ -109,7 +109,7 @@ public struct PostgresDeviceTokenStore: DeviceTokenStore {
         }
     }
 
-    public func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
+    package func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection in
             try await Self.markUnregistered(topic: topic, token: token, at: time, on: connection, logger: logger)

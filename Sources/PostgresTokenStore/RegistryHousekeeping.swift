@@ -1,27 +1,27 @@
-public import Foundation
-public import Logging
+package import Foundation
+package import Logging
 import PostgresNIO
-public import ServiceLifecycle
+import ServiceLifecycle
 
 /// What the periodic housekeeping deletes, and how often it runs.
-public struct HousekeepingConfiguration: Sendable, Hashable {
+package struct HousekeepingConfiguration: Sendable, Hashable {
     /// Time between passes; the first pass runs at start-up. Default: one hour.
-    public var interval: Duration = .seconds(3600)
+    package var interval: Duration = .seconds(3600)
     /// Delivery-ledger outcomes recorded longer ago than this are deleted. Keep it above the
     /// time a Kafka message can wait to be redelivered. Default: 168 hours.
-    public var ledgerRetention: Duration = .seconds(168 * 3600)
+    package var ledgerRetention: Duration = .seconds(168 * 3600)
     /// When set, tokens unregistered longer ago than this are deleted. Keep it above push.tokens'
     /// retention: a purged row no longer stops a replayed older registration. Default: nil (kept).
-    public var unregisteredTokenRetention: Duration?
+    package var unregisteredTokenRetention: Duration?
     /// Tombstones (unregistrations that arrived before their token's row) older than this are
     /// deleted, by their unregistration time. Default: 30 days.
-    public var tombstoneRetention: Duration = .seconds(30 * 86_400)
+    package var tombstoneRetention: Duration = .seconds(30 * 86_400)
 
-    public init() {}
+    package init() {}
 }
 
 /// The deletions housekeeping runs, each batched so no single statement holds locks for long.
-public protocol RegistryHousekeepingStore: Sendable {
+package protocol RegistryHousekeepingStore: Sendable {
     /// Deletes ledger outcomes recorded before `date`; returns how many.
     func pruneDeliveries(recordedBefore date: Date) async throws -> Int
     /// Deletes tokens unregistered before `date`; returns how many.
@@ -34,13 +34,13 @@ public protocol RegistryHousekeepingStore: Sendable {
 }
 
 /// The counts of one housekeeping pass.
-public struct HousekeepingReport: Sendable, Hashable {
-    public var deliveriesPruned = 0
-    public var tokensPurged = 0
-    public var tombstonesApplied = 0
-    public var tombstonesPruned = 0
+package struct HousekeepingReport: Sendable, Hashable {
+    package var deliveriesPruned = 0
+    package var tokensPurged = 0
+    package var tombstonesApplied = 0
+    package var tombstonesPruned = 0
 
-    public init() {}
+    package init() {}
 }
 
 /// Periodic clean-up inside the service: prunes the delivery ledger by age, purges tokens
@@ -49,14 +49,14 @@ public struct HousekeepingReport: Sendable, Hashable {
 /// Every step is an idempotent delete or an ordering-rule update, so instances running passes
 /// at the same time only repeat each other's work; no cross-instance lock is needed. A failed
 /// pass is logged and retried at the next interval.
-public final class RegistryHousekeeping: Service, Sendable {
+package final class RegistryHousekeeping: Service, Sendable {
     private let configuration: HousekeepingConfiguration
     private let store: any RegistryHousekeepingStore
     private let now: @Sendable () -> Date
     private let logger: Logger
 
     /// - Parameter now: the wall clock the cut-offs are computed from (injectable for tests).
-    public init(
+    package init(
         configuration: HousekeepingConfiguration,
         store: any RegistryHousekeepingStore,
         now: @escaping @Sendable () -> Date = { Date() },
@@ -69,7 +69,7 @@ public final class RegistryHousekeeping: Service, Sendable {
     }
 
     /// Runs a pass now and then every `interval`, until graceful shutdown or cancellation.
-    public func run() async throws {
+    package func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
@@ -98,7 +98,7 @@ public final class RegistryHousekeeping: Service, Sendable {
     }
 
     /// One pass: every deletion once, cut-offs taken from the clock at its start.
-    public func runPass() async throws -> HousekeepingReport {
+    package func runPass() async throws -> HousekeepingReport {
         let start = now()
         var report = HousekeepingReport()
         report.deliveriesPruned = try await store.pruneDeliveries(
@@ -125,7 +125,7 @@ extension Duration {
 }
 
 extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
-    public func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
+    package func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
         // The outer condition is checked again on a row changed meanwhile, so a token
         // registered again while the batch is deleted is kept.
         try await deleteInBatches { batchSize in
@@ -141,7 +141,7 @@ extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
         }
     }
 
-    public func applyPendingTombstones() async throws -> Int {
+    package func applyPendingTombstones() async throws -> Int {
         // One statement: the delete and the update see the same rows, so no tombstone is
         // deleted without having been applied. A row changed meanwhile is checked again.
         let rows = try await client.query(
@@ -167,7 +167,7 @@ extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
         return try await Self.count(rows)
     }
 
-    public func pruneTombstones(unregisteredBefore date: Date) async throws -> Int {
+    package func pruneTombstones(unregisteredBefore date: Date) async throws -> Int {
         try await deleteInBatches { batchSize in
             """
             WITH deleted AS (

@@ -1,7 +1,7 @@
 public import APNSCore
 public import DeviceTokenStore
 import Foundation
-import KafkaMessages
+public import KafkaMessages
 public import Logging
 public import Metrics
 public import ServiceLifecycle
