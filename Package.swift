@@ -71,7 +71,7 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: [
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Crypto", package: "swift-crypto")
             ],
             swiftSettings: swiftSettings
         ),

@@ -3,6 +3,11 @@
 # and the Tansu broker (scripts/services.sh), builds, runs unit and integration tests, stops
 # the services again. Extra arguments go to `swift test` (e.g. --filter WalkingSkeleton).
 set -euo pipefail
+
+# Formatting first (seconds): the toolchain's swift-format with the repository's .swift-format.
+(cd "$(dirname "${BASH_SOURCE[0]}")/.." && PATH="/opt/swift/usr/bin:$PATH" swift-format lint --strict --recursive \
+    Sources Tests Examples/Embedding/Sources Package.swift Examples/Embedding/Package.swift)
+
 # shellcheck source=scripts/release-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 

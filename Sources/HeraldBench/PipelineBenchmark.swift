@@ -67,7 +67,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
             arguments: ["migrate"],
             environment: ["HERALD_POSTGRES_URL": services.postgresURL, "HERALD_LOG_LEVEL": "warning"]
         )
-        print("pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]")
+        print(
+            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]"
+        )
         let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
         print("broker alone: \(count) records of ~90 B produced and read back at \(f(brokerRate)) records/s")
         for shape in shapes {
@@ -139,7 +141,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         )
 
         var heralds: [HeraldChild] = []
-        defer { heralds.forEach { $0.killIfRunning() } }
+        defer { for herald in heralds { herald.killIfRunning() } }
         let run: PipelineRun
         let autovacuumBefore = try await services.autovacuumCounts(logger: logger)
         var autovacuumRuns: [String: Int] = [:]
@@ -186,8 +188,10 @@ struct PipelineBenchmark: AsyncParsableCommand {
 
         let runs = autovacuumRuns.sorted { $0.key < $1.key }.map { "\($0.key) +\($0.value)" }
         print("postgres autovacuum while herald ran: \(runs.isEmpty ? "none" : runs.joined(separator: ", "))")
-        let senderLine = "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(f(sender.run.requestsPerSecond)) requests/s, \(f(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
-        let failures = report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
+        let senderLine =
+            "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(f(sender.run.requestsPerSecond)) requests/s, \(f(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
+        let failures =
+            report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
             + mockFailures(summary, expected: workload.tokens.count + sender.sent)
         guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
     }
@@ -368,7 +372,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             let count = counts[name] ?? 0
             let mean = count > 0 ? (sums[name] ?? 0) / count * 1000 : 0
             let p99 = (buckets[name] ?? [:]).sorted { $0.key < $1.key }.first { $0.value >= 0.99 * count }?.key ?? .infinity
-            return "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) mean \(f(mean, 2)) ms, p99 <= \(p99 == .infinity ? "+Inf" : f(p99 * 1000, 0)) ms, \(f(count)) calls"
+            return
+                "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) mean \(f(mean, 2)) ms, p99 <= \(p99 == .infinity ? "+Inf" : f(p99 * 1000, 0)) ms, \(f(count)) calls"
         }
         return (["herald's histograms over the run (/metrics):"] + lines).joined(separator: "\n")
     }
@@ -404,7 +409,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
         func counter(_ name: String) -> Int? {
             summary.split(separator: " ").first { $0.hasPrefix("\(name)=") }.flatMap { Int($0.dropFirst(name.count + 1)) }
         }
-        guard let accepted = counter("accepted"), let repeated = counter("repeated_apns_id") else { return ["cannot read mock-apns counters from '\(summary)'"] }
+        guard let accepted = counter("accepted"), let repeated = counter("repeated_apns_id") else {
+            return ["cannot read mock-apns counters from '\(summary)'"]
+        }
         var failures: [String] = []
         if accepted != expected { failures.append("mock-apns accepted \(accepted) pushes, expected \(expected)") }
         if repeated > 0 { failures.append("mock-apns saw \(repeated) repeated apns-ids (pushed twice)") }

@@ -73,16 +73,26 @@ struct SenderBenchmark: AsyncParsableCommand {
                 heraldRuns.append(heraldRun)
                 h2loadRuns.append(h2loadRun)
                 ratios.append(heraldRun.cpuMicrosecondsPerRequest / h2loadRun.cpuMicrosecondsPerRequest)
-                print("\(round)      herald\(column(heraldRun.requestsPerSecond, decimals: 0, width: 13))\(column(heraldRun.cpuMicrosecondsPerRequest, width: 17))")
-                print("\(round)      h2load\(column(h2loadRun.requestsPerSecond, decimals: 0, width: 13))\(column(h2loadRun.cpuMicrosecondsPerRequest, width: 17))")
+                print(
+                    "\(round)      herald\(column(heraldRun.requestsPerSecond, decimals: 0, width: 13))\(column(heraldRun.cpuMicrosecondsPerRequest, width: 17))"
+                )
+                print(
+                    "\(round)      h2load\(column(h2loadRun.requestsPerSecond, decimals: 0, width: 13))\(column(h2loadRun.cpuMicrosecondsPerRequest, width: 17))"
+                )
             }
         }
         let heraldCPU = heraldRuns.map(\.cpuMicrosecondsPerRequest).median
         let h2loadCPU = h2loadRuns.map(\.cpuMicrosecondsPerRequest).median
-        print("median herald: \(column(heraldRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(heraldCPU, width: 0)) CPU µs/request")
-        print("median h2load: \(column(h2loadRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(h2loadCPU, width: 0)) CPU µs/request")
+        print(
+            "median herald: \(column(heraldRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(heraldCPU, width: 0)) CPU µs/request"
+        )
+        print(
+            "median h2load: \(column(h2loadRuns.map(\.requestsPerSecond).median, decimals: 0, width: 0)) requests/s, \(column(h2loadCPU, width: 0)) CPU µs/request"
+        )
         print("herald/h2load CPU per request: median of rounds \(column(ratios.median, decimals: 2, width: 0)) (target <= 2.5)")
-        print("herald/h2load throughput: \(column(heraldRuns.map(\.requestsPerSecond).median / h2loadRuns.map(\.requestsPerSecond).median, decimals: 2, width: 0))")
+        print(
+            "herald/h2load throughput: \(column(heraldRuns.map(\.requestsPerSecond).median / h2loadRuns.map(\.requestsPerSecond).median, decimals: 2, width: 0))"
+        )
     }
 
     static let payload = Array(#"{"aps":{"alert":{"title":"Your order shipped","body":"Order 4711 is on its way"},"sound":"default"}}"#.utf8)

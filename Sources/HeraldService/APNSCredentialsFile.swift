@@ -202,7 +202,8 @@ package enum APNSCredentialsFile {
 
     /// Apple's key and team IDs: 10 characters, uppercase letters and digits.
     static func isAppleIdentifier(_ text: String) -> Bool {
-        text.utf8.count == 10 && text.utf8.allSatisfy { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+        text.utf8.count == 10
+            && text.utf8.allSatisfy { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
     private static func resolve(_ path: String, in directory: String) -> String {

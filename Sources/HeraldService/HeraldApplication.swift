@@ -140,22 +140,22 @@ package enum HeraldApplication {
             logger: logger
         )
         var groupConfiguration = ServiceGroupConfiguration(
-                services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
-                    .init(service: postgres),
-                    .init(service: housekeepingPostgres),
-                    // Needs only PostgreSQL: stops just before it.
-                    .init(service: housekeeping),
-                    .init(service: apns),
-                    .init(service: credentialsReloader),
-                    .init(service: producer),
-                    .init(service: consumer),
-                    .init(service: pipeline),
-                    .init(service: health),
-                ],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                cancellationSignals: [],
-                logger: logger
-            )
+            services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
+                .init(service: postgres),
+                .init(service: housekeepingPostgres),
+                // Needs only PostgreSQL: stops just before it.
+                .init(service: housekeeping),
+                .init(service: apns),
+                .init(service: credentialsReloader),
+                .init(service: producer),
+                .init(service: consumer),
+                .init(service: pipeline),
+                .init(service: health),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            cancellationSignals: [],
+            logger: logger
+        )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
     }

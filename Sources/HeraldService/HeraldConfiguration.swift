@@ -226,7 +226,8 @@ package struct HeraldConfiguration: Sendable {
 
     /// Levenshtein distance, for naming the key a typo meant.
     static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8), b = Array(b.utf8)
+        let a = Array(a.utf8)
+        let b = Array(b.utf8)
         var previous = Array(0...b.count)
         for (i, x) in a.enumerated() {
             var current = [i + 1] + Array(repeating: 0, count: b.count)

@@ -9,97 +9,97 @@ extension Migrations {
             name: "device tokens",
             file: "0001_device_tokens.sql",
             sql: #"""
--- Migration 1: the device-token registry (DESIGN.md section 3). App APIs may write this table
--- directly; Herald applies push.tokens updates and APNs' 410 answers to it with the ordering rule.
+                -- Migration 1: the device-token registry (DESIGN.md section 3). App APIs may write this table
+                -- directly; Herald applies push.tokens updates and APNs' 410 answers to it with the ordering rule.
 
-CREATE TABLE IF NOT EXISTS push.device_tokens (
-    topic text NOT NULL,
-    token text NOT NULL,
-    user_id text NOT NULL,
-    environment text NOT NULL CHECK (environment IN ('production', 'sandbox')),
-    registered_at timestamptz NOT NULL,
-    updated_at timestamptz NOT NULL,
-    unregistered_at timestamptz NULL,
-    PRIMARY KEY (topic, token)
-);
+                CREATE TABLE IF NOT EXISTS push.device_tokens (
+                    topic text NOT NULL,
+                    token text NOT NULL,
+                    user_id text NOT NULL,
+                    environment text NOT NULL CHECK (environment IN ('production', 'sandbox')),
+                    registered_at timestamptz NOT NULL,
+                    updated_at timestamptz NOT NULL,
+                    unregistered_at timestamptz NULL,
+                    PRIMARY KEY (topic, token)
+                );
 
--- The hot lookup: a batch of users' active tokens for one app.
-CREATE INDEX IF NOT EXISTS device_tokens_active_by_user
-    ON push.device_tokens (topic, user_id) WHERE unregistered_at IS NULL;
+                -- The hot lookup: a batch of users' active tokens for one app.
+                CREATE INDEX IF NOT EXISTS device_tokens_active_by_user
+                    ON push.device_tokens (topic, user_id) WHERE unregistered_at IS NULL;
 
-"""#
+                """#
         ),
         Migration(
             version: 2,
             name: "delivery ledger",
             file: "0002_delivery_ledger.sql",
             sql: #"""
--- Migration 2: the delivery ledger, every terminal (event, token) outcome as it was published,
--- so a redelivered Kafka message republishes it instead of pushing again. Pruned by age.
+                -- Migration 2: the delivery ledger, every terminal (event, token) outcome as it was published,
+                -- so a redelivered Kafka message republishes it instead of pushing again. Pruned by age.
 
-CREATE TABLE IF NOT EXISTS push.deliveries (
-    event_id text NOT NULL,
-    token text NOT NULL,
-    topic text NOT NULL,
-    user_id text NOT NULL,
-    result text NOT NULL,
-    unregistered_event text NULL,
-    recorded_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (event_id, token)
-);
+                CREATE TABLE IF NOT EXISTS push.deliveries (
+                    event_id text NOT NULL,
+                    token text NOT NULL,
+                    topic text NOT NULL,
+                    user_id text NOT NULL,
+                    result text NOT NULL,
+                    unregistered_event text NULL,
+                    recorded_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (event_id, token)
+                );
 
-CREATE INDEX IF NOT EXISTS deliveries_recorded_at ON push.deliveries (recorded_at);
+                CREATE INDEX IF NOT EXISTS deliveries_recorded_at ON push.deliveries (recorded_at);
 
-"""#
+                """#
         ),
         Migration(
             version: 3,
             name: "token tombstones",
             file: "0003_token_tombstones.sql",
             sql: #"""
--- Migration 3: unregistrations that arrived before their token had a row.
---
--- push.device_tokens.user_id is NOT NULL (the contract), so an unregister (or a 410) for a
--- token without a row cannot be stored there. It is kept here instead and treated as that
--- row's unregistered_at: a register that is not later than it stores the row unregistered,
--- and the next write to a row that exists folds it in with the ordering rule. Herald deletes a
--- tombstone once it is folded into a row, and prunes the rest by age.
+                -- Migration 3: unregistrations that arrived before their token had a row.
+                --
+                -- push.device_tokens.user_id is NOT NULL (the contract), so an unregister (or a 410) for a
+                -- token without a row cannot be stored there. It is kept here instead and treated as that
+                -- row's unregistered_at: a register that is not later than it stores the row unregistered,
+                -- and the next write to a row that exists folds it in with the ordering rule. Herald deletes a
+                -- tombstone once it is folded into a row, and prunes the rest by age.
 
-CREATE TABLE IF NOT EXISTS push.token_tombstones (
-    topic text NOT NULL,
-    token text NOT NULL,
-    unregistered_at timestamptz NOT NULL,
-    recorded_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (topic, token)
-);
+                CREATE TABLE IF NOT EXISTS push.token_tombstones (
+                    topic text NOT NULL,
+                    token text NOT NULL,
+                    unregistered_at timestamptz NOT NULL,
+                    recorded_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (topic, token)
+                );
 
-CREATE INDEX IF NOT EXISTS token_tombstones_unregistered_at
-    ON push.token_tombstones (unregistered_at);
+                CREATE INDEX IF NOT EXISTS token_tombstones_unregistered_at
+                    ON push.token_tombstones (unregistered_at);
 
--- Purging tokens unregistered long ago (HERALD_TOKEN_PURGE_DAYS) without scanning the table.
-CREATE INDEX IF NOT EXISTS device_tokens_unregistered_at
-    ON push.device_tokens (unregistered_at) WHERE unregistered_at IS NOT NULL;
+                -- Purging tokens unregistered long ago (HERALD_TOKEN_PURGE_DAYS) without scanning the table.
+                CREATE INDEX IF NOT EXISTS device_tokens_unregistered_at
+                    ON push.device_tokens (unregistered_at) WHERE unregistered_at IS NOT NULL;
 
-"""#
+                """#
         ),
         Migration(
             version: 4,
             name: "device tokens by user first",
             file: "0004_device_tokens_by_user_first.sql",
             sql: #"""
--- The token lookup (WHERE topic = $1 AND user_id = ANY($2) AND unregistered_at IS NULL) as a
--- prepared statement must stay fast whatever the table's statistics say. With the index led by
--- topic, a plan made on stale statistics (right after an app API bulk-loads tokens, before
--- auto-analyze) scans the index by topic alone and filters every token of the app: 280 ms for
--- 128 users against 200,000 tokens. Led by user_id, the generic plan (Herald's pipeline pool
--- plans generically) probes by (user_id, topic) in the statistics states measured (0.2 to
--- 0.5 ms; BENCHMARKS.md).
-CREATE INDEX IF NOT EXISTS device_tokens_active_by_user_first
-    ON push.device_tokens (user_id, topic) WHERE unregistered_at IS NULL;
+                -- The token lookup (WHERE topic = $1 AND user_id = ANY($2) AND unregistered_at IS NULL) as a
+                -- prepared statement must stay fast whatever the table's statistics say. With the index led by
+                -- topic, a plan made on stale statistics (right after an app API bulk-loads tokens, before
+                -- auto-analyze) scans the index by topic alone and filters every token of the app: 280 ms for
+                -- 128 users against 200,000 tokens. Led by user_id, the generic plan (Herald's pipeline pool
+                -- plans generically) probes by (user_id, topic) in the statistics states measured (0.2 to
+                -- 0.5 ms; BENCHMARKS.md).
+                CREATE INDEX IF NOT EXISTS device_tokens_active_by_user_first
+                    ON push.device_tokens (user_id, topic) WHERE unregistered_at IS NULL;
 
-DROP INDEX IF EXISTS push.device_tokens_active_by_user;
+                DROP INDEX IF EXISTS push.device_tokens_active_by_user;
 
-"""#
+                """#
         ),
     ]
 }

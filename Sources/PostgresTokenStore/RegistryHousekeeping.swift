@@ -83,7 +83,7 @@ package final class RegistryHousekeeping: Service, Sendable {
                             "push.housekeeping.tombstones_pruned": "\(report.tombstonesPruned)",
                         ]
                     )
-                } catch where Task.isCancelled {
+                } catch  where Task.isCancelled {
                     return
                 } catch {
                     self.logger.warning("housekeeping pass failed", metadata: ["error": "\(error)"])

@@ -90,4 +90,3 @@ extension MessagePublisher {
         }
     }
 }
-

@@ -116,7 +116,9 @@ final class ReliablePublisher: Sendable {
                 if attempt == 1 || attempt.isMultiple(of: 20) {
                     logger.warning(
                         "retrying publish",
-                        metadata: [PipelineLoggingKeys.topic: "\(message.topic)", PipelineLoggingKeys.error: "\(failure)", PipelineLoggingKeys.attempt: "\(attempt)"]
+                        metadata: [
+                            PipelineLoggingKeys.topic: "\(message.topic)", PipelineLoggingKeys.error: "\(failure)", PipelineLoggingKeys.attempt: "\(attempt)",
+                        ]
                     )
                 }
                 policy = retriableBackoff

@@ -31,8 +31,10 @@ import Testing
 
 @Suite struct ReasonTests {
     @Test func knownReasonsRoundTrip() {
-        for name in ["BadDeviceToken", "Unregistered", "ExpiredToken", "TooManyRequests", "ExpiredProviderToken",
-                     "BadEnvironmentKeyIdInToken", "Shutdown"] {
+        for name in [
+            "BadDeviceToken", "Unregistered", "ExpiredToken", "TooManyRequests", "ExpiredProviderToken",
+            "BadEnvironmentKeyIdInToken", "Shutdown",
+        ] {
             let reason = APNSReason(name)
             #expect(reason.rawValue == name)
             if case .unknown = reason { Issue.record("\(name) should be known") }

@@ -147,9 +147,11 @@ struct ClientCertificateFiles {
     /// Bundles the certificate and key as PKCS#12 with `password` using the `openssl` command
     /// (swift-certificates writes no PKCS#12); nil when `openssl` is not installed.
     func exportPKCS12(to path: String, password: String) throws -> String? {
-        guard let openssl = ["/usr/bin/openssl", "/usr/local/bin/openssl"].first(where: {
-            FileManager.default.isExecutableFile(atPath: $0)
-        }) else { return nil }
+        guard
+            let openssl = ["/usr/bin/openssl", "/usr/local/bin/openssl"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else { return nil }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: openssl)
         process.arguments = [

@@ -48,9 +48,10 @@ import Testing
                 in: directory
             )
             let credentials = try APNSCredentialsFile.load(path: path)
-            #expect(credentials.keys.sorted() == [
-                "com.example.shop", "com.example.shop.watch", "com.fourth.app", "com.other.app", "com.third.app",
-            ])
+            #expect(
+                credentials.keys.sorted() == [
+                    "com.example.shop", "com.example.shop.watch", "com.fourth.app", "com.other.app", "com.third.app",
+                ])
             #expect(credentials["com.example.shop"]?.description == "token(keyID: ABC123DEFG, teamID: TEAM123456)")
             #expect(credentials["com.example.shop.watch"]?.usesProviderTokens == true)
             #expect(credentials["com.other.app"]?.description == "certificate(pkcs12)")

@@ -45,7 +45,8 @@ import X509
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let expired = try Self.writeCertificate(topics: ["com.example.shop"], notValidAfter: Date().addingTimeInterval(-3600), in: directory)
-        let valid = try Self.writeCertificate(topics: ["com.example.news", "com.example.news.voip"], notValidAfter: Date().addingTimeInterval(400 * 86_400), in: directory)
+        let valid = try Self.writeCertificate(
+            topics: ["com.example.news", "com.example.news.voip"], notValidAfter: Date().addingTimeInterval(400 * 86_400), in: directory)
         let file = directory.appendingPathComponent("credentials.json").path
         try """
         [{"topics": ["com.example.shop"], "cert_path": "\(expired.certificate)", "cert_key_path": "\(expired.key)"},
@@ -56,10 +57,15 @@ import X509
         let problems = configuration.certificateProblems
         #expect(problems.count == 2, "\(problems)")
         #expect(problems.contains { $0.contains("entry 1: the certificate expired at") }, "\(problems)")
-        #expect(problems.contains { $0.contains("entry 2: the certificate was not issued for com.example.other (its topics: com.example.news, com.example.news.voip)") }, "\(problems)")
+        #expect(
+            problems.contains {
+                $0.contains("entry 2: the certificate was not issued for com.example.other (its topics: com.example.news, com.example.news.voip)")
+            }, "\(problems)")
 
         let soon = try Self.writeCertificate(topics: ["com.example.shop"], notValidAfter: Date().addingTimeInterval(10 * 86_400), in: directory)
-        let environmentCertificate = try await HeraldConfiguration(environment: ["HERALD_APNS_CERT_PATH": soon.certificate, "HERALD_APNS_CERT_KEY_PATH": soon.key])
+        let environmentCertificate = try await HeraldConfiguration(environment: [
+            "HERALD_APNS_CERT_PATH": soon.certificate, "HERALD_APNS_CERT_KEY_PATH": soon.key,
+        ])
         #expect(environmentCertificate.certificateProblems.count == 1)
         #expect(environmentCertificate.certificateProblems.first?.contains("in less than 30 days") == true)
     }

@@ -39,7 +39,9 @@ import Testing
                 }
             }
         }
-        #expect(documented == HeraldConfiguration.keys, "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
+        #expect(
+            documented == HeraldConfiguration.keys,
+            "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
     }
 }
 
@@ -52,8 +54,14 @@ import Testing
     }
 
     @Test(arguments: [
-        ("herald.yaml", "HERALD_KAFKA_GROUP: from-file\nHERALD_HTTP_PORT: 9191\nHERALD_MIGRATE_ON_START: true\nHERALD_POSTGRES_URL: postgres://herald:hunter2@db.example.net/herald\nHERALD_KAFKA_SASL_PASSWORD: s3cret\nHERALD_MAX_CONCURRENT_SENDS: 64\n"),
-        ("herald.json", #"{"HERALD_KAFKA_GROUP": "from-file", "HERALD_HTTP_PORT": 9191, "HERALD_MIGRATE_ON_START": true, "HERALD_POSTGRES_URL": "postgres://herald:hunter2@db.example.net/herald", "HERALD_KAFKA_SASL_PASSWORD": "s3cret", "HERALD_MAX_CONCURRENT_SENDS": "64"}"#),
+        (
+            "herald.yaml",
+            "HERALD_KAFKA_GROUP: from-file\nHERALD_HTTP_PORT: 9191\nHERALD_MIGRATE_ON_START: true\nHERALD_POSTGRES_URL: postgres://herald:hunter2@db.example.net/herald\nHERALD_KAFKA_SASL_PASSWORD: s3cret\nHERALD_MAX_CONCURRENT_SENDS: 64\n"
+        ),
+        (
+            "herald.json",
+            #"{"HERALD_KAFKA_GROUP": "from-file", "HERALD_HTTP_PORT": 9191, "HERALD_MIGRATE_ON_START": true, "HERALD_POSTGRES_URL": "postgres://herald:hunter2@db.example.net/herald", "HERALD_KAFKA_SASL_PASSWORD": "s3cret", "HERALD_MAX_CONCURRENT_SENDS": "64"}"#
+        ),
     ])
     func theFileSetsTheSameKeysAndTheEnvironmentWins(name: String, text: String) async throws {
         let path = try Self.write(text, named: name)

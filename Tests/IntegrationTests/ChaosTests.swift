@@ -293,7 +293,9 @@ struct ChaosTests {
             }
             #expect(kills == 2)
             let repeated = Self.expectExactlyOnce(testbed: testbed, devices: devices, events: events, results: results, crashes: kills)
-            print("crash window: \(repeated) repeats over \(kills) crashes (\(Double(repeated) / Double(max(kills, 1))) per crash) at \(ratesAtKill) pushes/s; bound \(PipelineConfiguration().maxConcurrentSends) per crash")
+            print(
+                "crash window: \(repeated) repeats over \(kills) crashes (\(Double(repeated) / Double(max(kills, 1))) per crash) at \(ratesAtKill) pushes/s; bound \(PipelineConfiguration().maxConcurrentSends) per crash"
+            )
         }
     }
 }

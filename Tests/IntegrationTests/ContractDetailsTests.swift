@@ -37,7 +37,8 @@ struct ContractDetailsTests {
                     topic: topics.tokens,
                     key: Array(phone.token.utf8),
                     value: Array(
-                        #"{"action":"register","user_id":"u-1","token":"\#(phone.token)","topic":"\#(testbed.bundleID)","timestamp":"2026-11-21T10:00:40.748Z"}"#.utf8
+                        #"{"action":"register","user_id":"u-1","token":"\#(phone.token)","topic":"\#(testbed.bundleID)","timestamp":"2026-11-21T10:00:40.748Z"}"#
+                            .utf8
                     )
                 )
             )
@@ -57,7 +58,8 @@ struct ContractDetailsTests {
                     topic: topics.requests,
                     key: Array(ownCollapseEvent.utf8),
                     value: Array(
-                        #"{"id":"\#(ownCollapseEvent)","user_ids":["u-2"],"topic":"\#(testbed.bundleID)","collapse_id":"mine","payload":{"aps":{"badge":1}}}"#.utf8
+                        #"{"id":"\#(ownCollapseEvent)","user_ids":["u-2"],"topic":"\#(testbed.bundleID)","collapse_id":"mine","payload":{"aps":{"badge":1}}}"#
+                            .utf8
                     )
                 )
             )
@@ -126,9 +128,10 @@ struct ContractDetailsTests {
 
             let reader = try TopicReader(topics: [testbed.topics.results])
             let records = try await reader.read(timeout: .seconds(120)) { $0.count >= 2 }
-            let results = Dictionary(uniqueKeysWithValues: records.compactMap { record in
-                record.json.map { (($0["token"] as? String) ?? "-", $0) }
-            })
+            let results = Dictionary(
+                uniqueKeysWithValues: records.compactMap { record in
+                    record.json.map { (($0["token"] as? String) ?? "-", $0) }
+                })
             for (device, reason) in [(phone, "TLSHandshakeFailed"), (tablet, "ConnectionFailed")] {
                 let result = try #require(results[device.token])
                 #expect(result["status"] as? String == "failed")

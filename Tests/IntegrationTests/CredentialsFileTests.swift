@@ -54,7 +54,8 @@ struct CredentialsFileTests {
                     KafkaOutgoingMessage(
                         topic: topics.tokens,
                         key: Array(device.token.utf8),
-                        value: Array(#"{"action":"register","user_id":"u-1","token":"\#(device.token)","topic":"\#(app)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)
+                        value: Array(
+                            #"{"action":"register","user_id":"u-1","token":"\#(device.token)","topic":"\#(app)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)
                     )
                 )
             }
@@ -79,9 +80,10 @@ struct CredentialsFileTests {
             }
             let reader = try TopicReader(topics: [topics.results])
             let records = try await reader.read(timeout: .seconds(120)) { $0.count >= devices.count }
-            let results = Dictionary(uniqueKeysWithValues: records.compactMap { record in
-                record.json.flatMap { json in (json["event_id"] as? String).map { ($0, json) } }
-            })
+            let results = Dictionary(
+                uniqueKeysWithValues: records.compactMap { record in
+                    record.json.flatMap { json in (json["event_id"] as? String).map { ($0, json) } }
+                })
             #expect(results["e-\(shop)"]?["status"] as? String == "delivered")
             #expect(results["e-\(news)"]?["status"] as? String == "delivered")
             #expect(results["e-\(legacy)"]?["status"] as? String == "delivered")

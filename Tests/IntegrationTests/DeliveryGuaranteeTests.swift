@@ -43,9 +43,10 @@ struct DeliveryGuaranteeTests {
                         }
                     }
                     let before = records + read
-                    return try await read + reader.read(timeout: .seconds(120)) { more in
-                        (before + more).filter { $0.topic == topics.results }.count >= pass * expectedOutcomes
-                    }
+                    return try await read
+                        + reader.read(timeout: .seconds(120)) { more in
+                            (before + more).filter { $0.topic == topics.results }.count >= pass * expectedOutcomes
+                        }
                 }
             }
             // Anything published late (a duplicate) would show up here.

@@ -52,8 +52,10 @@ import Yams
     }
 
     @Test func theDeploymentOutlastsHeraldsDrainAndTheScalerStopsAtThePartitions() throws {
-        let deployment = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/deployment.yaml"), encoding: .utf8)) as? [String: Any]
-        let configMap = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/configmap.yaml"), encoding: .utf8)) as? [String: Any]
+        let deployment =
+            try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/deployment.yaml"), encoding: .utf8)) as? [String: Any]
+        let configMap =
+            try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/configmap.yaml"), encoding: .utf8)) as? [String: Any]
         let pod = ((deployment?["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any]
         let grace = try #require(pod?["terminationGracePeriodSeconds"] as? Int)
         let drain = try #require(((configMap?["data"] as? [String: Any])?["HERALD_SHUTDOWN_GRACE_S"] as? String).flatMap { Int($0) })

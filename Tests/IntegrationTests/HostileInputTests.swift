@@ -49,11 +49,26 @@ struct HostileInputTests {
             (Array(#"{"action":"register","user_id":"u","token":"zz11","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
             (Array(#"{"action":"register","user_id":"u","token":"abc","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
             (Array(#"{"action":"register","user_id":"u","token":"","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
-            (Array(#"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 250_000))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "invalid_token"),
+            (
+                Array(
+                    #"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 250_000))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#
+                        .utf8), "invalid_token"
+            ),
             (Array(#"{"action":"register","user_id":"u","token":42,"topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
-            (Array(#"{"action":"register","token":"\#(String(repeating: "ab", count: 32))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
-            (Array(#"{"action":"delete","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8), "schema_violation"),
-            (Array(#"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"yesterday"}"#.utf8), "schema_violation"),
+            (
+                Array(
+                    #"{"action":"register","token":"\#(String(repeating: "ab", count: 32))","topic":"\#(bundleID)","timestamp":"2026-11-21T10:00:00Z"}"#.utf8),
+                "schema_violation"
+            ),
+            (
+                Array(
+                    #"{"action":"delete","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8),
+                "schema_violation"
+            ),
+            (
+                Array(#"{"action":"register","user_id":"u","token":"\#(String(repeating: "ab", count: 32))","topic":"t","timestamp":"yesterday"}"#.utf8),
+                "schema_violation"
+            ),
             (Array("garbage".utf8), "invalid_json"),
         ]
     }
@@ -69,7 +84,8 @@ struct HostileInputTests {
             try await testbed.register(devices)
             try await testbed.waitForActiveTokens(users: users, count: devices.count)
 
-            let cases = Self.hostileRequests(bundleID: testbed.bundleID).map { (topics.requests, $0.0, $0.1) }
+            let cases =
+                Self.hostileRequests(bundleID: testbed.bundleID).map { (topics.requests, $0.0, $0.1) }
                 + Self.hostileTokenUpdates(bundleID: testbed.bundleID).map { (topics.tokens, $0.0, $0.1) }
             var expectedCodes: [String: Int] = [:]
             var hostile = 0
@@ -78,8 +94,9 @@ struct HostileInputTests {
             for _ in 0..<12 {
                 for (topic, value, code) in cases {
                     try await testbed.producer.send(
-                        KafkaOutgoingMessage(topic: topic, key: Array("k\(hostile)".utf8), value: value,
-                                             headers: [KafkaHeader(key: "case", text: "\(hostile)")])
+                        KafkaOutgoingMessage(
+                            topic: topic, key: Array("k\(hostile)".utf8), value: value,
+                            headers: [KafkaHeader(key: "case", text: "\(hostile)")])
                     )
                     expectedCodes[code, default: 0] += 1
                     hostile += 1

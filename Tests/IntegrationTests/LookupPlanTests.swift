@@ -17,11 +17,14 @@ import Testing
         let (settings, plan) = try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            try await HeraldApplication.migrate(configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
+            try await HeraldApplication.migrate(
+                configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
             return try await client.withConnection { connection in
                 var settings: [String] = []
                 for setting in ["plan_cache_mode", "enable_seqscan"] {
-                    settings += try await connection.query(PostgresQuery(unsafeSQL: "SHOW \(setting)"), logger: logger).collect().map { try $0.decode(String.self) }
+                    settings += try await connection.query(PostgresQuery(unsafeSQL: "SHOW \(setting)"), logger: logger).collect().map {
+                        try $0.decode(String.self)
+                    }
                 }
                 try await connection.query("BEGIN", logger: logger)
                 try await connection.query("DELETE FROM push.device_tokens", logger: logger)

@@ -75,7 +75,8 @@ final class OTLPReceiver: Sendable {
         while true {
             if let end = data.firstRange(of: separator) {
                 let head = String(decoding: data[..<end.lowerBound], as: UTF8.self).lowercased()
-                let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                let length =
+                    head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
                     .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
                 if data.count - end.upperBound >= length {
                     let body = Array(data[end.upperBound..<(end.upperBound + length)])

@@ -30,9 +30,10 @@ struct DeliveryHardeningTests {
         configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
         configuration.commitInterval = .milliseconds(10)
         configure(&configuration)
-        let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
-                                            store: store, ledger: store, apns: apns,
-                                            metricsFactory: PrometheusMetricsFactory(registry: metrics), logger: Logger(label: "test"))
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: publisher,
+            store: store, ledger: store, apns: apns,
+            metricsFactory: PrometheusMetricsFactory(registry: metrics), logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }

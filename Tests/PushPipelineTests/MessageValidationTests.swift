@@ -6,24 +6,29 @@ import Testing
 
 @Suite struct NotificationEventTests {
     @Test func validEventWithDefaults() throws {
-        let event = try NotificationEvent(json: Array(#"""
-            {"id":"order-42","user_ids":["u-1","u-2","u-1"],"topic":"com.example.shop","unknown":true,
-             "payload":{"aps":{"alert":{"title":"Shipped","body":"On its way \u00e9"}},"n":1.50}}
-            """#.utf8))
+        let event = try NotificationEvent(
+            json: Array(
+                #"""
+                {"id":"order-42","user_ids":["u-1","u-2","u-1"],"topic":"com.example.shop","unknown":true,
+                 "payload":{"aps":{"alert":{"title":"Shipped","body":"On its way \u00e9"}},"n":1.50}}
+                """#.utf8))
         #expect(event.id == "order-42")
         #expect(event.userIDs == ["u-1", "u-2"])
         #expect(event.pushType == .alert)
         #expect(event.priority == .immediate)
         #expect(event.expiration == nil && event.collapseID == nil && event.environment == nil)
-        #expect(String(decoding: event.payload, as: UTF8.self)
-            == #"{"aps":{"alert":{"title":"Shipped","body":"On its way é"}},"n":1.50}"#)
+        #expect(
+            String(decoding: event.payload, as: UTF8.self)
+                == #"{"aps":{"alert":{"title":"Shipped","body":"On its way é"}},"n":1.50}"#)
     }
 
     @Test func backgroundDefaultsToPriorityFiveAndOptionalFieldsAreRead() throws {
-        let event = try NotificationEvent(json: Array(#"""
-            {"id":"e","user_ids":["u"],"topic":"t","push_type":"background","expiration":0,"collapse_id":"c",
-             "environment":"sandbox","payload":{"aps":{"content-available":1}}}
-            """#.utf8))
+        let event = try NotificationEvent(
+            json: Array(
+                #"""
+                {"id":"e","user_ids":["u"],"topic":"t","push_type":"background","expiration":0,"collapse_id":"c",
+                 "environment":"sandbox","payload":{"aps":{"content-available":1}}}
+                """#.utf8))
         #expect(event.priority == .conserveEnergy)
         #expect(event.expiration == 0)
         #expect(event.collapseID == "c")
@@ -100,9 +105,12 @@ import Testing
     @Test func tokensAreNormalisedFromTheFormsAppsSend() throws {
         let hex = String(repeating: "ab", count: 32)
         #expect(try DeviceTokenText.normalize(hex.uppercased()) == hex)
-        #expect(try DeviceTokenText.normalize("<" + stride(from: 0, to: 64, by: 8).map { index in
-            String(hex.uppercased().dropFirst(index).prefix(8))
-        }.joined(separator: " ") + ">") == hex)
+        #expect(
+            try DeviceTokenText.normalize(
+                "<"
+                    + stride(from: 0, to: 64, by: 8).map { index in
+                        String(hex.uppercased().dropFirst(index).prefix(8))
+                    }.joined(separator: " ") + ">") == hex)
         #expect(try DeviceTokenText.normalize(String(repeating: "0f", count: 50)).count == 100)
     }
 
@@ -112,10 +120,12 @@ import Testing
     }
 
     @Test func registerUpdateIsParsed() throws {
-        let update = try TokenRegistryUpdate(json: Array(#"""
-            {"action":"register","user_id":"u-1","token":"<AB AB ABAB abababab abababab abababab abababab abababab abababab abababab>",
-             "topic":"com.example.shop","timestamp":"2026-11-21T11:00:00.250+01:00"}
-            """#.utf8))
+        let update = try TokenRegistryUpdate(
+            json: Array(
+                #"""
+                {"action":"register","user_id":"u-1","token":"<AB AB ABAB abababab abababab abababab abababab abababab abababab abababab>",
+                 "topic":"com.example.shop","timestamp":"2026-11-21T11:00:00.250+01:00"}
+                """#.utf8))
         #expect(update.action == .register)
         #expect(update.token == String(repeating: "ab", count: 32))
         #expect(update.environment == .production)
@@ -173,8 +183,11 @@ import Testing
             completedAtMilliseconds: 1_763_719_201_123
         )
         let object = try #require(try JSONSerialization.jsonObject(with: Data(result.json())) as? [String: Any])
-        #expect(Set(object.keys) == ["event_id", "user_id", "token", "topic", "environment", "status", "apns_status",
-                                     "reason", "apns_id", "attempts", "latency_ms", "completed_at"])
+        #expect(
+            Set(object.keys) == [
+                "event_id", "user_id", "token", "topic", "environment", "status", "apns_status",
+                "reason", "apns_id", "attempts", "latency_ms", "completed_at",
+            ])
         #expect(object["token"] is NSNull)
         #expect(object["status"] as? String == "no_devices")
         #expect(object["completed_at"] as? String == "2025-11-21T10:00:01.123Z")

@@ -36,10 +36,14 @@ struct NotificationPipelineTests {
             hangFirstRecords: hangFirstRecords
         )
         let registered = Timestamp(millisecondsSince1970: 1_700_000_000_000)
-        for (user, token, environment) in [("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
-                                           ("bob", bobPhone, .production)] {
-            try await store.apply(TokenRegistryUpdate(action: .register, userID: user, token: token, topic: "com.example.shop",
-                                                      environment: environment, timestamp: registered))
+        for (user, token, environment) in [
+            ("alice", alicePhone, APNSEnvironment.production), ("alice", alicePad, .sandbox),
+            ("bob", bobPhone, .production),
+        ] {
+            try await store.apply(
+                TokenRegistryUpdate(
+                    action: .register, userID: user, token: token, topic: "com.example.shop",
+                    environment: environment, timestamp: registered))
         }
         return store
     }
@@ -57,8 +61,9 @@ struct NotificationPipelineTests {
         configuration.retry = RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))
         configuration.commitInterval = .milliseconds(10)
         configuration.storeOperationTimeout = storeOperationTimeout
-        let pipeline = NotificationPipeline(configuration: configuration, source: source, publisher: publisher,
-                                            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: publisher,
+            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }
@@ -115,8 +120,10 @@ struct NotificationPipelineTests {
         let store = try await Self.registeredStore()
         let apns = FakeAPNS(scripts: [Self.bobPhone: [APNSResponse(status: 410, reason: .unregistered, timestampMilliseconds: 1_800_000_000_000)]])
         let first = FakePublisher()
-        try await Self.run(source: FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))]), publisher: first,
-                           store: store, apns: apns) {
+        try await Self.run(
+            source: FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))]), publisher: first,
+            store: store, apns: apns
+        ) {
             first.messages(on: "push.results").count == 3
         }
         #expect(apns.sent.count == 3)
@@ -189,7 +196,9 @@ struct NotificationPipelineTests {
         let source = FakeSource([
             Self.request(0, "{oops"),
             Self.request(1, Self.event("e1", users: ["carol"])),
-            KafkaMessage(topic: "push.tokens", partition: 0, offset: 0, key: nil, value: Array(#"{"action":"register","user_id":"u","token":"zz","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)),
+            KafkaMessage(
+                topic: "push.tokens", partition: 0, offset: 0, key: nil,
+                value: Array(#"{"action":"register","user_id":"u","token":"zz","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)),
         ])
         let publisher = FakePublisher(failFirst: 2)
         try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(failFirstLookups: 2), apns: FakeAPNS()) {

@@ -232,57 +232,58 @@ extension String {
 /// Consumer-group rebalances, called from inside `rd_kafka_consumer_poll` on the consumer's own
 /// queue: assignments are applied at once; on revocation the listener finishes (or gives up on)
 /// the partitions' in-flight work and its offsets are committed before the partitions go.
-private let rdKafkaRebalance: @convention(c) (
-    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
-) -> Void = { handle, error, list, _ in
-    guard let handle else { return }
-    let context = RDKafkaClientContext.from(handle)
-    let listener = context?.rebalanceListener.withLock { $0 }
-    let rebalanceProtocol = String(cString: rd_kafka_rebalance_protocol(handle))
-    let cooperative = rebalanceProtocol == "COOPERATIVE"
-    let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
-    switch error {
-    case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-        if cooperative {
-            _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
-        } else {
-            _ = rd_kafka_assign(handle, list)
-        }
-        context?.logger.info(
-            "partitions assigned",
-            metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
-        )
-        context?.hasJoinedGroup.store(true, ordering: .relaxed)
-        listener?.partitionsAssigned(partitions)
-    case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-        context?.logger.info(
-            "partitions revoked",
-            metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
-        )
-        if let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty {
-            let commitList = KafkaTopicPartition.makeList(offsets)
-            let commitError = rd_kafka_commit(handle, commitList, 0)
-            rd_kafka_topic_partition_list_destroy(commitList)
-            if commitError != RD_KAFKA_RESP_ERR_NO_ERROR {
-                context?.logger.warning(
-                    "commit on revocation failed",
-                    metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(commitError)))"]
-                )
+private let rdKafkaRebalance:
+    @convention(c) (
+        OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+    ) -> Void = { handle, error, list, _ in
+        guard let handle else { return }
+        let context = RDKafkaClientContext.from(handle)
+        let listener = context?.rebalanceListener.withLock { $0 }
+        let rebalanceProtocol = String(cString: rd_kafka_rebalance_protocol(handle))
+        let cooperative = rebalanceProtocol == "COOPERATIVE"
+        let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
+        switch error {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            if cooperative {
+                _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
+            } else {
+                _ = rd_kafka_assign(handle, list)
             }
-        }
-        if cooperative {
-            _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
-        } else {
+            context?.logger.info(
+                "partitions assigned",
+                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+            )
+            context?.hasJoinedGroup.store(true, ordering: .relaxed)
+            listener?.partitionsAssigned(partitions)
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            context?.logger.info(
+                "partitions revoked",
+                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+            )
+            if let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty {
+                let commitList = KafkaTopicPartition.makeList(offsets)
+                let commitError = rd_kafka_commit(handle, commitList, 0)
+                rd_kafka_topic_partition_list_destroy(commitList)
+                if commitError != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    context?.logger.warning(
+                        "commit on revocation failed",
+                        metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(commitError)))"]
+                    )
+                }
+            }
+            if cooperative {
+                _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
+            } else {
+                _ = rd_kafka_assign(handle, nil)
+            }
+        default:
+            context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
+            // The assignment is gone without an orderly revocation: nothing may be committed.
+            context?.hasJoinedGroup.store(false, ordering: .relaxed)
+            _ = listener?.partitionsRevoked(partitions)
             _ = rd_kafka_assign(handle, nil)
         }
-    default:
-        context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
-        // The assignment is gone without an orderly revocation: nothing may be committed.
-        context?.hasJoinedGroup.store(false, ordering: .relaxed)
-        _ = listener?.partitionsRevoked(partitions)
-        _ = rd_kafka_assign(handle, nil)
     }
-}
 
 extension KafkaTopicPartition {
     /// The partitions of a librdkafka list.
