@@ -28,6 +28,17 @@ let package = Package(
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),
         .executable(name: "herald-bench", targets: ["HeraldBench"]),
     ],
+    traits: [
+        .default(enabledTraits: ["OTLPTracing"]),
+        .trait(
+            name: "OTLPTracing",
+            description: """
+                Exports traces over OTLP/HTTP with swift-otel. On by default; the ThreadSanitizer \
+                build turns it off, because swift-otel 1.6.0 does not compile under -sanitize=thread \
+                with Swift 6.3.1 ("sending 'logger' risks causing data races").
+                """
+        ),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -144,7 +155,7 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "OTel", package: "swift-otel", condition: .when(traits: ["OTLPTracing"])),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -189,6 +200,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // libFuzzer target over the APNs connection handler (built with -sanitize=fuzzer by
+        // scripts/test.sh; an ordinary build only prints how to fuzz).
+        .executableTarget(
+            name: "FuzzConnectionHandler",
+            dependencies: [
+                "APNSCore",
+                "APNSHTTP2",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -5,7 +5,9 @@ import KafkaTransport
 package import Logging
 import NIOPosix
 import NIOSSL
+#if OTLPTracing
 import OTel
+#endif
 import Metrics
 import PostgresNIO
 import Prometheus
@@ -163,6 +165,7 @@ package enum HeraldApplication {
     /// swift-otel's tracer and its OTLP exporter (a service that flushes when the group stops,
     /// so it runs first). Only traces: metrics go to /metrics and logs to the log handler.
     static func tracingBackend(logger: Logger) throws -> (tracer: any Tracer, exporter: any Service) {
+        #if OTLPTracing
         var configuration = OTel.Configuration.default
         configuration.serviceName = "herald"
         configuration.diagnosticLogger = .custom(logger)
@@ -171,6 +174,9 @@ package enum HeraldApplication {
         configuration.traces.enabled = true
         let backend = try OTel.makeTracingBackend(configuration: configuration)
         return (backend.factory, backend.service)
+        #else
+        throw ConfigurationError("HERALD_OTEL_TRACES: this build has no OTLP exporter (built without the OTLPTracing trait)")
+        #endif
     }
 
     /// swift-metrics' factory over `registry`, with duration buckets from 1 ms (a stage on a

@@ -1,6 +1,8 @@
 import DeviceTokenStore
 import Foundation
+#if OTLPTracing
 import OTel
+#endif
 import PushPipeline
 package import Logging
 
@@ -70,7 +72,11 @@ extension HeraldConfiguration {
     /// (`push.event_id`) and, when it is traced, its trace (`trace_id`, `span_id`).
     package func bootstrapLogging() {
         let level = logLevel
+        #if OTLPTracing
         let provider = Logger.MetadataProvider.multiplex([.heraldEvent, OTel.makeLoggingMetadataProvider()])
+        #else
+        let provider = Logger.MetadataProvider.heraldEvent
+        #endif
         switch logFormat {
         case .json:
             LoggingSystem.bootstrap({ label, provider in JSONLogHandler(label: label, level: level, metadataProvider: provider) }, metadataProvider: provider)
