@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #else
-    import Darwin
+import Darwin
 #endif
 
 /// The wall clock read as whole numbers (`clock_gettime`), never through `Date`'s `Double`

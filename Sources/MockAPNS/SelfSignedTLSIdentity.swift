@@ -4,11 +4,11 @@ import SwiftASN1
 import X509
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #elseif canImport(Musl)
-    import Musl
+import Musl
 #elseif canImport(Darwin)
-    import Darwin
+import Darwin
 #endif
 
 /// A throw-away ``CertificateAuthority`` and a server certificate it issued, made at start-up.

@@ -1,5 +1,5 @@
 #if canImport(CoreFoundation)
-    import CoreFoundation
+import CoreFoundation
 #endif
 import Foundation
 
