@@ -20,6 +20,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let publisher: ReliablePublisher
     private let store: any DeviceTokenStore
     private let ledger: any DeliveryLedger
+    private let storeOperations: StoreOperations
+    private let deadLetters: DeadLetters
+    private let tokenUpdates: TokenUpdates
     private let sender: NotificationSender
     private let logger: Logger
     private let tracker = Mutex(OffsetTracker())
@@ -65,9 +68,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.metrics = metrics
         self.configuration = configuration
         self.source = source
-        self.publisher = ReliablePublisher(publisher: publisher, logger: logger, metrics: metrics)
+        let reliablePublisher = ReliablePublisher(publisher: publisher, logger: logger, metrics: metrics)
+        self.publisher = reliablePublisher
         self.store = store
         self.ledger = ledger
+        let storeOperations = StoreOperations(timeout: configuration.storeOperationTimeout, metrics: metrics, logger: logger)
+        let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
+        self.storeOperations = storeOperations
+        self.deadLetters = deadLetters
+        self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.sender = NotificationSender(client: apns, policy: configuration.retry, metrics: metrics.sender)
         self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
         self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
@@ -90,7 +99,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     await self.ledgerWriter.run { batch throws(CancellationError) in
                         let started = ContinuousClock.now
                         defer { self.metrics.recordStage(.ledgerWrite, since: started) }
-                        return try await self.withStoreRetry { try await self.ledger.record(batch) }
+                        return try await self.storeOperations.run { try await self.ledger.record(batch) }
                     } then: { recorded in
                         await self.publishRecorded(recorded)
                     }
@@ -128,7 +137,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     // A partition revoked during the poll is the new owner's: not started here.
                     guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
                     if message.topic == configuration.topics.tokens {
-                        group.addTask { await self.processTokenUpdate(message) }
+                        group.addTask { if await self.tokenUpdates.process(message) { self.finish(message) } }
                     } else {
                         requests.append(message)
                     }
@@ -235,30 +244,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
     }
 
-    private func processTokenUpdate(_ message: KafkaMessage) async {
-        do {
-            let update: TokenRegistryUpdate
-            do {
-                update = try TokenRegistryUpdate(json: message.value)
-            } catch {
-                try await deadLetter(message, error)
-                return finish(message)
-            }
-            let applied = try await withStoreRetry { try await self.store.apply(update) }
-            logger.debug(
-                "token update",
-                metadata: [
-                    PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(update.token))",
-                    PipelineLoggingKeys.action: "\(update.action.rawValue)",
-                    PipelineLoggingKeys.applied: "\(applied)",
-                ]
-            )
-            finish(message)
-        } catch {
-            // Cancelled: left unfinished, so it is redelivered.
-        }
-    }
-
     /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
     /// with one query per app and one ledger query, then delivers every result of the batch;
     /// returns once each message is finished (or when cancelled).
@@ -280,7 +265,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     events.append((message, event))
                 } catch {
                     group.addTask {
-                        if (try? await self.deadLetter(message, error)) != nil { self.finish(message) }
+                        if (try? await self.deadLetters.send(message, error)) != nil { self.finish(message) }
                     }
                 }
             }
@@ -347,14 +332,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let started = ContinuousClock.now
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
-            batch.tokens[topic] = try await withStoreRetry {
+            batch.tokens[topic] = try await storeOperations.run {
                 try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
             }
         }
         let lookedUpTokens = ContinuousClock.now
         metrics.recordStage(.tokenLookup, since: started)
         let eventIDs = Array(Set(events.map(\.id)))
-        batch.recorded = try await withStoreRetry { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
+        batch.recorded = try await storeOperations.run { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
         metrics.recordStage(.ledgerLookup, since: lookedUpTokens)
         return batch
     }
@@ -438,7 +423,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         consumedAt: ContinuousClock.Instant
     ) async {
         let eventIDs = Array(Set(deliveries.map(\.event.id)))
-        guard let recorded = try? await withStoreRetry({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
+        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
                 if let outcome = recorded[event.id]?[device.token] {
@@ -624,66 +609,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             completedAtMilliseconds: Self.epochMilliseconds()
         )
     }
-
-    /// Sends the original record to push.dlq with the reason headers of the contract.
-    private func deadLetter(_ message: KafkaMessage, _ rejection: InputRejection) async throws(CancellationError) {
-        logger.warning(
-            "dead-lettering message",
-            metadata: [
-                PipelineLoggingKeys.topic: "\(message.topic)",
-                PipelineLoggingKeys.partition: "\(message.partition)",
-                PipelineLoggingKeys.offset: "\(message.offset)",
-                PipelineLoggingKeys.rejection: "\(rejection.code.rawValue)",
-                PipelineLoggingKeys.rejectionDetail: "\(rejection.detail)",
-            ]
-        )
-        let headers =
-            message.headers + [
-                KafkaHeader(key: "herald-error", text: rejection.code.rawValue),
-                KafkaHeader(key: "herald-error-detail", text: rejection.detail),
-                KafkaHeader(key: "herald-source-topic", text: message.topic),
-                KafkaHeader(key: "herald-source-partition", text: String(message.partition)),
-                KafkaHeader(key: "herald-source-offset", text: String(message.offset)),
-            ]
-        try await publisher.publishDeadLetter(
-            KafkaOutgoingMessage(
-                topic: configuration.topics.deadLetters,
-                key: message.key,
-                value: message.value,
-                headers: headers
-            )
-        )
-        metrics.recordDeadLetter(rejection.code)
-    }
-
-    /// Runs a registry or ledger operation, each attempt bounded by `storeOperationTimeout`,
-    /// retrying with backoff while PostgreSQL is unavailable.
-    private func withStoreRetry<Result: Sendable>(
-        _ operation: @escaping @Sendable () async throws -> Result
-    ) async throws(CancellationError) -> Result {
-        let policy = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
-        var generator = SystemRandomNumberGenerator()
-        var attempt = 0
-        while true {
-            if Task.isCancelled { throw CancellationError() }
-            metrics.storeOperationStarted()
-            defer { metrics.storeOperationEnded() }
-            do {
-                return try await withTimeout(configuration.storeOperationTimeout, abandoning: operation)
-            } catch {
-                metrics.recordStoreError()
-                attempt += 1
-                logger.warning("retrying token store", metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"])
-                do {
-                    try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
-                } catch {
-                    throw CancellationError()
-                }
-            }
-        }
-    }
-
-    /// The outcome for a device of an event no APNs credential serves: nothing is sent.
 
     private static func milliseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000

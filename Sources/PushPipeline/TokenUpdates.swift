@@ -1,0 +1,38 @@
+import DeviceTokenStore
+import KafkaMessages
+import Logging
+
+/// Applies push.tokens messages to the registry: a valid update is applied (with the
+/// contract's ordering rule, in the store), an unreadable one is dead-lettered.
+struct TokenUpdates: Sendable {
+    let store: any DeviceTokenStore
+    let storeOperations: StoreOperations
+    let deadLetters: DeadLetters
+    let logger: Logger
+
+    /// Handles one message; returns true once it is done (applied or dead-lettered), false when
+    /// cancelled first (it is then left unfinished and redelivered).
+    func process(_ message: KafkaMessage) async -> Bool {
+        do {
+            let update: TokenRegistryUpdate
+            do {
+                update = try TokenRegistryUpdate(json: message.value)
+            } catch {
+                try await deadLetters.send(message, error)
+                return true
+            }
+            let applied = try await storeOperations.run { try await store.apply(update) }
+            logger.debug(
+                "token update",
+                metadata: [
+                    PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(update.token))",
+                    PipelineLoggingKeys.action: "\(update.action.rawValue)",
+                    PipelineLoggingKeys.applied: "\(applied)",
+                ]
+            )
+            return true
+        } catch {
+            return false
+        }
+    }
+}
