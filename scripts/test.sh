@@ -30,13 +30,6 @@ if ldd "$EXAMPLES/PipelineExample" | grep rdkafka >/dev/null || nm "$EXAMPLES/Pi
 fi
 echo "embedding examples: passed"
 
-# ThreadSanitizer over the unit tests, in a build of its own without the OTLPTracing trait
-# (swift-otel does not compile under -sanitize=thread; see Package.swift). The integration
-# suites are left to the build above: under TSan's slowdown their pushes would outlast their
-# time limits.
-swift build -c release --build-tests -Xswiftc -enable-testing --sanitize=thread --scratch-path .build-tsan --disable-default-traits
-swift test -c release -Xswiftc -enable-testing --sanitize=thread --scratch-path .build-tsan --disable-default-traits --skip-build --skip IntegrationTests
-
 # The connection handler under libFuzzer for a bounded time, from the corpus in the repository
 # (new inputs go to a scratch directory; a crash leaves its input in .local/fuzz and fails here).
 swift build --product FuzzConnectionHandler --scratch-path .build-fuzz \
