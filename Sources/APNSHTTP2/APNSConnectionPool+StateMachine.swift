@@ -179,8 +179,6 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         return (waiters, connections, timer)
     }
 
-    /// What the pool holds for one environment: live (not draining) connections and the most
-    /// streams any of them carried at once.
     /// Connections open (not draining) to `environment`'s endpoint, the most streams one carried
     /// at once, and the streams in use now.
     func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {

@@ -247,7 +247,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             return retired
         }
         guard let retired else { return false }
-        for pool in retired { retire(pool) }
+        for pool in retired { stop(pool, because: "the credential was replaced") }
         let added = next.poolsByIdentity.keys.filter { current[$0] == nil }.count
         logger.info(
             "APNs credentials replaced",
@@ -260,13 +260,14 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         return true
     }
 
-    /// Stops a retired pool: its waiters move on (``sendOnce(_:environment:deadline:)`` sees the
-    /// pool retired) and its connections close after their in-flight streams.
-    private func retire(_ pool: CredentialPool) {
+    /// Stops a pool: its waiters fail with `shuttingDown` (a retired pool's move on, see
+    /// ``sendOnce(_:environment:deadline:)``) and its connections close after their in-flight
+    /// streams, within ``APNSClientConfiguration/shutdownGracePeriod``.
+    private func stop(_ pool: CredentialPool, because reason: String) {
         let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
         timer?.cancel()
         for waiter in waiters {
-            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("the credential was replaced"))
+            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown(reason))
         }
         for connection in connections {
             connection.closeGracefully(within: configuration.shutdownGracePeriod)
@@ -309,16 +310,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             state.phase = .stopped
             return state.routing.poolsByIdentity.values
         }
-        for pool in pools {
-            let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
-            timer?.cancel()
-            for waiter in waiters {
-                waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("APNs client is shutting down"))
-            }
-            for connection in connections {
-                connection.closeGracefully(within: configuration.shutdownGracePeriod)
-            }
-        }
+        for pool in pools { stop(pool, because: "APNs client is shutting down") }
     }
 
     // MARK: Sending

@@ -114,6 +114,8 @@ enum ConnectionUnderFuzz {
             }
         }
         _ = try? channel.finish()
+        // Timers the handler armed (handshake, deadlines, PING) hold it until they fire or go.
+        channel.embeddedEventLoop.advanceTime(by: .hours(1))
         finished.wait()
         precondition(answered.value.load(ordering: .relaxed) == 3, "every request is answered once")
     }

@@ -1,4 +1,4 @@
-public import KafkaMessages
+package import KafkaMessages
 
 /// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
 /// the highest offset taken when nothing is in flight. A message that never finishes (a
@@ -7,7 +7,7 @@ public import KafkaMessages
 /// A partition revoked from this member takes no new message until it is assigned again:
 /// messages of it that a poll gathered before the revocation belong to the new owner, which
 /// reads them again from the committed offset; nothing is committed for it meanwhile.
-public struct OffsetTracker: Sendable {
+package struct OffsetTracker: Sendable {
     private struct PartitionState {
         var inFlight: Set<Int64> = []
         var nextOffset: Int64 = 0

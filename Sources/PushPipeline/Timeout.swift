@@ -1,7 +1,7 @@
 import Synchronization
 
 /// A call that did not finish within its time limit.
-public struct OperationTimedOut: Error, CustomStringConvertible {
+package struct OperationTimedOut: Error, CustomStringConvertible {
     public var timeout: Duration
     public var description: String { "no answer within \(timeout)" }
 }
@@ -15,7 +15,7 @@ public struct OperationTimedOut: Error, CustomStringConvertible {
 /// must for its children) stalled the notifications behind it for good. The operation runs in
 /// a task of its own that hands its result over; on time-out that task is cancelled and left
 /// to end whenever it does, so use this only for calls that are safe to repeat.
-public func withTimeout<Result: Sendable>(
+package func withTimeout<Result: Sendable>(
     _ timeout: Duration,
     abandoning operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {

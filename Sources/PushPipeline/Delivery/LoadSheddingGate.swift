@@ -35,7 +35,7 @@ public struct LoadSheddingPolicy: Sendable, Hashable {
 
 /// The shared, decaying pause of ``LoadSheddingPolicy``, safe to use from many tasks at once.
 /// Generic over the clock so tests control time.
-public final class LoadSheddingGate<C: Clock>: Sendable where C.Duration == Duration {
+package final class LoadSheddingGate<C: Clock>: Sendable where C.Duration == Duration {
     /// A decayed pause below this is treated as none.
     static var negligiblePause: Duration { .microseconds(500) }
 

@@ -94,7 +94,7 @@ public enum JSONValue: Sendable, Hashable {
 }
 
 /// Why a byte sequence is not a JSON document Herald accepts.
-public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+package struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
     public var message: String
     /// Byte offset where parsing stopped.
     public var offset: Int
@@ -104,7 +104,7 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
 
 /// A strict RFC 8259 parser over UTF-8 bytes with a nesting limit, so hostile input can neither
 /// crash nor exhaust the stack.
-public struct JSONParser {
+package struct JSONParser {
     public static let maximumDepth = 64
 
     private let bytes: [UInt8]

@@ -2,7 +2,7 @@ import Crypto
 
 /// The `apns-id` of a notification: a name-based (version 5) UUID of the event ID and the token,
 /// so a redelivered event carries the same apns-id and APNs-side repeats are visible.
-public enum NotificationID {
+package enum NotificationID {
     /// Herald's namespace for version-5 UUIDs (fixed forever: changing it changes every apns-id).
     private static let namespace: [UInt8] = [
         0x6b, 0x3c, 0x2f, 0x10, 0x8d, 0x5e, 0x4a, 0x71, 0x9b, 0x0e, 0x2c, 0x47, 0x5a, 0x11, 0xe3, 0x90,

@@ -40,7 +40,7 @@ extension TokenRegistryUpdate {
 }
 
 /// Device tokens in the forms apps send them.
-public enum DeviceTokenText {
+package enum DeviceTokenText {
     /// Removes spaces and angle brackets (NSData's description), lowercases, and checks for
     /// 32..200 hex digits of even length. Apple says token length varies: no fixed size.
     public static func normalize(_ text: String) throws(InputRejection) -> String {
@@ -67,7 +67,7 @@ public enum DeviceTokenText {
 }
 
 /// RFC 3339 timestamps, read and written without locale or calendar machinery.
-public enum RFC3339 {
+package enum RFC3339 {
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `t` and `z` are accepted too. The
     /// result is exact to the microsecond (PostgreSQL's precision); finer digits are dropped.
     public static func parse(_ text: String) -> Timestamp? {
