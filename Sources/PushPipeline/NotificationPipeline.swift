@@ -23,18 +23,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let storeOperations: StoreOperations
     private let deadLetters: DeadLetters
     private let tokenUpdates: TokenUpdates
-    private let sender: NotificationSender
+    private let requests: RequestProcessor
     private let logger: Logger
-    private let tracker = Mutex(OffsetTracker())
-    /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
-    /// event never pushes twice.
-    private let inFlight = Mutex(InFlightDeliveries(recentCapacity: 100_000))
-    /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
-    private let sendLimit: ConcurrencyLimit
-    /// Records outcomes in batches (group commit).
-    private let ledgerWriter: LedgerWriter<DeliveryTicket>
-    /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
-    private let tracer: (any Tracer)?
+    private let tracker = SharedOffsetTracker()
     private let isStopping = Atomic(false)
     private let consuming = Atomic(false)
     /// What the pipeline did so far.
@@ -63,7 +54,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         tracer: (any Tracer)? = nil,
         logger: Logger
     ) {
-        self.tracer = tracer
         let metrics = PipelineMetrics(factory: metricsFactory)
         self.metrics = metrics
         self.configuration = configuration
@@ -77,9 +67,19 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.storeOperations = storeOperations
         self.deadLetters = deadLetters
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
-        self.sender = NotificationSender(client: apns, policy: configuration.retry, metrics: metrics.sender)
-        self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
-        self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
+        self.requests = RequestProcessor(
+            configuration: configuration,
+            publisher: reliablePublisher,
+            store: store,
+            ledger: ledger,
+            storeOperations: storeOperations,
+            deadLetters: deadLetters,
+            sender: NotificationSender(client: apns, policy: configuration.retry, metrics: metrics.sender),
+            tracker: tracker,
+            tracer: tracer,
+            metrics: metrics,
+            logger: logger
+        )
         self.logger = logger
     }
 
@@ -96,12 +96,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 // Above the deliveries' priority: its round trip is the crash window, and it should
                 // not queue for a thread behind the sends it holds up.
                 group.addTask(priority: .high) {
-                    await self.ledgerWriter.run { batch throws(CancellationError) in
+                    await self.requests.ledgerWriter.run { batch throws(CancellationError) in
                         let started = ContinuousClock.now
                         defer { self.metrics.recordStage(.ledgerWrite, since: started) }
                         return try await self.storeOperations.run { try await self.ledger.record(batch) }
                     } then: { recorded in
-                        await self.publishRecorded(recorded)
+                        await self.requests.publishRecorded(recorded)
                     }
                 }
                 defer { group.cancelAll() }
@@ -137,13 +137,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     // A partition revoked during the poll is the new owner's: not started here.
                     guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
                     if message.topic == configuration.topics.tokens {
-                        group.addTask { if await self.tokenUpdates.process(message) { self.finish(message) } }
+                        group.addTask { if await self.tokenUpdates.process(message) { self.tracker.finish(message) } }
                     } else {
                         requests.append(message)
                     }
                 }
                 if !requests.isEmpty {
-                    group.addTask { await self.processRequests(requests, consumedAt: consumedAt) }
+                    group.addTask { await self.requests.process(requests, consumedAt: consumedAt) }
                 }
                 if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
                     await commitFinished()
@@ -186,8 +186,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let (messages, assigned) = tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
         metrics.recordState(
             inFlightMessages: messages,
-            inFlightSends: sendLimit.inUse,
-            unrecordedOutcomes: ledgerWriter.unrecordedCount,
+            inFlightSends: requests.sendsInFlight,
+            unrecordedOutcomes: requests.ledgerWriter.unrecordedCount,
             assigned: assigned,
             paused: paused
         )
@@ -237,384 +237,5 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             // Not fatal: the same offsets (or later ones) are committed on the next round.
             logger.warning("offset commit failed", metadata: [PipelineLoggingKeys.error: "\(error)"])
         }
-    }
-
-    /// Marks a message whose results are all published; its offset may now be committed.
-    private func finish(_ message: KafkaMessage) {
-        tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
-    }
-
-    /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
-    /// with one query per app and one ledger query, then delivers every result of the batch;
-    /// returns once each message is finished (or when cancelled).
-    ///
-    /// Work is per batch where it can be: one claim pass, one publish of the results known
-    /// without sending, and a task per device only for its APNs request, which hands the outcome
-    /// to the ledger writer without waiting; the writer's batch is published as a whole
-    /// (``publishRecorded(_:)``), and the batch's task wakes once, at the end.
-    private func processRequests(_ messages: [KafkaMessage], consumedAt: ContinuousClock.Instant) async {
-        await withDiscardingTaskGroup { group in
-            var events: [(KafkaMessage, NotificationEvent)] = []
-            for message in messages {
-                do throws(InputRejection) {
-                    var event = try NotificationEvent(json: message.value)
-                    if configuration.derivesCollapseID, event.collapseID == nil {
-                        // Once per event, not per device: every device and every copy gets the same.
-                        event.collapseID = NotificationID.collapseID(eventID: event.id)
-                    }
-                    events.append((message, event))
-                } catch {
-                    group.addTask {
-                        if (try? await self.deadLetters.send(message, error)) != nil { self.finish(message) }
-                    }
-                }
-            }
-            guard !events.isEmpty else { return }
-            let traces = tracer.map { tracer in
-                events.map { EventTrace(tracer: tracer, message: $0.0, eventID: $0.1.id, users: $0.1.userIDs.count) }
-            }
-            guard let resolved = try? await resolve(events.map(\.1)) else { return }
-            let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
-            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results), consumedAt: consumedAt, traces: traces)
-
-            // Claims first, in one pass, so the results known without sending go out at once.
-            var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
-            var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            inFlight.withLock { inFlight in
-                for (index, plan) in plans.enumerated() {
-                    let event = events[index].1
-                    let headers = traces?[index].headers ?? []
-                    for result in plan.noDevices {
-                        ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, status: .noDevices)))
-                    }
-                    for outcome in plan.recorded {
-                        ready.append((republishing(outcome, headers: headers), DeliveryTicket(progress, index, status: nil)))
-                    }
-                    for device in plan.devices {
-                        let key = InFlightDeliveries.key(eventID: event.id, token: device.token)
-                        let ticket = DeliveryTicket(progress, index, claim: key)
-                        switch inFlight.claim(key) {
-                        case .claimed: sends.append((event, device, ticket))
-                        case .recordedLately: recordedLately.append((event, device, ticket))
-                        case .busy: busy.append((event, device, ticket))
-                        }
-                    }
-                }
-            }
-            if !ready.isEmpty {
-                group.addTask { await self.publish(ready) }
-            }
-            if !recordedLately.isEmpty {
-                group.addTask { await self.deliverRecordedLately(recordedLately, consumedAt: consumedAt) }
-            }
-            for (event, device, ticket) in busy {
-                group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-            }
-            for (event, device, ticket) in sends {
-                do { try await sendLimit.acquire() } catch { return }
-                group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-            }
-            await progress.waitUntilFinished()
-        }
-    }
-
-    private struct ResolvedBatch: Sendable {
-        /// Active devices by app, then user.
-        var tokens: [String: [String: [DeviceToken]]] = [:]
-        /// Recorded outcomes by event, then token.
-        var recorded: [String: [String: RecordedDelivery]] = [:]
-    }
-
-    private func resolve(_ events: [NotificationEvent]) async throws(CancellationError) -> ResolvedBatch {
-        var batch = ResolvedBatch()
-        let started = ContinuousClock.now
-        for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
-            let users = Array(Set(topicEvents.flatMap(\.userIDs)))
-            batch.tokens[topic] = try await storeOperations.run {
-                try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
-            }
-        }
-        let lookedUpTokens = ContinuousClock.now
-        metrics.recordStage(.tokenLookup, since: started)
-        let eventIDs = Array(Set(events.map(\.id)))
-        batch.recorded = try await storeOperations.run { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
-        metrics.recordStage(.ledgerLookup, since: lookedUpTokens)
-        return batch
-    }
-
-    /// The results of one event: per user, its recorded outcomes (republished whatever the
-    /// registry says now: a 410 may have unregistered the device since), its unrecorded devices
-    /// (sent to), or a `no_devices` result when it has neither. So every user has at least one
-    /// result, and every event (validated to name 1 to 1,000 users) at least one: each message
-    /// of a batch is finished by its last published result.
-    private struct EventPlan {
-        var noDevices: [DeliveryResult] = []
-        var recorded: [RecordedDelivery] = []
-        var devices: [DeviceToken] = []
-
-        var results: Int { noDevices.count + recorded.count + devices.count }
-    }
-
-    private func plan(_ event: NotificationEvent, resolved: ResolvedBatch, consumedAt: ContinuousClock.Instant) -> EventPlan {
-        let tokens = resolved.tokens[event.topic] ?? [:]
-        let recorded = resolved.recorded[event.id] ?? [:]
-        var plan = EventPlan()
-        for userID in event.userIDs {
-            let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
-            let devices = (tokens[userID] ?? []).filter {
-                (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
-            }
-            if devices.isEmpty && outcomes.isEmpty {
-                plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))
-            }
-            plan.recorded += outcomes
-            plan.devices += devices
-        }
-        return plan
-    }
-
-    /// What travels with one result until it is published: the message it belongs to, the
-    /// (event, token) claim and send permit a sent one holds, and the status to count.
-    struct DeliveryTicket: Sendable {
-        var progress: BatchProgress
-        var message: Int
-        /// The claim key of a sent result (it also holds a send permit).
-        var claim: Int?
-        /// The status of a new result, counted once published (nil: a republished one).
-        var status: DeliveryResult.Status?
-
-        init(_ progress: BatchProgress, _ message: Int, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
-            self.progress = progress
-            self.message = message
-            self.claim = claim
-            self.status = status
-        }
-    }
-
-    /// Another copy of the event is sending to this device: waits for it to record its
-    /// outcome, then republishes that (or sends, if it never recorded one).
-    private func deliverWhenUnclaimed(
-        _ event: NotificationEvent,
-        to device: DeviceToken,
-        ticket: DeliveryTicket,
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        guard let key = ticket.claim else { return }
-        while true {
-            switch inFlight.withLock({ $0.claim(key) }) {
-            case .claimed:
-                do { try await sendLimit.acquire() } catch { return }
-                return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
-            case .recordedLately:
-                return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
-            case .busy:
-                do { try await Task.sleep(for: .milliseconds(20)) } catch { return }
-            }
-        }
-    }
-
-    /// Deliveries this process recorded lately, found by a copy of their event whose ledger
-    /// lookup ran before they were recorded: asks the ledger again and republishes what it
-    /// recorded; one it has no outcome for (a hash collision) is claimed and sent.
-    private func deliverRecordedLately(
-        _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        let eventIDs = Array(Set(deliveries.map(\.event.id)))
-        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
-        await withDiscardingTaskGroup { group in
-            for (event, device, ticket) in deliveries {
-                if let outcome = recorded[event.id]?[device.token] {
-                    let republished = republishing(outcome, headers: ticket.progress.trace(ticket.message)?.headers ?? [])
-                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
-                    continue
-                }
-                guard let key = ticket.claim else { continue }
-                switch inFlight.withLock({ $0.claimSending(key) }) {
-                case .claimed:
-                    do { try await sendLimit.acquire() } catch { return }
-                    group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-                case .recordedLately, .busy:
-                    group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-                }
-            }
-        }
-    }
-
-    /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
-    /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
-    private func send(
-        _ event: NotificationEvent,
-        to device: DeviceToken,
-        ticket: DeliveryTicket,
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
-        let request = APNSRequest(
-            deviceToken: device.token,
-            topic: event.pushType.apnsTopic(bundleID: event.topic),
-            pushType: event.pushType,
-            priority: event.priority,
-            apnsID: apnsID,
-            expiration: event.expiration,
-            collapseID: event.collapseID,
-            payload: event.payload
-        )
-        let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
-        defer { trace?.end() }
-        guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
-            return  // Cancelled: the message stays unfinished and is redelivered.
-        }
-        if let trace {
-            trace.attributes["herald.event_id"] = event.id
-            trace.attributes["herald.token"] = DeviceTokenText.redacted(device.token)
-            trace.attributes["herald.status"] = outcome.status.rawValue
-            trace.attributes["herald.attempts"] = outcome.attempts
-            if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
-            if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
-            if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
-        }
-        if outcome.status != .delivered {
-            // The event (and, when traced, the span) in context: the metadata providers name them.
-            var context = trace?.context ?? ServiceContext.topLevel
-            context.heraldEventID = event.id
-            ServiceContext.withValue(context) {
-                logger.info(
-                    "notification not delivered",
-                    metadata: [
-                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
-                        PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
-                        PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
-                    ]
-                )
-            }
-        }
-        let result = DeliveryResult(
-            eventID: event.id,
-            userID: device.userID,
-            token: device.token,
-            topic: event.topic,
-            environment: device.environment,
-            status: outcome.status,
-            apnsStatus: outcome.apnsStatus,
-            reason: outcome.reason,
-            apnsID: outcome.attempts > 0 ? apnsID : nil,  // "the apns-id sent": none when no request was made
-            attempts: outcome.attempts,
-            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-            completedAtMilliseconds: Self.epochMilliseconds()
-        )
-        var mark: UnregisterMark?
-        var unregisteredEvent: [UInt8]?
-        if outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
-            unregisteredEvent = UnregisteredTokenEvent(
-                token: device.token,
-                topic: event.topic,
-                userID: device.userID,
-                environment: device.environment,
-                unregisteredAtMilliseconds: millis,
-                eventID: event.id
-            ).json()
-        }
-        let delivery = RecordedDelivery(
-            eventID: event.id,
-            token: device.token,
-            topic: event.topic,
-            userID: device.userID,
-            result: result.json(),
-            unregisteredEvent: unregisteredEvent
-        )
-        var ticket = ticket
-        ticket.status = outcome.status
-        ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
-    }
-
-    /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
-    /// that stand together, then gives the permits back and finishes the messages.
-    private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        inFlight.withLock { inFlight in
-            for key in batch.compactMap(\.ticket.claim) { inFlight.settle(key) }
-        }
-        await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.trace($0.ticket.message)?.headers ?? []), $0.ticket) })
-    }
-
-    /// Publishes results (each with its unregistered event, if any) together; then counts them,
-    /// gives back the permits of sent ones and finishes the messages whose last result this was.
-    private func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
-        let started = ContinuousClock.now
-        do {
-            try await publisher.publish(results.flatMap(\.messages))
-        } catch {
-            return  // Cancelled: the messages stay unfinished and are redelivered.
-        }
-        let published = ContinuousClock.now
-        metrics.recordStage(.resultPublish, since: started)
-        var permits = 0
-        for (messages, ticket) in results {
-            if ticket.claim != nil { permits += 1 }
-            metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
-            if let status = ticket.status {
-                metrics.recordResult(status)
-                if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
-                    metrics.recordUnregisteredPublished()
-                }
-            } else {
-                metrics.recordRepublished()
-            }
-            if let message = ticket.progress.published(ticket.message) {
-                ticket.progress.trace(ticket.message)?.span.end()
-                finish(message)
-            }
-        }
-        if permits > 0 { sendLimit.release(permits) }
-    }
-
-    /// The records of a recorded outcome: its push.unregistered event, if it marked the token,
-    /// then its push.results record.
-    /// `headers` carry the event's trace context (none when tracing is off).
-    private func republishing(_ outcome: RecordedDelivery, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
-        var messages: [KafkaOutgoingMessage] = []
-        if let unregistered = outcome.unregisteredEvent {
-            messages.append(
-                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered, headers: headers)
-            )
-        }
-        messages.append(resultMessage(outcome.result, eventID: outcome.eventID, headers: headers))
-        return messages
-    }
-
-    private func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {
-        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result, headers: headers)
-    }
-
-    private func noDevicesResult(
-        event: NotificationEvent,
-        userID: String,
-        consumedAt: ContinuousClock.Instant
-    ) -> DeliveryResult {
-        DeliveryResult(
-            eventID: event.id,
-            userID: userID,
-            token: nil,
-            topic: event.topic,
-            environment: nil,
-            status: .noDevices,
-            apnsStatus: nil,
-            reason: nil,
-            apnsID: nil,
-            attempts: 0,
-            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-            completedAtMilliseconds: Self.epochMilliseconds()
-        )
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
-    }
-
-    private static func epochMilliseconds() -> Int64 {
-        WallClock.millisecondsSince1970()
     }
 }

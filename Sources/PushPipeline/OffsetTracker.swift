@@ -1,3 +1,4 @@
+import Synchronization
 package import KafkaMessages
 
 /// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
@@ -103,5 +104,20 @@ package struct OffsetTracker: Sendable {
         for (partition, offset) in offsets {
             partitions[partition]?.committed = offset
         }
+    }
+}
+
+/// The offset tracker behind its lock, shared by the consume loop (start, commit, rebalance)
+/// and request processing (finish).
+final class SharedOffsetTracker: Sendable {
+    private let tracker = Mutex(OffsetTracker())
+
+    func withLock<Result: Sendable>(_ body: (inout OffsetTracker) -> Result) -> Result {
+        tracker.withLock { body(&$0) }
+    }
+
+    /// Marks a message whose results are all published; its offset may now be committed.
+    func finish(_ message: KafkaMessage) {
+        tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
     }
 }
