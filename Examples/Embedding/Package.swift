@@ -6,9 +6,9 @@
 import Foundation
 import PackageDescription
 
-/// Herald's checkout (two levels up); a path dependency is named by its directory.
+/// Herald's checkout (two levels up); a path dependency is named by its directory, lowercased.
 let herald = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-let heraldPackage = herald.lastPathComponent
+let heraldPackage = herald.lastPathComponent.lowercased()
 
 let package = Package(
     name: "herald-embedding",
