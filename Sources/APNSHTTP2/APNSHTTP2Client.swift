@@ -81,6 +81,9 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     }
 
     private let routing: NIOLockedValueBox<(routing: Routing, phase: Phase)>
+    /// Held through a whole ``replaceCredentials(default:byTopic:)``: a replacement builds on the
+    /// pools in use when it starts, so two at once could revive a pool the other retired.
+    private let replacing = NIOLock()
     private let connectionPlans: AsyncStream<PlannedConnection>
     private let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
     private let waiterIDs = Atomic<UInt64>(0)
@@ -229,6 +232,8 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         guard defaultAuthentication != nil || !byTopic.isEmpty else {
             throw APNSClientConfigurationError("no credential: give a default one or one per topic")
         }
+        replacing.lock()
+        defer { replacing.unlock() }
         let current = routing.withLockedValue { $0.routing.poolsByIdentity }
         let next = try Self.makeRouting(
             default: defaultAuthentication,

@@ -179,4 +179,22 @@ struct CredentialRoutingTests {
             #expect(added.status == 200)
         }
     }
+
+    @Test func concurrentReplacementsLeaveOneWorkingRouting() async throws {
+        try await MockHarness.run(mock: Self.mock, authentication: .token(Self.shop)) { harness in
+            let client = harness.client
+            #expect(try await client.send(MockHarness.request(0), environment: .production, deadline: .now + .seconds(30)).status == 200)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<20 {
+                    group.addTask {
+                        try client.replaceCredentials(default: .token(index.isMultiple(of: 2) ? Self.otherTeam : Self.shop), byTopic: [:])
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(client.credentialCount == 1)
+            let response = try await client.send(MockHarness.request(1), environment: .production, deadline: .now + .seconds(10))
+            #expect(response.status == 200, "a request after the replacements is served, not moved between retired pools")
+        }
+    }
 }
