@@ -122,12 +122,6 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         }
     }
 
-    private enum State {
-        case idle
-        case running
-        case shutDown
-    }
-
     /// Backoff after the n-th consecutive connection failure: 100 ms doubling up to 30 s (before jitter).
     static func backoff(afterFailures failures: Int) -> Duration {
         guard failures > 0 else { return .zero }
@@ -138,7 +132,8 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     private let connectionsPerEndpoint: Int
     private let maximumWaiters: Int
     private let requiresVerification: Bool
-    private var state = State.idle
+    /// Set by ``shutDown()``: no new streams or connections, and late connections close at once.
+    private var isShutDown = false
     private var pools = [Pool(), Pool()]
     private var nextConnectionID = 0
     private var waiterTimer: WaiterTimer?
@@ -153,20 +148,13 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         environment == .production ? 0 : 1
     }
 
-    // MARK: Service lifecycle
-
-    /// Returns false when `run()` already ran.
-    mutating func startRunning() -> Bool {
-        guard case .idle = state else { return false }
-        state = .running
-        return true
-    }
+    // MARK: Lifecycle
 
     /// Stops taking requests: returns the waiters to fail, the connections to close gracefully and
     /// the waiter timer to cancel.
     mutating func shutDown() -> (waiters: [Waiter], connections: [Connection], timer: Scheduled<Void>?) {
-        guard state != .shutDown else { return ([], [], nil) }
-        state = .shutDown
+        guard !isShutDown else { return ([], [], nil) }
+        isShutDown = true
         let timer = waiterTimer?.scheduled
         waiterTimer = nil
         var waiters: [Waiter] = []
@@ -190,7 +178,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// The fast path: a free stream now, or `.mustWait` (also when others already wait: FIFO).
     mutating func leaseIfAvailable(_ environment: APNSEnvironment) -> LeaseAttempt {
-        if state == .shutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
         let poolIndex = Self.poolIndex(environment)
         guard pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() else { return .mustWait }
         pools[poolIndex].slots[slot].lease()
@@ -199,7 +187,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// Leases a stream if one is free, otherwise queues `waiter` (opening a connection when allowed).
     mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
-        if state == .shutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
         let poolIndex = Self.poolIndex(environment)
         if pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
             pools[poolIndex].slots[slot].lease()
@@ -265,7 +253,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// A stream ended. `status` is APNs' answer, nil when there was none.
     mutating func release(connectionID: Int, environment: APNSEnvironment, status: Int?) -> Actions {
         let poolIndex = Self.poolIndex(environment)
-        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         pools[poolIndex].slots[slot].inUse -= 1
         if status != nil {
             if !pools[poolIndex].slots[slot].answered {
@@ -285,7 +273,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         _ connection: Connection,
         streamLimit: Int
     ) -> Actions {
-        if state == .shutDown { return Actions(close: [connection]) }
+        if isShutDown { return Actions(close: [connection]) }
         let poolIndex = Self.poolIndex(connection.environment)
         guard let slot = pools[poolIndex].index(of: connection.id) else {
             // Already reported closed while the handshake result travelled here.
@@ -302,7 +290,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
     mutating func streamLimitChanged(connectionID: Int, environment: APNSEnvironment, limit: Int) -> Actions {
         let poolIndex = Self.poolIndex(environment)
-        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         pools[poolIndex].slots[slot].serverStreamLimit = limit
         return serveWaiters(poolIndex)
     }
@@ -310,7 +298,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// GOAWAY: the connection drains; a replacement opens when there is demand.
     mutating func connectionGoingAway(connectionID: Int, environment: APNSEnvironment) -> Actions {
         let poolIndex = Self.poolIndex(environment)
-        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         let wasBusy = pools[poolIndex].slots[slot].inUse > 0
         pools[poolIndex].slots[slot].phase = .draining
         countFailureIfUnanswered(poolIndex, slot)
@@ -328,7 +316,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         failure: APNSTransportError?
     ) -> Actions {
         let poolIndex = Self.poolIndex(environment)
-        guard state != .shutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
+        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         let neverReady = pools[poolIndex].slots[slot].phase == .connecting
         countFailureIfUnanswered(poolIndex, slot)
         pools[poolIndex].slots.remove(at: slot)
@@ -373,7 +361,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         _ environment: APNSEnvironment,
         evenWithoutWaiters: Bool = false
     ) -> APNSConnectionPlan? {
-        guard state == .running || state == .idle else { return nil }
+        guard !isShutDown else { return nil }
         guard evenWithoutWaiters || !pools[poolIndex].waiters.isEmpty else { return nil }
         guard pools[poolIndex].liveSlots < connectionsPerEndpoint else { return nil }
         let failures = pools[poolIndex].consecutiveFailures

@@ -200,12 +200,12 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             guard let contents = FileManager.default.contents(atPath: path) else {
                 throw APNSClientConfigurationError("cannot read \(path)")
             }
-            return SHA256.hash(data: contents).map { String($0, radix: 16) }.joined()
+            return Data(SHA256.hash(data: contents)).base64EncodedString()
         }
         switch authentication.backing {
         case .token(let credentials):
-            let publicKey = SHA256.hash(data: credentials.privateKey.publicKey.rawRepresentation)
-            return "token:\(credentials.keyID):\(credentials.teamID):\(publicKey.map { String($0, radix: 16) }.joined())"
+            let publicKey = Data(SHA256.hash(data: credentials.privateKey.publicKey.rawRepresentation)).base64EncodedString()
+            return "token:\(credentials.keyID):\(credentials.teamID):\(publicKey)"
         case .pkcs12(let path, _):
             return "pkcs12:\(path):\(try digest(path))"
         case .pem(let certificatePath, let privateKeyPath):

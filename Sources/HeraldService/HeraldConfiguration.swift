@@ -78,51 +78,50 @@ package struct HeraldConfiguration: Sendable {
             let hint = closest.map { Self.editDistance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
             unknownKeys.append("\(key) is not a Herald configuration key\(hint)")
         }
-        let reader = ValueReader(source: source)
 
         kafka = KafkaConfiguration(
-            bootstrapServers: reader["HERALD_KAFKA_BROKERS"] ?? "127.0.0.1:9092",
+            bootstrapServers: source["HERALD_KAFKA_BROKERS"] ?? "127.0.0.1:9092",
             properties: Self.librdkafkaProperties(source)
         )
-        consumerGroup = reader["HERALD_KAFKA_GROUP"] ?? "herald"
+        consumerGroup = source["HERALD_KAFKA_GROUP"] ?? "herald"
 
         var pipeline = PipelineConfiguration()
-        pipeline.topics.requests = reader["HERALD_TOPIC_REQUESTS"] ?? pipeline.topics.requests
-        pipeline.topics.tokens = reader["HERALD_TOPIC_TOKENS"] ?? pipeline.topics.tokens
-        pipeline.topics.results = reader["HERALD_TOPIC_RESULTS"] ?? pipeline.topics.results
-        pipeline.topics.unregistered = reader["HERALD_TOPIC_UNREGISTERED"] ?? pipeline.topics.unregistered
-        pipeline.topics.deadLetters = reader["HERALD_TOPIC_DLQ"] ?? pipeline.topics.deadLetters
+        pipeline.topics.requests = source["HERALD_TOPIC_REQUESTS"] ?? pipeline.topics.requests
+        pipeline.topics.tokens = source["HERALD_TOPIC_TOKENS"] ?? pipeline.topics.tokens
+        pipeline.topics.results = source["HERALD_TOPIC_RESULTS"] ?? pipeline.topics.results
+        pipeline.topics.unregistered = source["HERALD_TOPIC_UNREGISTERED"] ?? pipeline.topics.unregistered
+        pipeline.topics.deadLetters = source["HERALD_TOPIC_DLQ"] ?? pipeline.topics.deadLetters
         pipeline.retry = RetryPolicy(
-            maxAttempts: try reader.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
-            deliveryDeadline: .seconds(try reader.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
+            maxAttempts: try source.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
+            deliveryDeadline: .seconds(try source.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
         )
-        pipeline.maxConcurrentSends = try reader.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...100_000)
-        pipeline.maxInFlightMessages = try reader.integer("HERALD_MAX_IN_FLIGHT_MESSAGES", default: pipeline.maxInFlightMessages, in: 1...1_000_000)
-        pipeline.pollBatchSize = try reader.integer("HERALD_POLL_BATCH_SIZE", default: pipeline.pollBatchSize, in: 1...100_000)
-        pipeline.maxOutcomesPerLedgerWrite = try reader.integer("HERALD_LEDGER_BATCH_SIZE", default: pipeline.maxOutcomesPerLedgerWrite, in: 1...10_000)
-        pipeline.derivesCollapseID = try reader.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
+        pipeline.maxConcurrentSends = try source.integer("HERALD_MAX_CONCURRENT_SENDS", default: pipeline.maxConcurrentSends, in: 1...100_000)
+        pipeline.maxInFlightMessages = try source.integer("HERALD_MAX_IN_FLIGHT_MESSAGES", default: pipeline.maxInFlightMessages, in: 1...1_000_000)
+        pipeline.pollBatchSize = try source.integer("HERALD_POLL_BATCH_SIZE", default: pipeline.pollBatchSize, in: 1...100_000)
+        pipeline.maxOutcomesPerLedgerWrite = try source.integer("HERALD_LEDGER_BATCH_SIZE", default: pipeline.maxOutcomesPerLedgerWrite, in: 1...10_000)
+        pipeline.derivesCollapseID = try source.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
         self.pipeline = pipeline
 
-        postgresURL = try PostgresURL(reader["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
-        postgresPoolSize = try reader.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
-        housekeeping = try Self.housekeepingConfiguration(reader)
-        apns = try Self.apnsConfiguration(reader, certificateProblems: &certificateProblems)
-        apnsCredentialsFile = reader["HERALD_APNS_CREDENTIALS_FILE"]
-        apnsCredentialsCheckInterval = .seconds(try reader.integer("HERALD_APNS_CREDENTIALS_CHECK_S", default: 10, in: 1...86_400))
-        shutdownGracePeriod = .seconds(try reader.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
-        httpPort = try reader.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
-        let levelText = reader["HERALD_LOG_LEVEL"] ?? "info"
+        postgresURL = try PostgresURL(source["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
+        postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
+        housekeeping = try Self.housekeepingConfiguration(source)
+        apns = try Self.apnsConfiguration(source, certificateProblems: &certificateProblems)
+        apnsCredentialsFile = source["HERALD_APNS_CREDENTIALS_FILE"]
+        apnsCredentialsCheckInterval = .seconds(try source.integer("HERALD_APNS_CREDENTIALS_CHECK_S", default: 10, in: 1...86_400))
+        shutdownGracePeriod = .seconds(try source.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
+        httpPort = try source.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
+        let levelText = source["HERALD_LOG_LEVEL"] ?? "info"
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
             throw ConfigurationError("HERALD_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
         }
         logLevel = level
-        guard let format = LogFormat(rawValue: (reader["HERALD_LOG_FORMAT"] ?? "json").lowercased()) else {
+        guard let format = LogFormat(rawValue: (source["HERALD_LOG_FORMAT"] ?? "json").lowercased()) else {
             throw ConfigurationError("HERALD_LOG_FORMAT must be json or text")
         }
         logFormat = format
-        migrateOnStart = try reader.boolean("HERALD_MIGRATE_ON_START", default: false)
+        migrateOnStart = try source.boolean("HERALD_MIGRATE_ON_START", default: false)
         let otlpEndpointSet = environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
-        tracesEnabled = try reader.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
+        tracesEnabled = try source.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
         effectiveValues = source.effectiveValues
     }
 
@@ -140,14 +139,14 @@ package struct HeraldConfiguration: Sendable {
     }
 
     /// HERALD_TOKEN_PURGE_DAYS unset or 0 keeps unregistered tokens.
-    private static func housekeepingConfiguration(_ reader: ValueReader) throws -> HousekeepingConfiguration {
+    private static func housekeepingConfiguration(_ source: HeraldConfigurationSource) throws -> HousekeepingConfiguration {
         var housekeeping = HousekeepingConfiguration()
-        housekeeping.interval = .seconds(try reader.integer("HERALD_HOUSEKEEPING_INTERVAL_S", default: 3600, in: 1...86_400))
-        let ledgerHours = try reader.integer("HERALD_LEDGER_RETENTION_HOURS", default: 168, in: 1...87_600)
+        housekeeping.interval = .seconds(try source.integer("HERALD_HOUSEKEEPING_INTERVAL_S", default: 3600, in: 1...86_400))
+        let ledgerHours = try source.integer("HERALD_LEDGER_RETENTION_HOURS", default: 168, in: 1...87_600)
         housekeeping.ledgerRetention = .seconds(ledgerHours * 3600)
-        let purgeDays = try reader.integer("HERALD_TOKEN_PURGE_DAYS", default: 0, in: 0...36_500)
+        let purgeDays = try source.integer("HERALD_TOKEN_PURGE_DAYS", default: 0, in: 0...36_500)
         housekeeping.unregisteredTokenRetention = purgeDays == 0 ? nil : .seconds(purgeDays * 86_400)
-        let tombstoneDays = try reader.integer("HERALD_TOKEN_TOMBSTONE_DAYS", default: 30, in: 1...36_500)
+        let tombstoneDays = try source.integer("HERALD_TOKEN_TOMBSTONE_DAYS", default: 30, in: 1...36_500)
         housekeeping.tombstoneRetention = .seconds(tombstoneDays * 86_400)
         return housekeeping
     }
@@ -157,43 +156,43 @@ package struct HeraldConfiguration: Sendable {
     /// former, the file's credentials are all there is (events for any other topic are
     /// rejected). nil when no credential is configured at all.
     private static func apnsConfiguration(
-        _ reader: ValueReader,
+        _ source: HeraldConfigurationSource,
         certificateProblems: inout [String]
     ) throws -> APNSClientConfiguration? {
         var fileCredentials: [String: APNSClientConfiguration.Authentication] = [:]
-        if let path = reader["HERALD_APNS_CREDENTIALS_FILE"] {
+        if let path = source["HERALD_APNS_CREDENTIALS_FILE"] {
             (fileCredentials, certificateProblems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
         }
-        if let certificatePath = reader["HERALD_APNS_CERT_PATH"], reader["HERALD_APNS_KEY_PATH"] == nil {
+        if let certificatePath = source["HERALD_APNS_CERT_PATH"], source["HERALD_APNS_KEY_PATH"] == nil {
             certificateProblems += APNSCredentialsFile.certificateProblemsOf(
                 path: certificatePath,
-                password: reader["HERALD_APNS_CERT_PASSWORD"],
+                password: source["HERALD_APNS_CERT_PASSWORD"],
                 name: "HERALD_APNS_CERT_PATH=\(certificatePath)",
                 servedTopics: []
             )
         }
-        let defaultAuthentication = try defaultCredential(reader)
+        let defaultAuthentication = try defaultCredential(source)
         guard defaultAuthentication != nil || !fileCredentials.isEmpty else { return nil }
         var configuration = APNSClientConfiguration(authentication: defaultAuthentication)
         configuration.credentialsByTopic = fileCredentials
         do {
-            if let url = reader["HERALD_APNS_PRODUCTION_URL"] {
+            if let url = source["HERALD_APNS_PRODUCTION_URL"] {
                 configuration.production = try .init(url: url)
             }
-            if let url = reader["HERALD_APNS_SANDBOX_URL"] {
+            if let url = source["HERALD_APNS_SANDBOX_URL"] {
                 configuration.sandbox = try .init(url: url)
             }
         } catch {
             throw ConfigurationError("\(error)")
         }
-        if let caPath = reader["HERALD_APNS_CA_PATH"] {
+        if let caPath = source["HERALD_APNS_CA_PATH"] {
             guard FileManager.default.isReadableFile(atPath: caPath) else {
                 throw ConfigurationError("cannot read HERALD_APNS_CA_PATH=\(caPath)")
             }
             configuration.additionalTrustRootsPEMPath = caPath
         }
-        if reader["HERALD_APNS_CONNECTIONS"] != nil {
-            configuration.connectionsPerEndpoint = try reader.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
+        if source["HERALD_APNS_CONNECTIONS"] != nil {
+            configuration.connectionsPerEndpoint = try source.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
         }
         return configuration
     }
@@ -201,9 +200,9 @@ package struct HeraldConfiguration: Sendable {
     /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate: PKCS#12 with
     /// HERALD_APNS_CERT_PASSWORD, or PEM with its key in HERALD_APNS_CERT_KEY_PATH or in the same
     /// file) credential, if set.
-    private static func defaultCredential(_ reader: ValueReader) throws -> APNSClientConfiguration.Authentication? {
-        if let keyPath = reader["HERALD_APNS_KEY_PATH"] {
-            guard let keyID = reader["HERALD_APNS_KEY_ID"], let teamID = reader["HERALD_APNS_TEAM_ID"] else {
+    private static func defaultCredential(_ source: HeraldConfigurationSource) throws -> APNSClientConfiguration.Authentication? {
+        if let keyPath = source["HERALD_APNS_KEY_PATH"] {
+            guard let keyID = source["HERALD_APNS_KEY_ID"], let teamID = source["HERALD_APNS_TEAM_ID"] else {
                 throw ConfigurationError("HERALD_APNS_KEY_PATH needs HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID")
             }
             return try APNSCredentialsFile.tokenCredential(
@@ -213,11 +212,11 @@ package struct HeraldConfiguration: Sendable {
                 names: (key: "HERALD_APNS_KEY_PATH", keyID: "HERALD_APNS_KEY_ID", teamID: "HERALD_APNS_TEAM_ID")
             )
         }
-        if let certificatePath = reader["HERALD_APNS_CERT_PATH"] {
+        if let certificatePath = source["HERALD_APNS_CERT_PATH"] {
             return try APNSCredentialsFile.certificateCredential(
                 path: certificatePath,
-                keyPath: reader["HERALD_APNS_CERT_KEY_PATH"],
-                password: reader["HERALD_APNS_CERT_PASSWORD"],
+                keyPath: source["HERALD_APNS_CERT_KEY_PATH"],
+                password: source["HERALD_APNS_CERT_PASSWORD"],
                 names: (certificate: "HERALD_APNS_CERT_PATH", key: "HERALD_APNS_CERT_KEY_PATH")
             )
         }
@@ -251,12 +250,8 @@ package struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     package var description: String { message }
 }
 
-/// Reads typed values from the configuration's text; empty strings count as unset.
-private struct ValueReader {
-    let source: HeraldConfigurationSource
-
-    subscript(key: String) -> String? { source[key] }
-
+extension HeraldConfigurationSource {
+    /// An integer in `range`, `defaultValue` when unset.
     func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
         guard let text = self[key] else { return defaultValue }
         guard let value = Int(text), range.contains(value) else {
@@ -265,6 +260,7 @@ private struct ValueReader {
         return value
     }
 
+    /// `true`/`yes`/`1` or `false`/`no`/`0`, `defaultValue` when unset.
     func boolean(_ key: String, default defaultValue: Bool) throws -> Bool {
         guard let text = self[key]?.lowercased() else { return defaultValue }
         switch text {

@@ -19,7 +19,7 @@ struct HeraldConfigurationSource {
     static func isSecret(_ key: String) -> Bool {
         if key == "HERALD_POSTGRES_URL" || key == "HERALD_APNS_CERT_PASSWORD" { return true }
         guard key.hasPrefix("HERALD_KAFKA_") else { return false }
-        return ["PASSWORD", "SECRET", "_KEY_PEM", "_KEY_LOCATION_PASSWORD", "TOKEN"].contains { key.contains($0) }
+        return ["PASSWORD", "SECRET", "_KEY_PEM", "TOKEN"].contains { key.contains($0) }
     }
 
     init(environment: [String: String]) async throws {

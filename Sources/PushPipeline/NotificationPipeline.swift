@@ -18,10 +18,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let configuration: PipelineConfiguration
     private let source: any MessageSource
     private let publisher: ReliablePublisher
-    private let store: any DeviceTokenStore
-    private let ledger: any DeliveryLedger
-    private let storeOperations: StoreOperations
-    private let deadLetters: DeadLetters
     private let tokenUpdates: TokenUpdates
     private let requests: RequestProcessor
     private let logger: Logger
@@ -60,12 +56,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.source = source
         let reliablePublisher = ReliablePublisher(publisher: publisher, logger: logger, metrics: metrics)
         self.publisher = reliablePublisher
-        self.store = store
-        self.ledger = ledger
         let storeOperations = StoreOperations(timeout: configuration.storeOperationTimeout, metrics: metrics, logger: logger)
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
-        self.storeOperations = storeOperations
-        self.deadLetters = deadLetters
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.requests = RequestProcessor(
             configuration: configuration,
@@ -96,13 +88,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 // Above the deliveries' priority: its round trip is the crash window, and it should
                 // not queue for a thread behind the sends it holds up.
                 group.addTask(priority: .high) {
-                    await self.requests.ledgerWriter.run { batch throws(CancellationError) in
-                        let started = ContinuousClock.now
-                        defer { self.metrics.recordStage(.ledgerWrite, since: started) }
-                        return try await self.storeOperations.run { try await self.ledger.record(batch) }
-                    } then: { recorded in
-                        await self.requests.publishRecorded(recorded)
-                    }
+                    await self.requests.recordOutcomes()
                 }
                 defer { group.cancelAll() }
                 try await consume()
@@ -187,7 +173,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         metrics.recordState(
             inFlightMessages: messages,
             inFlightSends: requests.sendsInFlight,
-            unrecordedOutcomes: requests.ledgerWriter.unrecordedCount,
+            unrecordedOutcomes: requests.unrecordedOutcomes,
             assigned: assigned,
             paused: paused
         )

@@ -25,8 +25,8 @@ final class RequestProcessor: Sendable {
     private let inFlight = Mutex(InFlightDeliveries(recentCapacity: 100_000))
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     private let sendLimit: ConcurrencyLimit
-    /// Records outcomes in batches (group commit); the pipeline runs it.
-    let ledgerWriter: LedgerWriter<DeliveryTicket>
+    /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
+    private let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
     private let tracer: (any Tracer)?
     private let metrics: PipelineMetrics
@@ -34,6 +34,21 @@ final class RequestProcessor: Sendable {
 
     /// Send permits held now (requests in flight until their outcome is recorded).
     var sendsInFlight: Int { sendLimit.inUse }
+
+    /// Outcomes APNs answered that the ledger has not recorded yet.
+    var unrecordedOutcomes: Int { ledgerWriter.unrecordedCount }
+
+    /// Writes the outcomes sends hand over, a batch at a time, and publishes each written batch
+    /// (``publishRecorded(_:)``); runs until cancelled.
+    func recordOutcomes() async {
+        await ledgerWriter.run { batch throws(CancellationError) in
+            let started = ContinuousClock.now
+            defer { self.metrics.recordStage(.ledgerWrite, since: started) }
+            return try await self.storeOperations.run { try await self.ledger.record(batch) }
+        } then: { recorded in
+            await self.publishRecorded(recorded)
+        }
+    }
 
     init(
         configuration: PipelineConfiguration,
@@ -352,7 +367,7 @@ final class RequestProcessor: Sendable {
 
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
-    func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
+    private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         inFlight.withLock { inFlight in
             for key in batch.compactMap(\.ticket.claim) { inFlight.settle(key) }
         }

@@ -242,10 +242,6 @@ struct ConnectionPoolStateMachineTests {
 
     @Test func shutdownFailsWaitersAndRefusesNewRequests() {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
-        let started = machine.startRunning()
-        let startedTwice = machine.startRunning()
-        #expect(started)
-        #expect(!startedTwice)
         _ = machine.enqueue(waiter(1), for: .production)
         let connection = FakeConnection(id: 1, environment: .production)
         _ = machine.enqueue(waiter(2), for: .sandbox)
