@@ -2,7 +2,7 @@ import NIOCore
 
 /// HTTP/2 framing (RFC 9113 sections 4 and 6) as an APNs client needs it: the frame layout,
 /// the frame types, flags and settings it reads or writes, and a reader that cuts a byte stream
-/// into frames. Stream and connection state live in ``APNSConnectionHandler``.
+/// into frames. Stream and connection state live in ``APNSConnectionHandler/StateMachine``.
 enum HTTP2Wire {
     /// The client connection preface (RFC 9113 section 3.4).
     static let clientPreface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)

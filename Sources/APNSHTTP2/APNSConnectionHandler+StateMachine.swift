@@ -1,0 +1,400 @@
+import APNSCore
+import NIOCore
+import NIOHPACK
+
+extension APNSConnectionHandler {
+    /// Everything one APNs connection knows, as a value: its lifecycle, its streams and their
+    /// waiters, both directions' flow-control windows, the peer's settings, HPACK state, the
+    /// PING and deadline bookkeeping, and the frames queued for writing (``output``). Each input
+    /// (a request, received bytes, a timer, the channel closing) changes the state and returns
+    /// what the channel handler must do; the machine itself touches no channel, timer or promise,
+    /// so tests drive it directly. Inbound frames are in `+Frames.swift`, outbound ones in `+Outbound.swift`.
+    ///
+    /// `Waiter` is whatever the caller resumes with a stream's outcome (a continuation in the handler).
+    struct StateMachine<Waiter> {
+        enum Lifecycle {
+            /// TLS and the server's first SETTINGS frame are outstanding.
+            case connecting
+            case ready
+            /// No new streams (GOAWAY or shutdown); closes once the last stream finished.
+            case draining
+            case closed
+        }
+
+        struct Stream {
+            let requestID: UInt64
+            let waiter: Waiter
+            let deadline: NIODeadline
+            let providerToken: String?
+            /// What the peer lets this stream send before a WINDOW_UPDATE.
+            var sendWindow: Int
+            /// Request body bytes still waiting for flow-control credit.
+            var unsentBody: ByteBuffer?
+            var status: Int?
+            var apnsID: String?
+            var body: ByteBuffer?
+        }
+
+        /// A header block split over HEADERS and CONTINUATION frames.
+        struct PartialHeaderBlock {
+            var streamID: UInt32
+            var endStream: Bool
+            var fragments: ByteBuffer
+        }
+
+        struct Authorization {
+            var token: String
+            var headerValue: String
+        }
+
+        /// A stream that ended; `closeConnection` when it was the last one of a draining connection.
+        struct FinishedStream {
+            var waiter: Waiter
+            var result: Result<APNSStreamOutcome, any Error>
+            var closeConnection: Bool
+        }
+
+        enum StartStreamAction {
+            /// The stream's frames are in ``output``; arm the deadline timer when a deadline is given.
+            case started(armDeadlineTimer: NIODeadline?)
+            /// The request was not sent; `event` and `closeConnection` say what follows for the connection.
+            case failed(Waiter, any Error, event: APNSConnectionEvent?, closeConnection: Bool)
+        }
+
+        enum CloseGracefullyAction {
+            case none
+            case closeNow(failReady: APNSTransportError?)
+            case closeAfterGracePeriod(failReady: APNSTransportError?)
+        }
+
+        /// What to do once the connection closed.
+        struct ClosedAction {
+            var failReady: APNSTransportError?
+            var failedWaiters: [Waiter]
+            var error: APNSTransportError
+            var event: APNSConnectionEvent?
+        }
+
+        struct DeadlineAction {
+            var expired: [FinishedStream]
+            var armDeadlineTimer: NIODeadline?
+        }
+
+        enum PingCheckAction {
+            case stop
+            case checkAgain
+            /// A PING is in ``output``: check again, and close unless its ACK arrives in time.
+            case sentPing(UInt64)
+        }
+
+        /// The stream limit assumed when the server's SETTINGS name none (RFC 9113: unlimited).
+        static var streamLimitWhenUnlimited: Int { 1000 }
+        /// Received DATA bytes after which the connection's receive window is topped up again.
+        static var windowUpdateThreshold: Int { HTTP2Wire.defaultWindowSize / 2 }
+        /// The largest response header list accepted (also announced in SETTINGS).
+        static var maxHeaderListSize: Int { 16_384 }
+        /// Error bodies are tiny; anything beyond this is dropped.
+        static var maximumBodyBytes: Int { 16 * 1024 }
+        /// The last stream ID a client may open before it has to move to a new connection.
+        static var lastStreamID: UInt32 { UInt32(Int32.max) - 2 }
+
+        let authority: String
+        private(set) var lifecycle = Lifecycle.connecting
+        /// Why the connection failed before its handshake finished, reported when it closes.
+        var connectFailure: APNSTransportError?
+        var streams: [UInt32: Stream] = [:]
+        var nextStreamID: UInt32 = 1
+        var remoteStreamLimit = 1
+        var authorization: Authorization?
+        var headerIndexing = APNSRequestHeaders.IndexingState()
+        var prefaceSent = false
+        /// A protocol violation was answered with GOAWAY: nothing more is read.
+        var sentConnectionError = false
+
+        var reader = HTTP2Wire.FrameReader()
+        var partialHeaderBlock: PartialHeaderBlock?
+        var encoder: HPACKEncoder
+        var decoder: HPACKDecoder
+        /// Reused for every request's header block before it is framed.
+        var headerBlock: ByteBuffer
+        /// Frames queued since the last flush.
+        var output: ByteBuffer
+        var peerMaxFrameSize = HTTP2Wire.defaultMaxFrameSize
+        var peerInitialWindowSize = HTTP2Wire.defaultWindowSize
+        var connectionSendWindow = HTTP2Wire.defaultWindowSize
+        var receivedSinceWindowUpdate = 0
+        /// Streams whose bodies wait for flow-control credit, oldest first.
+        var blockedStreams = CircularBuffer<UInt32>()
+
+        /// The deadline the handler's one deadline timer is armed for.
+        var armedDeadline: NIODeadline?
+        var receivedSinceLastPingCheck = false
+        var outstandingPing: UInt64?
+        var pingCounter: UInt64 = 0
+
+        init(authority: String, providerToken: String?) {
+            self.authority = authority
+            let allocator = ByteBufferAllocator()
+            self.encoder = HPACKEncoder(allocator: allocator, useHuffmanEncoding: false)
+            self.decoder = HPACKDecoder(
+                allocator: allocator,
+                maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
+                maxHeaderListSize: Self.maxHeaderListSize
+            )
+            self.headerBlock = allocator.buffer(capacity: 1024)
+            self.output = allocator.buffer(capacity: 16 * 1024)
+            if let providerToken { installProviderToken(providerToken) }
+        }
+
+        var hasOutput: Bool { output.readableBytes > 0 }
+        var isClosed: Bool { if case .closed = lifecycle { true } else { false } }
+        var openStreamCount: Int { streams.count }
+
+        /// Marks `written` (a copy of ``output`` taken before writing it) as sent. The buffer's
+        /// storage is reused once the channel let go of it; frames queued while it was written stay.
+        mutating func outputWritten(_ written: ByteBuffer) {
+            output.moveReaderIndex(forwardBy: written.readableBytes)
+            if output.readableBytes == 0 { output.clear() }
+        }
+
+        // MARK: Requests
+
+        /// Opens a stream for `request` and queues its HEADERS and DATA frames.
+        mutating func startStream(
+            requestID: UInt64,
+            request: APNSRequest,
+            deadline: NIODeadline,
+            waiter: Waiter
+        ) -> StartStreamAction {
+            guard case .ready = lifecycle else {
+                return .failed(waiter, APNSStreamNotOpened(transportError: notSentError()), event: nil, closeConnection: false)
+            }
+            guard nextStreamID < Self.lastStreamID else {
+                // Stream IDs ran out: behave as if the server sent GOAWAY so the pool replaces us.
+                lifecycle = .draining
+                return .failed(
+                    waiter,
+                    APNSStreamNotOpened(transportError: .streamReset("connection ran out of stream IDs; not sent")),
+                    event: .goingAway(errorCode: .noError, reason: "stream IDs exhausted"),
+                    closeConnection: streams.isEmpty
+                )
+            }
+            let headers = APNSRequestHeaders.make(
+                for: request,
+                authority: authority,
+                authorization: authorization?.headerValue,
+                indexing: &headerIndexing
+            )
+            headerBlock.clear()
+            do {
+                try encoder.encode(headers: headers, to: &headerBlock)
+            } catch {
+                // Only a misused encoder throws; nothing was written for this stream.
+                let failure = APNSTransportError.connectionFailed("HPACK encoding failed: \(error)")
+                return .failed(waiter, failure, event: nil, closeConnection: false)
+            }
+            let streamID = nextStreamID
+            nextStreamID += 2
+            writeHeaderBlock(on: streamID)
+            var stream = Stream(
+                requestID: requestID,
+                waiter: waiter,
+                deadline: deadline,
+                providerToken: authorization?.token,
+                sendWindow: peerInitialWindowSize
+            )
+            let length = request.payload.count
+            let sendsBodyNow =
+                blockedStreams.isEmpty && length <= min(peerMaxFrameSize, connectionSendWindow, peerInitialWindowSize)
+            if sendsBodyNow {
+                output.writeHTTP2FrameHeader(length: length, type: .data, flags: .endStream, streamID: streamID)
+                output.writeBytes(request.payload)
+                connectionSendWindow -= length
+                stream.sendWindow -= length
+            } else {
+                var body = ByteBuffer()
+                body.writeBytes(request.payload)
+                stream.unsentBody = body
+            }
+            streams[streamID] = stream
+            if !sendsBodyNow {
+                blockedStreams.append(streamID)
+                sendBlockedBodies()
+            }
+            return .started(armDeadlineTimer: deadlineToArm(for: deadline))
+        }
+
+        /// The caller gave up on the request: its stream is reset and its waiter returned to fail.
+        mutating func cancelStream(requestID: UInt64) -> FinishedStream? {
+            guard let streamID = streams.first(where: { $0.value.requestID == requestID })?.key else { return nil }
+            reset(streamID, code: .cancel)
+            return finish(streamID, with: .failure(CancellationError()))
+        }
+
+        /// Uses `token` for the `authorization` header of streams opened from now on.
+        mutating func installProviderToken(_ token: String) {
+            authorization = Authorization(token: token, headerValue: "bearer " + token)
+        }
+
+        /// Stops taking streams; the connection closes now if none is open, else after a grace period.
+        mutating func closeGracefully() -> CloseGracefullyAction {
+            var failReady: APNSTransportError?
+            switch lifecycle {
+            case .closed:
+                return .none
+            case .connecting:
+                failReady = .shuttingDown("client shut down while connecting")
+            case .ready, .draining:
+                break
+            }
+            lifecycle = .draining
+            return streams.isEmpty ? .closeNow(failReady: failReady) : .closeAfterGracePeriod(failReady: failReady)
+        }
+
+        // MARK: The channel
+
+        /// The connection preface and this client's SETTINGS: no server push, and the header list limit.
+        mutating func channelActive() {
+            guard !prefaceSent else { return }
+            prefaceSent = true
+            output.writeBytes(HTTP2Wire.clientPreface)
+            output.writeHTTP2FrameHeader(length: 12, type: .settings, streamID: 0)
+            output.writeInteger(HTTP2Wire.Setting.enablePush)
+            output.writeInteger(UInt32(0))
+            output.writeInteger(HTTP2Wire.Setting.maxHeaderListSize)
+            output.writeInteger(UInt32(Self.maxHeaderListSize))
+        }
+
+        /// TLS finished; anything but HTTP/2 fails the connection (the returned error fails the handshake).
+        mutating func handshakeCompleted(negotiatedProtocol: String?) -> APNSTransportError? {
+            guard negotiatedProtocol != "h2" else { return nil }
+            return failConnecting(.connectionFailed("server did not negotiate HTTP/2 (ALPN: \(negotiatedProtocol ?? "none"))"))
+        }
+
+        /// The channel reported an error and is being closed; the returned error fails the handshake.
+        mutating func errorCaught(_ error: APNSTransportError) -> APNSTransportError? {
+            failConnecting(error)
+        }
+
+        /// The handshake did not finish in time; the returned error fails it and the connection closes.
+        mutating func handshakeTimedOut() -> APNSTransportError? {
+            failConnecting(.connectionFailed("TLS/HTTP/2 handshake timed out"))
+        }
+
+        /// The channel closed (or the handler left it): every open stream fails. `reportClosure`
+        /// asks for the `.closed` event when the connection had not closed before.
+        mutating func channelClosed(streamError: APNSTransportError, reportClosure: Bool) -> ClosedAction {
+            let failReady = failConnecting(.connectionFailed("connection closed during the handshake"))
+            let wasOpen = !isClosed
+            lifecycle = .closed
+            armedDeadline = nil
+            let waiters = streams.values.map(\.waiter)
+            streams = [:]
+            blockedStreams.removeAll()
+            return ClosedAction(
+                failReady: failReady,
+                failedWaiters: waiters,
+                error: streamError,
+                event: wasOpen && reportClosure ? .closed(failure: connectFailure) : nil
+            )
+        }
+
+        // MARK: Timers
+
+        /// The deadline timer fired at `now`: streams past their deadline are reset and returned.
+        mutating func deadlineTimerFired(now: NIODeadline) -> DeadlineAction {
+            armedDeadline = nil
+            var expired: [UInt32] = []
+            var nextDeadline: NIODeadline?
+            for (streamID, stream) in streams {
+                if stream.deadline <= now {
+                    expired.append(streamID)
+                } else if nextDeadline.map({ stream.deadline < $0 }) ?? true {
+                    nextDeadline = stream.deadline
+                }
+            }
+            var action = DeadlineAction(expired: [], armDeadlineTimer: nil)
+            let error = APNSTransportError.deadlineExceeded("no answer from APNs before the deadline")
+            for streamID in expired {
+                reset(streamID, code: .cancel)
+                if let finished = finish(streamID, with: .failure(error)) { action.expired.append(finished) }
+            }
+            if let nextDeadline { action.armDeadlineTimer = deadlineToArm(for: nextDeadline) }
+            return action
+        }
+
+        /// The PING timer fired: a PING goes out when nothing arrived for a whole interval.
+        mutating func pingCheckFired() -> PingCheckAction {
+            switch lifecycle {
+            case .ready, .draining: break
+            case .connecting, .closed: return .stop
+            }
+            if receivedSinceLastPingCheck {
+                receivedSinceLastPingCheck = false
+                return .checkAgain
+            }
+            guard outstandingPing == nil else { return .checkAgain }
+            pingCounter &+= 1
+            outstandingPing = pingCounter
+            output.writeHTTP2FrameHeader(length: 8, type: .ping, streamID: 0)
+            output.writeInteger(pingCounter)
+            return .sentPing(pingCounter)
+        }
+
+        /// The time for the ACK of PING `data` ran out; true when it is still missing (close the connection).
+        func pingAckTimedOut(data: UInt64) -> Bool {
+            outstandingPing == data
+        }
+
+        // MARK: Shared steps
+
+        /// One timer serves every stream, armed for the earliest deadline: a later deadline (the
+        /// usual case) needs no timer work; an earlier one re-arms it.
+        mutating func deadlineToArm(for deadline: NIODeadline) -> NIODeadline? {
+            if let armed = armedDeadline, armed <= deadline { return nil }
+            armedDeadline = deadline
+            return deadline
+        }
+
+        /// Queues RST_STREAM for `streamID`.
+        mutating func reset(_ streamID: UInt32, code: HTTP2Wire.ErrorCode) {
+            guard !isClosed else { return }
+            output.writeHTTP2FrameHeader(length: 4, type: .rstStream, streamID: streamID)
+            output.writeInteger(code.rawValue)
+        }
+
+        /// Removes the stream and returns its waiter with `result`.
+        mutating func finish(_ streamID: UInt32, with result: Result<APNSStreamOutcome, any Error>) -> FinishedStream? {
+            guard let stream = streams.removeValue(forKey: streamID) else { return nil }
+            return FinishedStream(waiter: stream.waiter, result: result, closeConnection: isDrained)
+        }
+
+        var isDrained: Bool {
+            if case .draining = lifecycle { streams.isEmpty } else { false }
+        }
+
+        /// Leaves `connecting` for `draining`, remembering `error`; returns it to fail the handshake.
+        mutating func failConnecting(_ error: APNSTransportError) -> APNSTransportError? {
+            guard case .connecting = lifecycle else { return nil }
+            lifecycle = .draining
+            connectFailure = error
+            return error
+        }
+
+        mutating func becomeReady(streamLimit: Int) {
+            remoteStreamLimit = streamLimit
+            lifecycle = .ready
+        }
+
+        mutating func startDraining() {
+            lifecycle = .draining
+        }
+
+        private func notSentError() -> APNSTransportError {
+            switch lifecycle {
+            case .draining: .streamReset("connection is draining; request not sent")
+            case .connecting, .ready, .closed: .connectionFailed("connection closed; request not sent")
+            }
+        }
+    }
+}
