@@ -6,14 +6,22 @@
 /// last 100,000 outcomes took about 70 MB (`herald-bench pipeline`, RSS; BENCHMARKS.md), the
 /// hashes take 2. A hash that matches is only a reason to ask the ledger; a collision costs a
 /// lookup or a wait, never a lost or a second push.
-struct InFlightDeliveries: Sendable {
+///
+/// A copy that finds the delivery busy waits for its claim to be settled: `Waiter` is what the
+/// caller resumes then (a continuation in the pipeline), returned by ``settle(_:)``.
+struct InFlightDeliveries<Waiter> {
     enum Claim: Equatable {
         /// The caller sends, and settles the claim once the outcome is recorded.
         case claimed
         /// Recorded lately (or a hash collision): the caller asks the ledger for the outcome.
         case recordedLately
-        /// Another copy is sending: the caller tries again later.
+        /// Another copy is sending: the caller waits (``wait(for:id:_:)``) and claims again.
         case busy
+    }
+
+    private struct Waiting {
+        var id: UInt64
+        var waiter: Waiter
     }
 
     private var sending: Set<Int> = []
@@ -22,6 +30,10 @@ struct InFlightDeliveries: Sendable {
     private var order: [Int] = []
     private var oldest = 0
     private let capacity: Int
+    /// Callers waiting for a claim to be settled, by key.
+    private var waiting: [Int: [Waiting]] = [:]
+    /// Waits cancelled before they were registered (their registration is then refused).
+    private var cancelledWaits: Set<UInt64> = []
 
     /// Remembers the last `recentCapacity` recorded deliveries. Storage is reserved up front:
     /// growing a set by doubling rehashes it inside the pipeline's lock.
@@ -50,9 +62,33 @@ struct InFlightDeliveries: Sendable {
         sending.insert(key).inserted ? .claimed : .busy
     }
 
-    /// Ends a claim once its outcome is recorded.
-    mutating func settle(_ key: Int) {
+    /// Registers `waiter` until the claim on `key` is settled; false (nothing registered) when
+    /// no copy is sending it any more or the wait `id` was already cancelled: claim again now.
+    mutating func wait(for key: Int, id: UInt64, _ waiter: Waiter) -> Bool {
+        if cancelledWaits.remove(id) != nil || !sending.contains(key) { return false }
+        waiting[key, default: []].append(Waiting(id: id, waiter: waiter))
+        return true
+    }
+
+    /// Cancels the wait `id`: returns its waiter when it was registered, else refuses its registration.
+    mutating func cancelWait(for key: Int, id: UInt64) -> Waiter? {
+        guard let index = waiting[key]?.firstIndex(where: { $0.id == id }) else {
+            cancelledWaits.insert(id)
+            return nil
+        }
+        let cancelled = waiting[key]!.remove(at: index)
+        if waiting[key]!.isEmpty { waiting[key] = nil }
+        return cancelled.waiter
+    }
+
+    /// Ends a claim once its outcome is recorded; returns the callers waiting for it.
+    mutating func settle(_ key: Int) -> [Waiter] {
         sending.remove(key)
+        defer { remember(key) }
+        return waiting.removeValue(forKey: key)?.map(\.waiter) ?? []
+    }
+
+    private mutating func remember(_ key: Int) {
         guard recent.insert(key).inserted else { return }
         if order.count < capacity {
             order.append(key)

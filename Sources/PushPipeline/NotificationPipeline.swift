@@ -54,9 +54,20 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.metrics = metrics
         self.configuration = configuration
         self.source = source
-        let reliablePublisher = ReliablePublisher(publisher: publisher, logger: logger, metrics: metrics)
+        let reliablePublisher = ReliablePublisher(
+            publisher: publisher,
+            retriableBackoff: configuration.publishRetry,
+            permanentBackoff: configuration.blockedPublishRetry,
+            logger: logger,
+            metrics: metrics
+        )
         self.publisher = reliablePublisher
-        let storeOperations = StoreOperations(timeout: configuration.storeOperationTimeout, metrics: metrics, logger: logger)
+        let storeOperations = StoreOperations(
+            timeout: configuration.storeOperationTimeout,
+            backoff: configuration.storeRetry,
+            metrics: metrics,
+            logger: logger
+        )
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.requests = RequestProcessor(

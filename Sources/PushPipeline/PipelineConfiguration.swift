@@ -40,6 +40,15 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// a query waiting for a connection that a restarted PostgreSQL never gives back must not
     /// stall its partition for good.
     public var storeOperationTimeout: Duration = .seconds(10)
+    /// The wait between attempts of a token-store or ledger call that failed (PostgreSQL
+    /// unavailable, or the call timed out); it is retried until it succeeds.
+    public var storeRetry = Backoff(initial: .milliseconds(50), maximum: .seconds(5))
+    /// The wait between attempts to publish a record the broker refused with a retriable error
+    /// (time-out, transport, leader change).
+    public var publishRetry = Backoff(initial: .milliseconds(50), maximum: .seconds(5))
+    /// The wait between attempts to publish a record refused with a permanent error (unknown
+    /// topic, denied ACL, record too large): slow, until an operator fixes the cause.
+    public var blockedPublishRetry = Backoff(initial: .seconds(1), maximum: .seconds(30))
     /// Sends an event without `collapse_id` with one derived from its id
     /// (HERALD_APNS_DERIVED_COLLAPSE_ID), so a crash's repeat of an alert replaces the first copy.
     public var derivesCollapseID = false

@@ -24,12 +24,21 @@ final class ReliablePublisher: Sendable {
     private let publisher: any MessagePublisher
     private let logger: Logger
     private let metrics: PipelineMetrics
-    private let retriableBackoff = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
-    private let permanentBackoff = RetryPolicy(initialBackoff: .seconds(1), maximumBackoff: .seconds(30))
+    private let retriableBackoff: Backoff
+    private let permanentBackoff: Backoff
     private let blocked = Mutex(Blocked())
 
-    init(publisher: any MessagePublisher, logger: Logger, metrics: PipelineMetrics) {
+    /// `retriableBackoff` paces attempts after retriable errors, `permanentBackoff` after permanent ones.
+    init(
+        publisher: any MessagePublisher,
+        retriableBackoff: Backoff,
+        permanentBackoff: Backoff,
+        logger: Logger,
+        metrics: PipelineMetrics
+    ) {
         self.publisher = publisher
+        self.retriableBackoff = retriableBackoff
+        self.permanentBackoff = permanentBackoff
         self.logger = logger
         self.metrics = metrics
     }
@@ -70,8 +79,7 @@ final class ReliablePublisher: Sendable {
         after firstFailure: (any Error)? = nil
     ) async throws(CancellationError) {
         var message = message
-        var generator = SystemRandomNumberGenerator()
-        var attempt = 0
+        var attempts = RetryAttempts()
         var heldBy: String?
         var lastFailure = firstFailure
         defer { if let heldBy { release(heldBy) } }
@@ -89,7 +97,6 @@ final class ReliablePublisher: Sendable {
                 }
             }
             lastFailure = nil
-            attempt += 1
             let kafkaError = failure as? any PublishError
             metrics.recordPublishError(kafkaError?.cause ?? "unknown")
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
@@ -101,7 +108,7 @@ final class ReliablePublisher: Sendable {
                 message.headers.append(KafkaHeader(key: "herald-value-omitted", text: "too_large"))
                 continue
             }
-            let policy: RetryPolicy
+            let backoff: Backoff
             if let kafkaError, !kafkaError.isRetriable {
                 let cause = kafkaError.cause ?? "unknown"
                 if heldBy != cause {
@@ -109,10 +116,11 @@ final class ReliablePublisher: Sendable {
                     hold(cause, topic: message.topic, error: kafkaError)
                     heldBy = cause
                 }
-                policy = permanentBackoff
+                backoff = permanentBackoff
             } else {
                 if let heldBy { release(heldBy) }
                 heldBy = nil
+                let attempt = attempts.failures + 1
                 if attempt == 1 || attempt.isMultiple(of: 20) {
                     logger.warning(
                         "retrying publish",
@@ -121,13 +129,9 @@ final class ReliablePublisher: Sendable {
                         ]
                     )
                 }
-                policy = retriableBackoff
+                backoff = retriableBackoff
             }
-            do {
-                try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
-            } catch {
-                throw CancellationError()
-            }
+            try await attempts.waitAfterFailure(backoff)
         }
     }
 

@@ -22,7 +22,10 @@ final class RequestProcessor: Sendable {
     private let tracker: SharedOffsetTracker
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
-    private let inFlight = Mutex(InFlightDeliveries(recentCapacity: 100_000))
+    private let inFlight = Mutex(Deliveries(recentCapacity: 100_000))
+    private typealias Deliveries = InFlightDeliveries<CheckedContinuation<Void, Never>>
+    /// Identifies each wait for another copy's claim, so a cancelled wait finds its own.
+    private let waitIDs = Atomic<UInt64>(0)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     private let sendLimit: ConcurrencyLimit
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
@@ -127,7 +130,7 @@ final class RequestProcessor: Sendable {
                         ready.append((republishing(outcome, headers: headers), DeliveryTicket(progress, index, status: nil)))
                     }
                     for device in plan.devices {
-                        let key = InFlightDeliveries.key(eventID: event.id, token: device.token)
+                        let key = Deliveries.key(eventID: event.id, token: device.token)
                         let ticket = DeliveryTicket(progress, index, claim: key)
                         switch inFlight.claim(key) {
                         case .claimed: sends.append((event, device, ticket))
@@ -244,8 +247,21 @@ final class RequestProcessor: Sendable {
             case .recordedLately:
                 return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
             case .busy:
-                do { try await Task.sleep(for: .milliseconds(20)) } catch { return }
+                await waitUntilSettled(key)
+                if Task.isCancelled { return }
             }
+        }
+    }
+
+    /// Returns once the claim on `key` was settled (or at once when it already is), or when cancelled.
+    private func waitUntilSettled(_ key: Int) async {
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if !inFlight.withLock({ $0.wait(for: key, id: id, continuation) }) { continuation.resume() }
+            }
+        } onCancel: {
+            inFlight.withLock { $0.cancelWait(for: key, id: id) }?.resume()
         }
     }
 
@@ -368,9 +384,10 @@ final class RequestProcessor: Sendable {
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
     private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        inFlight.withLock { inFlight in
-            for key in batch.compactMap(\.ticket.claim) { inFlight.settle(key) }
+        let waiters = inFlight.withLock { inFlight in
+            batch.compactMap(\.ticket.claim).flatMap { inFlight.settle($0) }
         }
+        for waiter in waiters { waiter.resume() }
         await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.trace($0.ticket.message)?.headers ?? []), $0.ticket) })
     }
 

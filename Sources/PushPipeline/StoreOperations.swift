@@ -6,8 +6,8 @@ import Logging
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
     let timeout: Duration
-    /// The backoff between attempts.
-    let policy = RetryPolicy(initialBackoff: .milliseconds(50), maximumBackoff: .seconds(5))
+    /// The wait between attempts.
+    let backoff: Backoff
     let metrics: PipelineMetrics
     let logger: Logger
 
@@ -15,8 +15,7 @@ struct StoreOperations: Sendable {
     func run<Result: Sendable>(
         _ operation: @escaping @Sendable () async throws -> Result
     ) async throws(CancellationError) -> Result {
-        var generator = SystemRandomNumberGenerator()
-        var attempt = 0
+        var attempts = RetryAttempts()
         while true {
             if Task.isCancelled { throw CancellationError() }
             metrics.storeOperationStarted()
@@ -25,13 +24,11 @@ struct StoreOperations: Sendable {
                 return try await withTimeout(timeout, abandoning: operation)
             } catch {
                 metrics.recordStoreError()
-                attempt += 1
-                logger.warning("retrying token store", metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"])
-                do {
-                    try await Task.sleep(for: policy.backoff(afterAttempt: attempt, using: &generator))
-                } catch {
-                    throw CancellationError()
-                }
+                logger.warning(
+                    "retrying token store",
+                    metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempts.failures + 1)"]
+                )
+                try await attempts.waitAfterFailure(backoff)
             }
         }
     }

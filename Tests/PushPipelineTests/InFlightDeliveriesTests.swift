@@ -2,26 +2,26 @@
 import Testing
 
 struct InFlightDeliveriesTests {
-    let first = InFlightDeliveries.key(eventID: "e1", token: "aa")
-    let second = InFlightDeliveries.key(eventID: "e1", token: "bb")
+    let first = InFlightDeliveries<String>.key(eventID: "e1", token: "aa")
+    let second = InFlightDeliveries<String>.key(eventID: "e1", token: "bb")
 
     @Test func aClaimIsExclusiveUntilSettledAndThenPointsToTheLedger() {
-        var deliveries = InFlightDeliveries(recentCapacity: 10)
+        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
         #expect(deliveries.claim(first) == .claimed)
         #expect(deliveries.claim(first) == .busy, "another copy is sending it")
         #expect(deliveries.claim(second) == .claimed, "another token is another delivery")
-        deliveries.settle(first)
+        _ = deliveries.settle(first)
         #expect(deliveries.claim(first) == .recordedLately)
         #expect(deliveries.claimSending(first) == .claimed, "when the ledger has no outcome, it may be sent")
         #expect(deliveries.claimSending(first) == .busy)
     }
 
     @Test func onlyTheLastRecordedDeliveriesAreRemembered() {
-        var deliveries = InFlightDeliveries(recentCapacity: 2)
-        let keys = (0..<3).map { InFlightDeliveries.key(eventID: "e\($0)", token: "aa") }
+        var deliveries = InFlightDeliveries<String>(recentCapacity: 2)
+        let keys = (0..<3).map { InFlightDeliveries<String>.key(eventID: "e\($0)", token: "aa") }
         for key in keys {
             #expect(deliveries.claim(key) == .claimed)
-            deliveries.settle(key)
+            _ = deliveries.settle(key)
         }
         #expect(deliveries.claim(keys[0]) == .claimed, "the oldest was forgotten")
         #expect(deliveries.claim(keys[1]) == .recordedLately)
@@ -29,7 +29,34 @@ struct InFlightDeliveriesTests {
     }
 
     @Test func theKeyTellsEventAndTokenApart() {
-        #expect(InFlightDeliveries.key(eventID: "e1", token: "aa") == InFlightDeliveries.key(eventID: "e1", token: "aa"))
-        #expect(InFlightDeliveries.key(eventID: "e1a", token: "a") != InFlightDeliveries.key(eventID: "e1", token: "aa"))
+        #expect(InFlightDeliveries<String>.key(eventID: "e1", token: "aa") == InFlightDeliveries<String>.key(eventID: "e1", token: "aa"))
+        #expect(InFlightDeliveries<String>.key(eventID: "e1a", token: "a") != InFlightDeliveries<String>.key(eventID: "e1", token: "aa"))
+    }
+
+    @Test func aCopyWaitsForTheClaimAndIsReturnedWhenItIsSettled() {
+        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        let registeredBeforeAClaim = deliveries.wait(for: first, id: 1, "early")
+        #expect(!registeredBeforeAClaim, "nothing to wait for: claim now")
+        #expect(deliveries.claim(first) == .claimed)
+        let registeredA = deliveries.wait(for: first, id: 2, "copy A")
+        #expect(registeredA)
+        let registeredB = deliveries.wait(for: first, id: 3, "copy B")
+        #expect(registeredB)
+        let cancelledB = deliveries.cancelWait(for: first, id: 3)
+        #expect(cancelledB == "copy B")
+        #expect(deliveries.settle(first) == ["copy A"])
+        #expect(deliveries.settle(first).isEmpty, "each waiter is returned once")
+    }
+
+    @Test func aWaitCancelledBeforeItIsRegisteredIsRefused() {
+        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        #expect(deliveries.claim(first) == .claimed)
+        let cancelledEarly = deliveries.cancelWait(for: first, id: 7)
+        #expect(cancelledEarly == nil)
+        let registeredLate = deliveries.wait(for: first, id: 7, "late")
+        #expect(!registeredLate, "the cancellation came first")
+        let registeredOther = deliveries.wait(for: first, id: 8, "other")
+        #expect(registeredOther)
+        #expect(deliveries.settle(first) == ["other"])
     }
 }

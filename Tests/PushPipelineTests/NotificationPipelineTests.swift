@@ -243,13 +243,13 @@ struct NotificationPipelineTests {
 @Suite struct RetryPolicyTests {
     @Test func backoffDoublesUpToTheCapWithFullJitter() {
         let policy = RetryPolicy(initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2))
-        #expect(policy.backoffCeiling(afterAttempt: 1) == .milliseconds(100))
-        #expect(policy.backoffCeiling(afterAttempt: 2) == .milliseconds(200))
-        #expect(policy.backoffCeiling(afterAttempt: 4) == .milliseconds(800))
-        #expect(policy.backoffCeiling(afterAttempt: 6) == .seconds(2))
-        #expect(policy.backoffCeiling(afterAttempt: 60) == .seconds(2))
+        #expect(policy.backoff.ceiling(afterAttempt: 1) == .milliseconds(100))
+        #expect(policy.backoff.ceiling(afterAttempt: 2) == .milliseconds(200))
+        #expect(policy.backoff.ceiling(afterAttempt: 4) == .milliseconds(800))
+        #expect(policy.backoff.ceiling(afterAttempt: 6) == .seconds(2))
+        #expect(policy.backoff.ceiling(afterAttempt: 60) == .seconds(2))
         var generator = SystemRandomNumberGenerator()
-        let waits = (0..<200).map { _ in policy.backoff(afterAttempt: 3, using: &generator) }
+        let waits = (0..<200).map { _ in policy.backoff.delay(afterAttempt: 3, using: &generator) }
         #expect(waits.allSatisfy { $0 >= .zero && $0 <= .milliseconds(400) })
         #expect(Set(waits).count > 100, "jittered, not fixed")
     }

@@ -68,6 +68,7 @@ public struct NotificationSender: Sendable {
     ) async throws(CancellationError) -> DeliveryOutcome {
         let clock = ContinuousClock()
         let deadline = consumedAt + policy.deliveryDeadline
+        var retries = RetryAttempts()
         var generator = SystemRandomNumberGenerator()
         var attempts = 0
         var lastStatus: Int?
@@ -123,15 +124,11 @@ public struct NotificationSender: Sendable {
             }
             try checkCancellation()
 
-            let wait = policy.backoff(afterAttempt: attempts, using: &generator)
+            let wait = retries.delayAfterFailure(policy.backoff)
             guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
             if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
             metrics.recordRetry(cause: lastStatus.map(String.init) ?? lastReason ?? "unknown")
-            do {
-                try await Task.sleep(for: wait)
-            } catch {
-                throw CancellationError()
-            }
+            try await RetryAttempts.wait(wait)
         }
     }
 

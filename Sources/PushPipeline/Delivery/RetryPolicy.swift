@@ -6,10 +6,8 @@ public struct RetryPolicy: Sendable, Hashable {
     public var deliveryDeadline: Duration
     /// Longest wait for APNs' answer to one request.
     public var requestTimeout: Duration
-    /// Upper bound of the first backoff; doubles per attempt.
-    public var initialBackoff: Duration
-    /// Cap on any single backoff.
-    public var maximumBackoff: Duration
+    /// The wait between attempts.
+    public var backoff: Backoff
     /// How the whole sender slows down while APNs answers 500/503 or connections fail.
     public var loadShedding: LoadSheddingPolicy
 
@@ -24,23 +22,19 @@ public struct RetryPolicy: Sendable, Hashable {
         self.maxAttempts = max(1, maxAttempts)
         self.deliveryDeadline = deliveryDeadline
         self.requestTimeout = requestTimeout
-        self.initialBackoff = initialBackoff
-        self.maximumBackoff = maximumBackoff
+        self.backoff = Backoff(initial: initialBackoff, maximum: maximumBackoff)
         self.loadShedding = loadShedding
     }
 
-    /// The largest wait after the `attempt`-th failed attempt (1-based): exponential, capped.
-    public func backoffCeiling(afterAttempt attempt: Int) -> Duration {
-        let doublings = min(max(attempt - 1, 0), 30)
-        let ceiling = initialBackoff * (1 << doublings)
-        return min(ceiling, maximumBackoff)
+    /// Upper bound of the first backoff; doubles per attempt.
+    public var initialBackoff: Duration {
+        get { backoff.initial }
+        set { backoff.initial = newValue }
     }
 
-    /// The wait after the `attempt`-th failed attempt: "full jitter", uniform in 0...ceiling,
-    /// so clients that failed together do not retry together.
-    public func backoff(afterAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
-        let ceiling = backoffCeiling(afterAttempt: attempt)
-        let nanoseconds = ceiling.components.seconds * 1_000_000_000 + ceiling.components.attoseconds / 1_000_000_000
-        return .nanoseconds(Int64.random(in: 0...max(nanoseconds, 0), using: &generator))
+    /// Cap on any single backoff.
+    public var maximumBackoff: Duration {
+        get { backoff.maximum }
+        set { backoff.maximum = newValue }
     }
 }
