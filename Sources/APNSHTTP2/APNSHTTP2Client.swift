@@ -23,15 +23,15 @@ import Synchronization
 /// ``APNSClientConfiguration/credentialsByTopic`` uses that credential's own connections;
 /// ``replaceCredentials(default:byTopic:)`` swaps credentials while the client runs.
 public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
-    private let configuration: APNSClientConfiguration
-    private let logger: Logger
-    private let eventLoopGroup: any EventLoopGroup
-    private typealias PoolStateMachine = APNSConnectionPoolStateMachine<
+    let configuration: APNSClientConfiguration
+    let logger: Logger
+    let eventLoopGroup: any EventLoopGroup
+    typealias PoolStateMachine = APNSConnectionPoolStateMachine<
         APNSConnection, CheckedContinuation<APNSConnection, any Error>
     >
 
     /// The connections of one credential: its TLS identity or token source and its pool state.
-    private final class CredentialPool: Sendable {
+    final class CredentialPool: Sendable {
         let factory: APNSConnection.Factory
         let state: NIOLockedValueBox<PoolStateMachine>
         /// Names the credential in logs (never key material).
@@ -52,13 +52,13 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     }
 
     /// A connection the pool of `credential` asked for.
-    private struct PlannedConnection: Sendable {
+    struct PlannedConnection: Sendable {
         var pool: CredentialPool
         var plan: APNSConnectionPlan
     }
 
     /// Which pool serves which request, replaced as a whole when credentials change.
-    private struct Routing: Sendable {
+    struct Routing: Sendable {
         /// The pool for topics without an entry; nil when only listed topics are served.
         var defaultPool: CredentialPool?
         /// Bundle ID (or full apns-topic) to its credential's pool.
@@ -74,20 +74,20 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         }
     }
 
-    private enum Phase {
+    enum Phase {
         case notStarted
         case running
         case stopped
     }
 
-    private let routing: NIOLockedValueBox<(routing: Routing, phase: Phase)>
+    let routing: NIOLockedValueBox<(routing: Routing, phase: Phase)>
     /// Held through a whole ``replaceCredentials(default:byTopic:)``: a replacement builds on the
     /// pools in use when it starts, so two at once could revive a pool the other retired.
     private let replacing = NIOLock()
     private let connectionPlans: AsyncStream<PlannedConnection>
-    private let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
-    private let waiterIDs = Atomic<UInt64>(0)
-    private let metrics: APNSClientMetrics
+    let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
+    let waiterIDs = Atomic<UInt64>(0)
+    let metrics: APNSClientMetrics
 
     /// Loads credentials and trust roots; throws ``APNSClientConfigurationError`` when they cannot
     /// be used. Connection metrics go to `metricsFactory` (swift-metrics' global one by default).
@@ -408,310 +408,6 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     /// How often a request whose stream could not be opened is moved to another connection.
     private static let maximumUnopenedStreamRetries = 3
-
-    // MARK: Stream leases
-
-    private func leaseStream(
-        environment: APNSEnvironment,
-        deadline: NIODeadline,
-        pool: CredentialPool
-    ) async throws -> APNSConnection {
-        switch pool.state.withLockedValue({ $0.leaseIfAvailable(environment) }) {
-        case .leased(let connection): return connection
-        case .failed(let error): throw error
-        case .mustWait: break
-        }
-
-        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline)
-                switch pool.state.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
-                case .leased(let connection):
-                    continuation.resume(returning: connection)
-                case .failed(let error):
-                    continuation.resume(throwing: error)
-                case .queued(let actions):
-                    perform(actions, pool: pool)
-                    if Task.isCancelled {
-                        // The cancellation handler may have run before the waiter was queued.
-                        cancelWaiter(waiterID, environment: environment, pool: pool)
-                    }
-                }
-            }
-        } onCancel: {
-            self.cancelWaiter(waiterID, environment: environment, pool: pool)
-        }
-    }
-
-    private func cancelWaiter(_ id: UInt64, environment: APNSEnvironment, pool: CredentialPool) {
-        guard let waiter = pool.state.withLockedValue({ $0.removeWaiter(id, for: environment) }) else { return }
-        waiter.continuation.resume(throwing: CancellationError())
-    }
-
-    private func waiterTimerFired(_ deadline: NIODeadline, pool: CredentialPool) {
-        perform(pool.state.withLockedValue { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) }, pool: pool)
-    }
-
-    private func releaseStream(on connection: APNSConnection, status: Int?, pool: CredentialPool) {
-        let actions = pool.state.withLockedValue {
-            $0.release(connectionID: connection.id, environment: connection.environment, status: status)
-        }
-        perform(actions, pool: pool)
-    }
-
-    private func perform(_ actions: PoolStateMachine.Actions, pool: CredentialPool) {
-        for (waiter, connection) in actions.leases {
-            waiter.continuation.resume(returning: connection)
-        }
-        for (waiter, error) in actions.failures {
-            waiter.continuation.resume(throwing: error)
-        }
-        if let plan = actions.open { requestConnection(plan, pool: pool) }
-        for connection in actions.close { connection.close() }
-        actions.cancelWaiterTimer?.cancel()
-        if let deadline = actions.armWaiterTimer {
-            let timer = eventLoopGroup.any().scheduleTask(deadline: deadline) {
-                self.waiterTimerFired(deadline, pool: pool)
-            }
-            if !pool.state.withLockedValue({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }
-        }
-    }
-
-    /// Live connections to `environment`'s endpoint and the most streams one carried at once, for
-    /// the credential requests with `topic` use (the default credential when nil).
-    func poolSnapshot(
-        _ environment: APNSEnvironment,
-        topic: String? = nil
-    ) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
-        let routing = routing.withLockedValue { $0.routing }
-        guard let pool = topic.flatMap({ routing.poolsByTopic[$0] }) ?? routing.defaultPool else { return (0, 0, 0) }
-        return pool.state.withLockedValue { $0.snapshot(environment) }
-    }
-
-    /// Records the connections open and the streams in use per endpoint, over every credential's
-    /// pool (`herald_apns_connections`, `herald_apns_streams_in_use`).
-    public func recordPoolState() {
-        let pools = currentPools
-        for environment in [APNSEnvironment.production, .sandbox] {
-            let usage = pools.map { pool in pool.state.withLockedValue { $0.snapshot(environment) } }
-            metrics.recordUsage(
-                environment,
-                connections: usage.map(\.liveConnections).reduce(0, +),
-                streamsInUse: usage.map(\.streamsInUse).reduce(0, +)
-            )
-        }
-    }
-
-    /// How many connection pools (distinct credentials) the client has.
-    var credentialCount: Int { currentPools.count }
-
-    /// The pools of the credentials in use (not those retired and draining).
-    private var currentPools: [CredentialPool] {
-        routing.withLockedValue { Array($0.routing.poolsByIdentity.values) }
-    }
-
-    /// Whether every configured endpoint (production and sandbox) can be reached now: a
-    /// connection to it is open, or a TCP connection to it opens within `timeout`.
-    ///
-    /// The probe only opens (and at once closes) a plain TCP connection, no TLS and no provider
-    /// token, and only while no APNs connection to that endpoint is open, so a busy client never
-    /// probes and an idle one touches APNs once per readiness check at most.
-    public func canReachEndpoints(timeout: Duration = .seconds(2)) async -> Bool {
-        let pools = currentPools
-        for environment in [APNSEnvironment.production, .sandbox] {
-            if pools.contains(where: { $0.state.withLockedValue { $0.snapshot(environment) }.liveConnections > 0 }) {
-                continue
-            }
-            let endpoint = configuration.endpoint(for: environment)
-            do {
-                let channel = try await ClientBootstrap(group: eventLoopGroup)
-                    .connectTimeout(TimeAmount(timeout))
-                    .connect(host: endpoint.host, port: endpoint.port)
-                    .get()
-                try? await channel.close()
-            } catch {
-                logger.debug("APNs endpoint unreachable", metadata: [APNSLoggingKeys.endpoint: "\(endpoint)", APNSLoggingKeys.error: "\(error)"])
-                return false
-            }
-        }
-        return true
-    }
-
-    // MARK: Connections
-
-    private func requestConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) {
-        if case .terminated = connectionPlanSink.yield(PlannedConnection(pool: pool, plan: plan)) {
-            // run() has ended: the pool is shut down, so report the plan as failed to keep it consistent.
-            perform(
-                pool.state.withLockedValue {
-                    $0.connectionClosed(
-                        connectionID: plan.connectionID,
-                        environment: plan.environment,
-                        failure: .shuttingDown("client stopped")
-                    )
-                },
-                pool: pool
-            )
-        }
-    }
-
-    /// One connection's life: backoff, connect, serve until closed, report.
-    private func runConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) async {
-        let endpoint = configuration.endpoint(for: plan.environment)
-        var logger = self.logger
-        logger[metadataKey: APNSLoggingKeys.connectionID] = "\(plan.connectionID)"
-        logger[metadataKey: APNSLoggingKeys.endpoint] = "\(endpoint)"
-        if pool.name != "default" { logger[metadataKey: APNSLoggingKeys.credential] = "\(pool.name)" }
-
-        let connection: APNSConnection
-        let streamLimit: Int
-        do {
-            let factory = pool.factory
-            let loggerForConnection = logger
-            (connection, streamLimit) = try await cancelWhenGracefulShutdown {
-                if plan.delay > .zero {
-                    try await Task.sleep(for: plan.delay * Double.random(in: 0.5...1.0))
-                }
-                return try await factory.connect(
-                    id: plan.connectionID,
-                    environment: plan.environment,
-                    endpoint: endpoint,
-                    logger: loggerForConnection,
-                    onEvent: { [weak self] event in
-                        self?.connectionEvent(
-                            event,
-                            connectionID: plan.connectionID,
-                            environment: plan.environment,
-                            pool: pool
-                        )
-                    }
-                )
-            }
-        } catch {
-            if !(error is CancellationError) {
-                logger.warning("Connecting to APNs failed", metadata: [APNSLoggingKeys.error: "\(error)"])
-                metrics.recordConnectionFailure(plan.environment)
-            }
-            perform(
-                pool.state.withLockedValue {
-                    $0.connectionClosed(
-                        connectionID: plan.connectionID,
-                        environment: plan.environment,
-                        failure: error as? APNSTransportError ?? .connectionFailed("\(error)")
-                    )
-                },
-                pool: pool
-            )
-            return
-        }
-
-        logger.info(
-            "Connected to APNs",
-            metadata: [APNSLoggingKeys.maxConcurrentStreams: "\(streamLimit)"]
-        )
-        perform(pool.state.withLockedValue { $0.connectionReady(connection, streamLimit: streamLimit) }, pool: pool)
-        await connection.runUntilClosed()
-        perform(
-            pool.state.withLockedValue {
-                $0.connectionClosed(connectionID: plan.connectionID, environment: plan.environment, failure: nil)
-            },
-            pool: pool
-        )
-        logger.info("APNs connection closed")
-    }
-
-    private func connectionEvent(
-        _ event: APNSConnectionEvent,
-        connectionID: Int,
-        environment: APNSEnvironment,
-        pool: CredentialPool
-    ) {
-        let actions: PoolStateMachine.Actions
-        switch event {
-        case .streamLimitChanged(let limit):
-            logger.debug(
-                "APNs changed the stream limit",
-                metadata: [
-                    APNSLoggingKeys.connectionID: "\(connectionID)",
-                    APNSLoggingKeys.maxConcurrentStreams: "\(limit)",
-                ]
-            )
-            actions = pool.state.withLockedValue {
-                $0.streamLimitChanged(connectionID: connectionID, environment: environment, limit: limit)
-            }
-        case .goingAway(let errorCode, let reason):
-            metrics.recordGoAway(environment)
-            logger.warning(
-                "APNs sent GOAWAY; draining the connection",
-                metadata: [
-                    APNSLoggingKeys.connectionID: "\(connectionID)",
-                    APNSLoggingKeys.goAwayErrorCode: "\(errorCode)",
-                    APNSLoggingKeys.goAwayReason: "\(reason ?? "none")",
-                ]
-            )
-            actions = pool.state.withLockedValue {
-                $0.connectionGoingAway(connectionID: connectionID, environment: environment)
-            }
-        case .closed(let failure):
-            actions = pool.state.withLockedValue {
-                $0.connectionClosed(connectionID: connectionID, environment: environment, failure: failure)
-            }
-        }
-        perform(actions, pool: pool)
-    }
-
-    // MARK: TLS
-
-    private static func makeSSLContext(
-        _ configuration: APNSClientConfiguration,
-        authentication: APNSClientConfiguration.Authentication
-    ) throws -> NIOSSLContext {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.applicationProtocols = ["h2"]
-        tls.minimumTLSVersion = .tlsv12
-        tls.certificateVerification = .fullVerification
-        if let caPath = configuration.additionalTrustRootsPEMPath {
-            do {
-                let certificates = try NIOSSLCertificate.fromPEMFile(caPath)
-                guard !certificates.isEmpty else {
-                    throw APNSClientConfigurationError("no certificate in the CA file \(caPath)")
-                }
-                tls.additionalTrustRoots = [.certificates(certificates)]
-            } catch let error as APNSClientConfigurationError {
-                throw error
-            } catch {
-                throw APNSClientConfigurationError("cannot read the CA file \(caPath): \(error)")
-            }
-        }
-        switch authentication.backing {
-        case .token:
-            break
-        case .pkcs12(let path, let password):
-            do {
-                let bundle = try NIOSSLPKCS12Bundle(file: path, passphrase: password.map { Array($0.utf8) })
-                tls.certificateChain = bundle.certificateChain.map { .certificate($0) }
-                tls.privateKey = .privateKey(bundle.privateKey)
-            } catch {
-                // The error names the file, never the password.
-                throw APNSClientConfigurationError("cannot load the PKCS#12 certificate \(path): \(error)")
-            }
-        case .pem(let certificatePath, let privateKeyPath):
-            do {
-                tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
-                tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: privateKeyPath, format: .pem))
-            } catch {
-                throw APNSClientConfigurationError(
-                    "cannot load the PEM certificate \(certificatePath) or key \(privateKeyPath): \(error)"
-                )
-            }
-        }
-        do {
-            return try NIOSSLContext(configuration: tls)
-        } catch {
-            throw APNSClientConfigurationError("invalid TLS configuration: \(error)")
-        }
-    }
 }
 
 /// Logger metadata keys used by the APNs transport.

@@ -17,6 +17,7 @@ import PushPipeline
 // CPU and memory, and the CPU of PostgreSQL, the broker, the mock and the machine over the same
 // window, beside two baselines of the same run: Herald's sender alone against the same mock, and
 // the broker alone (produce + consume). A missing, failed or twice-pushed notification fails it.
+// About 460 lines: one command's steps (set-up, load, run, read back, report) in their order.
 
 /// `herald-bench pipeline`: see the comment above.
 struct PipelineBenchmark: AsyncParsableCommand {

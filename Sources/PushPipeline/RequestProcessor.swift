@@ -15,19 +15,19 @@ final class RequestProcessor: Sendable {
     private let configuration: PipelineConfiguration
     private let publisher: ReliablePublisher
     private let store: any DeviceTokenStore
-    private let ledger: any DeliveryLedger
-    private let storeOperations: StoreOperations
+    let ledger: any DeliveryLedger
+    let storeOperations: StoreOperations
     private let deadLetters: DeadLetters
     private let sender: NotificationSender
     private let tracker: SharedOffsetTracker
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
-    private let inFlight = Mutex(Deliveries(recentCapacity: 100_000))
-    private typealias Deliveries = InFlightDeliveries<CheckedContinuation<Void, Never>>
+    let inFlight = Mutex(Deliveries(recentCapacity: 100_000))
+    typealias Deliveries = InFlightDeliveries<CheckedContinuation<Void, Never>>
     /// Identifies each wait for another copy's claim, so a cancelled wait finds its own.
-    private let waitIDs = Atomic<UInt64>(0)
+    let waitIDs = Atomic<UInt64>(0)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
-    private let sendLimit: ConcurrencyLimit
+    let sendLimit: ConcurrencyLimit
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
     private let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
@@ -230,72 +230,9 @@ final class RequestProcessor: Sendable {
         }
     }
 
-    /// Another copy of the event is sending to this device: waits for it to record its
-    /// outcome, then republishes that (or sends, if it never recorded one).
-    private func deliverWhenUnclaimed(
-        _ event: NotificationEvent,
-        to device: DeviceToken,
-        ticket: DeliveryTicket,
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        guard let key = ticket.claim else { return }
-        while true {
-            switch inFlight.withLock({ $0.claim(key) }) {
-            case .claimed:
-                do { try await sendLimit.acquire() } catch { return }
-                return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
-            case .recordedLately:
-                return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
-            case .busy:
-                await waitUntilSettled(key)
-                if Task.isCancelled { return }
-            }
-        }
-    }
-
-    /// Returns once the claim on `key` was settled (or at once when it already is), or when cancelled.
-    private func waitUntilSettled(_ key: Int) async {
-        let id = waitIDs.add(1, ordering: .relaxed).newValue
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                if !inFlight.withLock({ $0.wait(for: key, id: id, continuation) }) { continuation.resume() }
-            }
-        } onCancel: {
-            inFlight.withLock { $0.cancelWait(for: key, id: id) }?.resume()
-        }
-    }
-
-    /// Deliveries this process recorded lately, found by a copy of their event whose ledger
-    /// lookup ran before they were recorded: asks the ledger again and republishes what it
-    /// recorded; one it has no outcome for (a hash collision) is claimed and sent.
-    private func deliverRecordedLately(
-        _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        let eventIDs = Array(Set(deliveries.map(\.event.id)))
-        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
-        await withDiscardingTaskGroup { group in
-            for (event, device, ticket) in deliveries {
-                if let outcome = recorded[event.id]?[device.token] {
-                    let republished = republishing(outcome, headers: ticket.progress.trace(ticket.message)?.headers ?? [])
-                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
-                    continue
-                }
-                guard let key = ticket.claim else { continue }
-                switch inFlight.withLock({ $0.claimSending(key) }) {
-                case .claimed:
-                    do { try await sendLimit.acquire() } catch { return }
-                    group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-                case .recordedLately, .busy:
-                    group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
-                }
-            }
-        }
-    }
-
     /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
     /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
-    private func send(
+    func send(
         _ event: NotificationEvent,
         to device: DeviceToken,
         ticket: DeliveryTicket,
@@ -393,7 +330,7 @@ final class RequestProcessor: Sendable {
 
     /// Publishes results (each with its unregistered event, if any) together; then counts them,
     /// gives back the permits of sent ones and finishes the messages whose last result this was.
-    private func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
+    func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
         let started = ContinuousClock.now
         do {
             try await publisher.publish(results.flatMap(\.messages))
@@ -425,7 +362,7 @@ final class RequestProcessor: Sendable {
     /// The records of a recorded outcome: its push.unregistered event, if it marked the token,
     /// then its push.results record.
     /// `headers` carry the event's trace context (none when tracing is off).
-    private func republishing(_ outcome: RecordedDelivery, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
+    func republishing(_ outcome: RecordedDelivery, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
         var messages: [KafkaOutgoingMessage] = []
         if let unregistered = outcome.unregisteredEvent {
             messages.append(

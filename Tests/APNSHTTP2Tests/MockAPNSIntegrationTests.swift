@@ -10,7 +10,9 @@ import Testing
 
 @testable import APNSHTTP2
 
-/// The client against the project's mock APNs over real TLS and HTTP/2 on loopback.
+/// The client against the project's mock APNs over real TLS and HTTP/2 on loopback. About 500
+/// lines: every client behaviour that needs a real peer (authentication kinds, pools, GOAWAY,
+/// deadlines, credential replacement) shares the mock's set-up here.
 @Suite("APNSHTTP2Client against MockAPNS", .timeLimit(.minutes(2)))
 struct MockAPNSIntegrationTests {
     static let keyID = "KEY1234567"

@@ -12,7 +12,8 @@ import Testing
 /// its own bundle ID, so tests and other suites can share the database.
 ///
 /// Serialized because the housekeeping tests (in an extension of this suite) delete by age
-/// across the whole database.
+/// across the whole database. About 500 lines: one suite for the registry's rules, which share
+/// their set-up and serialization.
 @Suite(.serialized, .timeLimit(.minutes(5)))
 struct TokenRegistryTests {
     let topic = "com.example.registry.\(UUID().uuidString.prefix(8).lowercased())"

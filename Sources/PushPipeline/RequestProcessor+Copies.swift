@@ -1,0 +1,70 @@
+import DeviceTokenStore
+import Synchronization
+
+/// Copies of an event (duplicates on push.requests, or a redelivery racing the first copy):
+/// a device another copy is sending to waits for that claim to be settled, and one recorded
+/// lately is republished from the ledger, so no copy pushes a device twice.
+extension RequestProcessor {
+    /// Another copy of the event is sending to this device: waits for it to record its
+    /// outcome, then republishes that (or sends, if it never recorded one).
+    func deliverWhenUnclaimed(
+        _ event: NotificationEvent,
+        to device: DeviceToken,
+        ticket: DeliveryTicket,
+        consumedAt: ContinuousClock.Instant
+    ) async {
+        guard let key = ticket.claim else { return }
+        while true {
+            switch inFlight.withLock({ $0.claim(key) }) {
+            case .claimed:
+                do { try await sendLimit.acquire() } catch { return }
+                return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
+            case .recordedLately:
+                return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
+            case .busy:
+                await waitUntilSettled(key)
+                if Task.isCancelled { return }
+            }
+        }
+    }
+
+    /// Returns once the claim on `key` was settled (or at once when it already is), or when cancelled.
+    func waitUntilSettled(_ key: Int) async {
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if !inFlight.withLock({ $0.wait(for: key, id: id, continuation) }) { continuation.resume() }
+            }
+        } onCancel: {
+            inFlight.withLock { $0.cancelWait(for: key, id: id) }?.resume()
+        }
+    }
+
+    /// Deliveries this process recorded lately, found by a copy of their event whose ledger
+    /// lookup ran before they were recorded: asks the ledger again and republishes what it
+    /// recorded; one it has no outcome for (a hash collision) is claimed and sent.
+    func deliverRecordedLately(
+        _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
+        consumedAt: ContinuousClock.Instant
+    ) async {
+        let eventIDs = Array(Set(deliveries.map(\.event.id)))
+        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
+        await withDiscardingTaskGroup { group in
+            for (event, device, ticket) in deliveries {
+                if let outcome = recorded[event.id]?[device.token] {
+                    let republished = republishing(outcome, headers: ticket.progress.trace(ticket.message)?.headers ?? [])
+                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
+                    continue
+                }
+                guard let key = ticket.claim else { continue }
+                switch inFlight.withLock({ $0.claimSending(key) }) {
+                case .claimed:
+                    do { try await sendLimit.acquire() } catch { return }
+                    group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+                case .recordedLately, .busy:
+                    group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+                }
+            }
+        }
+    }
+}
