@@ -34,6 +34,11 @@ public enum APNSReason: Sendable, Hashable {
     case internalServerError
     case serviceUnavailable
     case shutdown
+    case missingChannelId
+    case badChannelId
+    case channelNotRegistered
+    case cannotCreateChannelConfig
+    case missingPushType
     /// A reason this version of Herald does not know; the original string is kept.
     case unknown(String)
 
@@ -56,6 +61,9 @@ public enum APNSReason: Sendable, Hashable {
         ("TooManyProviderTokenUpdates", .tooManyProviderTokenUpdates),
         ("TooManyRequests", .tooManyRequests), ("InternalServerError", .internalServerError),
         ("ServiceUnavailable", .serviceUnavailable), ("Shutdown", .shutdown),
+        ("MissingChannelId", .missingChannelId), ("BadChannelId", .badChannelId),
+        ("ChannelNotRegistered", .channelNotRegistered), ("CannotCreateChannelConfig", .cannotCreateChannelConfig),
+        ("MissingPushType", .missingPushType),
     ]
     private static let byName = Dictionary(uniqueKeysWithValues: known)
 

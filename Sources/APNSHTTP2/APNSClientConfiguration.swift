@@ -14,6 +14,10 @@ public struct APNSClientConfiguration: Sendable {
         public static let production = Endpoint(host: "api.push.apple.com", port: 443)
         /// Apple's sandbox (development) endpoint, `https://api.sandbox.push.apple.com`.
         public static let sandbox = Endpoint(host: "api.sandbox.push.apple.com", port: 443)
+        /// Apple's channel management API for production apps.
+        public static let channelManagementProduction = Endpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+        /// Apple's channel management API for development (sandbox) apps.
+        public static let channelManagementSandbox = Endpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
 
         /// An endpoint from its parts; `host` is a name or an IP literal (IPv6 without brackets).
         public init(host: String, port: Int = 443) {

@@ -119,10 +119,11 @@ extension APNSConnectionHandler.StateMachine {
         }
         var payload = frame.payload
         try payload.removeHTTP2Padding(flags: frame.flags)
-        if streams[frame.streamID] != nil {
-            if streams[frame.streamID]!.body == nil {
+        if let stream = streams[frame.streamID] {
+            let limit = stream.keepsSuccessBody ? Self.maximumChannelManagementBodyBytes : Self.maximumBodyBytes
+            if stream.body == nil {
                 streams[frame.streamID]!.body = payload
-            } else if streams[frame.streamID]!.body!.readableBytes + payload.readableBytes <= Self.maximumBodyBytes {
+            } else if stream.body!.readableBytes + payload.readableBytes <= limit {
                 streams[frame.streamID]!.body!.writeBuffer(&payload)
             }
         }
@@ -179,18 +180,18 @@ extension APNSConnectionHandler.StateMachine {
         }
         guard streams[streamID] != nil else { return nil }
         var status: Int?
-        var apnsID: String?
         for header in headers {
-            if header.name == ":status" {
-                status = Int(header.value)
-            } else if header.name == "apns-id" {
-                apnsID = header.value
+            switch header.name {
+            case ":status": status = Int(header.value)
+            case "apns-id", "apns-request-id": streams[streamID]!.apnsID = header.value
+            case "apns-unique-id": streams[streamID]!.uniqueID = header.value
+            case "apns-channel-id": streams[streamID]!.channelID = header.value
+            default: break
             }
         }
         if let status {
             if (100..<200).contains(status) { return nil }  // informational; the real answer follows
             streams[streamID]!.status = status
-            streams[streamID]!.apnsID = apnsID
         }
         return endStream ? complete(streamID) : nil
     }
@@ -333,11 +334,20 @@ extension APNSConnectionHandler.StateMachine {
             // Answered before the whole body was sent (RFC 9113 section 8.1): stop sending it.
             reset(streamID, code: .noError)
         }
-        var response = APNSResponse(status: status, apnsID: stream.apnsID)
-        if status != 200, let body = stream.body, body.readableBytes > 0 {
-            let parsed = APNSResponseBody(parsing: body)
-            response.reason = parsed.reason.map(APNSReason.init)
-            response.timestampMilliseconds = parsed.timestampMilliseconds
+        var response = APNSResponse(
+            status: status,
+            apnsID: stream.apnsID,
+            uniqueID: stream.uniqueID,
+            channelID: stream.channelID
+        )
+        if let body = stream.body, body.readableBytes > 0 {
+            if (200..<300).contains(status) {
+                if stream.keepsSuccessBody { response.body = Array(body.readableBytesView) }
+            } else {
+                let parsed = APNSResponseBody(parsing: body)
+                response.reason = parsed.reason.map(APNSReason.init)
+                response.timestampMilliseconds = parsed.timestampMilliseconds
+            }
         }
         let outcome = APNSStreamOutcome(response: response, providerToken: stream.providerToken)
         return finish(streamID, with: .success(outcome)).map(FrameAction.finishStream)

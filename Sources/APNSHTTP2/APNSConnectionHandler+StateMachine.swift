@@ -30,8 +30,12 @@ extension APNSConnectionHandler {
             var sendWindow: Int
             /// Request body bytes still waiting for flow-control credit.
             var unsentBody: ByteBuffer?
+            /// A channel management answer's body is the result; a push's is only an error reason.
+            let keepsSuccessBody: Bool
             var status: Int?
             var apnsID: String?
+            var uniqueID: String?
+            var channelID: String?
             var body: ByteBuffer?
         }
 
@@ -95,6 +99,8 @@ extension APNSConnectionHandler {
         static var maxHeaderListSize: Int { 16_384 }
         /// Error bodies are tiny; anything beyond this is dropped.
         static var maximumBodyBytes: Int { 16 * 1024 }
+        /// A channel list names up to 10,000 channels; a longer answer is cut (and fails to parse).
+        static var maximumChannelManagementBodyBytes: Int { 1024 * 1024 }
         /// The last stream ID a client may open before it has to move to a new connection.
         static var lastStreamID: UInt32 { UInt32(Int32.max) - 2 }
 
@@ -201,7 +207,8 @@ extension APNSConnectionHandler {
                 waiter: waiter,
                 deadline: deadline,
                 providerToken: authorization?.token,
-                sendWindow: peerInitialWindowSize
+                sendWindow: peerInitialWindowSize,
+                keepsSuccessBody: request.isChannelManagement
             )
             let length = request.payload.count
             let sendsBodyNow =

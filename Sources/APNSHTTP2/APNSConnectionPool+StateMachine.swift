@@ -260,7 +260,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
                 pools[poolIndex].slots[slot].answered = true
                 pools[poolIndex].consecutiveFailures = 0
             }
-            if status == 200 { pools[poolIndex].slots[slot].verified = true }
+            if let status, (200..<300).contains(status) { pools[poolIndex].slots[slot].verified = true }
         }
         if pools[poolIndex].waiters.isEmpty { return .none }
         return serveWaiters(poolIndex)

@@ -352,8 +352,9 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     }
 
     /// The pool for the request's credential: the bundle ID's entry (the full topic's, when it
-    /// has one, wins), else the default; throws ``APNSNoCredentialError`` when there is none.
-    private func pool(for request: APNSRequest) throws(APNSNoCredentialError) -> CredentialPool {
+    /// has one, wins), else the default; throws ``APNSNoCredentialError`` when there is none and
+    /// ``APNSTokenAuthenticationRequiredError`` for a channel request with a certificate credential.
+    private func pool(for request: APNSRequest) throws -> CredentialPool {
         let pool = routing.withLockedValue { state -> CredentialPool? in
             let routing = state.routing
             guard !routing.poolsByTopic.isEmpty else { return routing.defaultPool }
@@ -364,6 +365,9 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             return routing.poolsByTopic[String(bundleID)] ?? routing.defaultPool
         }
         guard let pool else { throw APNSNoCredentialError(topic: request.topic) }
+        if request.isChannelRequest, pool.factory.makeTokenSource == nil {
+            throw APNSTokenAuthenticationRequiredError(topic: request.topic)
+        }
         return pool
     }
 

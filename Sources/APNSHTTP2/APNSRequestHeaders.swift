@@ -11,6 +11,10 @@ import NIOHPACK
 ///   the ever-changing values do not churn it. ``IndexingState`` remembers the first use per connection.
 /// - Everything else (`:method`, `:scheme`, `:authority`, `apns-topic`, `apns-push-type`,
 ///   `apns-priority`) repeats and uses incremental indexing.
+///
+/// A broadcast names its channel in `apns-channel-id` and its id in `apns-request-id` (the path
+/// carries the bundle ID: no `apns-topic`); a channel management request sends only
+/// `apns-request-id` and, to read or delete, `apns-channel-id`.
 enum APNSRequestHeaders {
     /// Which of the once-indexed headers a connection already sent.
     struct IndexingState: Sendable, Hashable {
@@ -27,17 +31,29 @@ enum APNSRequestHeaders {
     ) -> HPACKHeaders {
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
-        headers.add(name: ":method", value: "POST")
+        headers.add(name: ":method", value: request.method)
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
         headers.add(name: ":authority", value: authority)
         if let authorization {
             headers.add(name: "authorization", value: authorization, indexing: .nonIndexable)
         }
-        headers.add(name: "apns-topic", value: request.topic)
+        switch request.destination {
+        case .device:
+            headers.add(name: "apns-topic", value: request.topic)
+            headers.add(name: "apns-id", value: request.apnsID, indexing: onceIndexed(&indexing.sentAPNSID))
+        case .channel(let channelID):
+            headers.add(name: "apns-channel-id", value: channelID, indexing: .nonIndexable)
+            headers.add(name: "apns-request-id", value: request.apnsID, indexing: .nonIndexable)
+        case .channelManagement(let operation):
+            headers.add(name: "apns-request-id", value: request.apnsID, indexing: .nonIndexable)
+            if let channelID = operation.channelID {
+                headers.add(name: "apns-channel-id", value: channelID, indexing: .nonIndexable)
+            }
+            return headers
+        }
         headers.add(name: "apns-push-type", value: request.pushType.rawValue)
         headers.add(name: "apns-priority", value: priorityText(request.priority))
-        headers.add(name: "apns-id", value: request.apnsID, indexing: onceIndexed(&indexing.sentAPNSID))
         if let expiration = request.expiration {
             headers.add(
                 name: "apns-expiration",

@@ -10,7 +10,7 @@ struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Delivers Apple push notifications for notification events on Kafka.",
         discussion: "Configured by HERALD_* environment variables and the YAML or JSON file HERALD_CONFIG_FILE names (see README.md).",
-        subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self],
+        subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self, Channel.self],
         defaultSubcommand: Run.self
     )
 
@@ -118,6 +118,74 @@ struct Herald: AsyncParsableCommand {
             }
             for line in lines { print(line) }
             if lines.last?.hasPrefix("no result") == true { throw ExitCode(1) }
+        }
+    }
+
+    struct Channel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Manage an app's Live Activity broadcast channels through Apple's channel management API.",
+            discussion: "Prints the answer as push.channel-results JSON; exits 1 unless its status is ok.",
+            subcommands: [Create.self, Read.self, Delete.self, List.self]
+        )
+
+        struct App: ParsableArguments {
+            @Option(help: "The app's bundle ID.") var topic: String
+            @Option(help: "production or sandbox.") var environment = "production"
+        }
+
+        struct Create: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Create a channel.")
+            @OptionGroup var app: App
+            @Option(help: "0: keep no message; 1: keep the last one for new subscribers.") var storagePolicy = 0
+            func run() async throws {
+                try await Channel.perform(.create, app, storagePolicy: storagePolicy)
+            }
+        }
+
+        struct Read: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Read a channel's settings.")
+            @OptionGroup var app: App
+            @Option(help: "The channel ID (base64).") var channelID: String
+            func run() async throws { try await Channel.perform(.read, app, channelID: channelID) }
+        }
+
+        struct Delete: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Delete a channel.")
+            @OptionGroup var app: App
+            @Option(help: "The channel ID (base64).") var channelID: String
+            func run() async throws { try await Channel.perform(.delete, app, channelID: channelID) }
+        }
+
+        struct List: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List the app's channels.")
+            @OptionGroup var app: App
+            func run() async throws { try await Channel.perform(.list, app) }
+        }
+
+        /// Validates the command as push.channels would, performs it and prints the answer.
+        static func perform(
+            _ action: ChannelCommand.Action,
+            _ app: App,
+            storagePolicy: Int? = nil,
+            channelID: String? = nil
+        ) async throws {
+            let configuration = await Herald.loadConfiguration()
+            var fields: [(String, JSONValue)] = [
+                ("request_id", .string("herald-channel-\(UUID().uuidString.lowercased())")),
+                ("action", .string(action.rawValue)), ("topic", .string(app.topic)), ("environment", .string(app.environment)),
+            ]
+            if let storagePolicy { fields.append(("message_storage_policy", .number(String(storagePolicy)))) }
+            if let channelID { fields.append(("channel_id", .string(channelID))) }
+            let result = try await refusingBadInput {
+                let command = try ChannelCommand(json: JSONValue.object(fields).serialized())
+                return try await OperatorCommands.manageChannel(
+                    command,
+                    configuration: configuration,
+                    logger: Logger(label: "herald.channel")
+                )
+            }
+            print(String(decoding: result.json(), as: UTF8.self))
+            if result.status != .ok { throw ExitCode(1) }
         }
     }
 

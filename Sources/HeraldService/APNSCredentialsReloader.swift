@@ -7,7 +7,7 @@ import UnixSignals
 
 /// Re-reads HERALD_APNS_CREDENTIALS_FILE on SIGHUP and every `checkInterval` (and, without
 /// that file, keeps SIGHUP from ending the process), and hands what it
-/// finds to the APNs client: a replaced key or certificate gets new connections while requests
+/// finds to the APNs clients (device sends, broadcasts, channel management): a replaced key or certificate gets new connections while requests
 /// in flight finish on the old ones (``APNSHTTP2Client/replaceCredentials(default:byTopic:)``).
 ///
 /// A file that no longer reads or parses changes nothing: the credentials in use stay, and the
@@ -16,7 +16,7 @@ import UnixSignals
 final class APNSCredentialsReloader: Service {
     private let path: String?
     private let defaultCredential: APNSClientConfiguration.Authentication?
-    private let client: APNSHTTP2Client
+    private let clients: [APNSHTTP2Client]
     private let checkInterval: Duration
     private let logger: Logger
     private let reloads: (applied: Counter, unchanged: Counter, failed: Counter)
@@ -27,14 +27,14 @@ final class APNSCredentialsReloader: Service {
     init(
         path: String?,
         defaultCredential: APNSClientConfiguration.Authentication?,
-        client: APNSHTTP2Client,
+        clients: [APNSHTTP2Client],
         checkInterval: Duration,
         metricsFactory: any MetricsFactory,
         logger: Logger
     ) {
         self.path = path
         self.defaultCredential = defaultCredential
-        self.client = client
+        self.clients = clients
         self.checkInterval = checkInterval
         self.logger = logger
         func counter(_ result: String) -> Counter {
@@ -70,7 +70,11 @@ final class APNSCredentialsReloader: Service {
         lastFailure.withLock { lastFailure in
             do {
                 let (credentials, problems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
-                let changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials)
+                // Every client gets the same credentials; the first to refuse one leaves all unchanged.
+                var changed = false
+                for client in clients {
+                    changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed
+                }
                 lastFailure = nil
                 guard changed else {
                     reloads.unchanged.increment()

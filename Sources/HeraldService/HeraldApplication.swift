@@ -82,10 +82,22 @@ package enum HeraldApplication {
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
         let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
+        // Broadcasts use the device hosts unless HERALD_APNS_BROADCAST_* names others; channel
+        // management has hosts of its own. Each client connects only once it has a request.
+        func client(for endpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)) throws
+            -> APNSHTTP2Client
+        {
+            var clientConfiguration = apnsConfiguration
+            (clientConfiguration.production, clientConfiguration.sandbox) = endpoints
+            return try APNSHTTP2Client(configuration: clientConfiguration, metricsFactory: metricsFactory, logger: logger)
+        }
+        let broadcastAPNS = try configuration.broadcastEndpoints.map(client(for:))
+        let channelsAPNS = try client(for: configuration.channelManagementEndpoints)
+        let apnsClients = [apns, channelsAPNS] + (broadcastAPNS.map { [$0] } ?? [])
         let credentialsReloader = APNSCredentialsReloader(
             path: configuration.apnsCredentialsFile,
             defaultCredential: apnsConfiguration.authentication,
-            client: apns,
+            clients: apnsClients,
             checkInterval: configuration.apnsCredentialsCheckInterval,
             metricsFactory: metricsFactory,
             logger: logger
@@ -95,7 +107,7 @@ package enum HeraldApplication {
         let consumer = try KafkaConsumer(
             configuration: configuration.kafka,
             groupID: configuration.consumerGroup,
-            topics: [topics.requests, topics.tokens],
+            topics: [topics.requests, topics.tokens, topics.channels],
             logger: logger
         )
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
@@ -106,6 +118,8 @@ package enum HeraldApplication {
             store: store,
             ledger: store,
             apns: apns,
+            broadcastAPNS: broadcastAPNS,
+            channelManagementAPNS: channelsAPNS,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
             logger: logger
@@ -147,7 +161,7 @@ package enum HeraldApplication {
                 .init(service: housekeepingPostgres),
                 // Needs only PostgreSQL: stops just before it.
                 .init(service: housekeeping),
-                .init(service: apns),
+            ] + apnsClients.map { .init(service: $0) } + [
                 .init(service: credentialsReloader),
                 .init(service: producer),
                 .init(service: consumer),

@@ -22,6 +22,11 @@ package struct HeraldConfiguration: Sendable {
     package var housekeeping: HousekeepingConfiguration
     /// nil when no APNs credential is configured (only `herald migrate` can run then).
     package var apns: APNSClientConfiguration?
+    /// Where broadcasts to Live Activity channels go (HERALD_APNS_BROADCAST_PRODUCTION_URL and
+    /// _SANDBOX_URL); nil when they go to the device hosts (the default).
+    package var broadcastEndpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)?
+    /// The channel management API's hosts (HERALD_APNS_CHANNELS_PRODUCTION_URL and _SANDBOX_URL).
+    package var channelManagementEndpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)
     /// HERALD_APNS_CREDENTIALS_FILE, re-read on SIGHUP and every ``apnsCredentialsCheckInterval``.
     package var apnsCredentialsFile: String?
     /// How often the credentials file is checked for changes (HERALD_APNS_CREDENTIALS_CHECK_S).
@@ -47,6 +52,9 @@ package struct HeraldConfiguration: Sendable {
     package static let keys: Set<String> = [
         "HERALD_CONFIG_FILE", "HERALD_KAFKA_BROKERS", "HERALD_KAFKA_GROUP",
         "HERALD_TOPIC_REQUESTS", "HERALD_TOPIC_TOKENS", "HERALD_TOPIC_RESULTS", "HERALD_TOPIC_UNREGISTERED", "HERALD_TOPIC_DLQ",
+        "HERALD_TOPIC_CHANNELS", "HERALD_TOPIC_CHANNEL_RESULTS",
+        "HERALD_APNS_BROADCAST_PRODUCTION_URL", "HERALD_APNS_BROADCAST_SANDBOX_URL",
+        "HERALD_APNS_CHANNELS_PRODUCTION_URL", "HERALD_APNS_CHANNELS_SANDBOX_URL",
         "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE",
         "HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID",
         "HERALD_APNS_CERT_PATH", "HERALD_APNS_CERT_PASSWORD", "HERALD_APNS_CERT_KEY_PATH", "HERALD_APNS_CREDENTIALS_FILE",
@@ -91,6 +99,8 @@ package struct HeraldConfiguration: Sendable {
         pipeline.topics.results = source["HERALD_TOPIC_RESULTS"] ?? pipeline.topics.results
         pipeline.topics.unregistered = source["HERALD_TOPIC_UNREGISTERED"] ?? pipeline.topics.unregistered
         pipeline.topics.deadLetters = source["HERALD_TOPIC_DLQ"] ?? pipeline.topics.deadLetters
+        pipeline.topics.channels = source["HERALD_TOPIC_CHANNELS"] ?? pipeline.topics.channels
+        pipeline.topics.channelResults = source["HERALD_TOPIC_CHANNEL_RESULTS"] ?? pipeline.topics.channelResults
         pipeline.retry = RetryPolicy(
             maxAttempts: try source.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
             deliveryDeadline: .seconds(try source.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
@@ -106,6 +116,18 @@ package struct HeraldConfiguration: Sendable {
         postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         housekeeping = try Self.housekeepingConfiguration(source)
         apns = try Self.apnsConfiguration(source, certificateProblems: &certificateProblems)
+        let broadcastProduction = try Self.endpoint(source, "HERALD_APNS_BROADCAST_PRODUCTION_URL")
+        let broadcastSandbox = try Self.endpoint(source, "HERALD_APNS_BROADCAST_SANDBOX_URL")
+        if broadcastProduction != nil || broadcastSandbox != nil {
+            broadcastEndpoints = (
+                broadcastProduction ?? apns?.production ?? .production,
+                broadcastSandbox ?? apns?.sandbox ?? .sandbox
+            )
+        }
+        channelManagementEndpoints = (
+            try Self.endpoint(source, "HERALD_APNS_CHANNELS_PRODUCTION_URL") ?? .channelManagementProduction,
+            try Self.endpoint(source, "HERALD_APNS_CHANNELS_SANDBOX_URL") ?? .channelManagementSandbox
+        )
         apnsCredentialsFile = source["HERALD_APNS_CREDENTIALS_FILE"]
         apnsCredentialsCheckInterval = .seconds(try source.integer("HERALD_APNS_CREDENTIALS_CHECK_S", default: 10, in: 1...86_400))
         shutdownGracePeriod = .seconds(try source.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
@@ -195,6 +217,19 @@ package struct HeraldConfiguration: Sendable {
             configuration.connectionsPerEndpoint = try source.integer("HERALD_APNS_CONNECTIONS", default: 2, in: 1...64)
         }
         return configuration
+    }
+
+    /// The endpoint a `https://host[:port]` value of `key` names, if set.
+    private static func endpoint(
+        _ source: HeraldConfigurationSource,
+        _ key: String
+    ) throws -> APNSClientConfiguration.Endpoint? {
+        guard let url = source[key] else { return nil }
+        do {
+            return try .init(url: url)
+        } catch {
+            throw ConfigurationError("\(key): \(error)")
+        }
     }
 
     /// The HERALD_APNS_KEY_* (token) or HERALD_APNS_CERT_* (certificate: PKCS#12 with

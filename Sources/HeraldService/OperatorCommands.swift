@@ -6,7 +6,7 @@ import Foundation
 import DeviceTokenStore
 import KafkaTransport
 package import Logging
-import PushPipeline
+package import PushPipeline
 
 /// What `herald config check`, `herald token` and `herald send` do, on the configuration
 /// `herald run` reads.
@@ -123,6 +123,27 @@ package enum OperatorCommands {
                 if lines.count == 1 { lines.append("no result within \(timeout)") }
                 return lines
             }
+        }
+    }
+
+    /// Performs one channel management command directly against the channel management API
+    /// (HERALD_APNS_CHANNELS_*_URL) with the configured credentials, and returns its answer as
+    /// the push.channel-results JSON. Throws ``ConfigurationError`` when no credential is configured.
+    package static func manageChannel(
+        _ command: ChannelCommand,
+        configuration: HeraldConfiguration,
+        logger: Logger
+    ) async throws -> ChannelCommandResult {
+        guard var clientConfiguration = configuration.apns else {
+            throw ConfigurationError("no APNs credential: set HERALD_APNS_KEY_* or HERALD_APNS_CREDENTIALS_FILE")
+        }
+        (clientConfiguration.production, clientConfiguration.sandbox) = configuration.channelManagementEndpoints
+        let client = try APNSHTTP2Client(configuration: clientConfiguration, logger: logger)
+        let manager = ChannelManager(client: client, policy: configuration.pipeline.retry)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await client.run() }
+            defer { group.cancelAll() }
+            return try await manager.perform(command)
         }
     }
 

@@ -130,7 +130,10 @@ final class APNSStreamHandler: ChannelInboundHandler {
         var responseHeaders = HPACKHeaders()
         responseHeaders.add(name: ":status", value: String(answer.status))
         // Unique per response: indexing it would only churn the HPACK dynamic table.
-        responseHeaders.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
+        responseHeaders.add(name: answer.echoesRequestID ? "apns-request-id" : "apns-id", value: answer.apnsID, indexing: .nonIndexable)
+        for (name, value) in answer.headers {
+            responseHeaders.add(name: name, value: value, indexing: .nonIndexable)
+        }
         let written = context.eventLoop.makePromise(of: Void.self)
         if let body = answer.jsonBody {
             let bodyBuffer = context.channel.allocator.buffer(string: body)

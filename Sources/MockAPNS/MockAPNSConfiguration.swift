@@ -41,6 +41,13 @@ public struct MockAPNSConfiguration: Sendable {
     /// handshake otherwise. `nil` asks for no client certificate.
     public var clientCertificateAuthorityPath: String?
 
+    /// Answers carry `apns-unique-id`, as Apple's development (sandbox) environment does.
+    public var returnsUniqueIDs = false
+
+    /// Broadcast channels one app may have; creating one more is refused with
+    /// `CannotCreateChannelConfig` (Apple's limit is 10,000).
+    public var maximumChannelsPerApp = 10_000
+
     /// Creates a configuration; every parameter has the default documented on its property.
     public init(
         host: String = "127.0.0.1",

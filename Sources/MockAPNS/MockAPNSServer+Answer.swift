@@ -13,10 +13,16 @@ extension MockAPNSServer {
         var reason: String?
         /// When APNs learnt the token is no longer valid (410 only), milliseconds since 1970.
         var unregisteredAt: Int64?
+        /// Response headers beyond `:status` and the request's id (channel ids, `apns-unique-id`).
+        var headers: [(name: String, value: String)] = []
+        /// The body of a successful channel management answer.
+        var successBody: String?
+        /// Whether the id goes back as `apns-request-id` (channel requests) rather than `apns-id`.
+        var echoesRequestID = false
 
-        /// `{"reason":…}` (plus `timestamp` for 410); `nil` for 200.
+        /// `{"reason":…}` (plus `timestamp` for 410), or the success body; `nil` otherwise.
         var jsonBody: String? {
-            guard let reason else { return nil }
+            guard let reason else { return successBody }
             guard let unregisteredAt else { return #"{"reason":"\#(reason)"}"# }
             return #"{"reason":"\#(reason)","timestamp":\#(unregisteredAt)}"#
         }
@@ -41,6 +47,8 @@ extension MockAPNSServer {
         var pushType: String?
         var priority: String?
         var apnsID: String?
+        var requestID: String?
+        var channelID: String?
         var collapseID: String?
         var expiration: String?
         var hasRepeatedAPNSHeader = false
@@ -55,6 +63,8 @@ extension MockAPNSServer {
                 case "apns-push-type": Self.set(&self.pushType, value, &self.hasRepeatedAPNSHeader)
                 case "apns-priority": Self.set(&self.priority, value, &self.hasRepeatedAPNSHeader)
                 case "apns-id": Self.set(&self.apnsID, value, &self.hasRepeatedAPNSHeader)
+                case "apns-request-id": Self.set(&self.requestID, value, &self.hasRepeatedAPNSHeader)
+                case "apns-channel-id": Self.set(&self.channelID, value, &self.hasRepeatedAPNSHeader)
                 case "apns-collapse-id": Self.set(&self.collapseID, value, &self.hasRepeatedAPNSHeader)
                 case "apns-expiration": Self.set(&self.expiration, value, &self.hasRepeatedAPNSHeader)
                 default: break
@@ -80,6 +90,9 @@ extension MockAPNSServer {
     /// payload, then the token's registration.
     func answer(headers: HPACKHeaders, payload: ByteBuffer, payloadLength: Int, certificateAuthenticated: Bool = false) -> Answer {
         let head = RequestHead(headers)
+        if let path = head.path, path.hasPrefix(Self.broadcastPathPrefix) || path.hasPrefix(Self.channelManagementPathPrefix) {
+            return channelAnswer(head, headers: headers, payload: payload, payloadLength: payloadLength)
+        }
         // Echo the request's apns-id; a missing or malformed one gets a fresh UUID, as APNs does.
         let requestedAPNSID = head.apnsID.flatMap { Encoding.isCanonicalUUID($0) ? $0 : nil }
         let apnsID = requestedAPNSID ?? Encoding.randomLowercaseUUID()
@@ -110,6 +123,7 @@ extension MockAPNSServer {
         }
 
         let injectsStatuses = self.configuration.faults.injectsStatuses
+        let uniqueIDHeader = self.uniqueIDHeader
         let answer = self.ledger.withLockedValue { ledger -> Answer in
             let answer: Answer
             if injectsStatuses, let fault = ledger.drawStatusFault(self.configuration.faults) {
@@ -124,7 +138,7 @@ extension MockAPNSServer {
                     unregisteredAt: millis
                 )
             } else {
-                answer = Answer(status: 200, apnsID: apnsID)
+                answer = Answer(status: 200, apnsID: apnsID, headers: uniqueIDHeader)
                 ledger.recordAccepted(token: tokenKey, requestedAPNSID: requestedAPNSIDKey)
             }
             ledger.countsByStatus[answer.status, default: 0] += 1
@@ -169,6 +183,20 @@ extension MockAPNSServer {
         }
     }
 
+    /// `apns-unique-id` with a fresh UUID when the mock plays the development environment.
+    var uniqueIDHeader: [(name: String, value: String)] {
+        configuration.returnsUniqueIDs ? [("apns-unique-id", Encoding.randomLowercaseUUID())] : []
+    }
+
+    /// The provider-token rejection, if the server checks tokens and this one fails.
+    func providerTokenRejection(_ head: RequestHead) -> Rejection? {
+        guard self.providerTokenVerifier.isEnabled else { return nil }
+        return self.providerTokenVerifier.rejection(
+            forAuthorization: head.authorization,
+            nowSeconds: MockWallClock.millisecondsSince1970() / 1000
+        )
+    }
+
     /// The rejection APNs would give before looking at the device's registration, if any.
     private func rejection(for head: RequestHead, deviceToken: Substring, payloadLength: Int, checksToken: Bool) -> Rejection? {
         guard head.method == "POST" else { return .methodNotAllowed }
@@ -176,14 +204,7 @@ extension MockAPNSServer {
         guard !deviceToken.isEmpty else { return .missingDeviceToken }
         guard Encoding.isEvenLengthHex(deviceToken) else { return .badDeviceToken }
 
-        if checksToken, self.providerTokenVerifier.isEnabled,
-            let rejection = self.providerTokenVerifier.rejection(
-                forAuthorization: head.authorization,
-                nowSeconds: MockWallClock.millisecondsSince1970() / 1000
-            )
-        {
-            return rejection
-        }
+        if checksToken, let rejection = providerTokenRejection(head) { return rejection }
 
         guard head.topic != nil else { return .missingTopic }
         if let pushType = head.pushType, !Self.knownPushTypes.contains(pushType) { return .invalidPushType }
@@ -204,6 +225,11 @@ extension MockAPNSServer {
 /// behind one lock.
 struct Ledger: Sendable {
     var unregisteredTokens: [String: Int64] = [:]
+    /// Broadcast channels by bundle ID: channel ID to message storage policy, and creation order.
+    var channels: [String: [String: Int]] = [:]
+    var channelOrder: [String: [String]] = [:]
+    /// Accepted broadcasts by channel ID.
+    var broadcastsByChannel: [String: Int] = [:]
     var acceptedPushesByToken: [String: Int] = [:]
     var totalAcceptedPushes = 0
     var countsByStatus: [Int: Int] = [:]
@@ -258,6 +284,7 @@ struct Ledger: Sendable {
     }
 
     mutating func reset() {
+        self.broadcastsByChannel.removeAll()
         self.acceptedPushesByToken.removeAll()
         self.totalAcceptedPushes = 0
         self.countsByStatus.removeAll()

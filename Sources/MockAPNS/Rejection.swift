@@ -20,12 +20,18 @@ enum Rejection: String, Sendable {
     case tooManyRequests = "TooManyRequests"
     case internalServerError = "InternalServerError"
     case serviceUnavailable = "ServiceUnavailable"
+    case missingChannelId = "MissingChannelId"
+    case badChannelId = "BadChannelId"
+    case channelNotRegistered = "ChannelNotRegistered"
+    case cannotCreateChannelConfig = "CannotCreateChannelConfig"
+    case missingPushType = "MissingPushType"
 
     /// The HTTP status APNs sends with this reason.
     var status: Int {
         switch self {
         case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority,
-            .duplicateHeaders, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty:
+            .duplicateHeaders, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty,
+            .missingChannelId, .badChannelId, .channelNotRegistered, .cannotCreateChannelConfig, .missingPushType:
             return 400
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken:
             return 403

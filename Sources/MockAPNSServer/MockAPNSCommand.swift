@@ -149,6 +149,15 @@ struct MockAPNSCommand: AsyncParsableCommand {
     )
     var oneStreamUntilSuccess = false
 
+    @Flag(
+        name: .customLong("unique-ids"),
+        help: "Answer with apns-unique-id, as Apple's development (sandbox) environment does."
+    )
+    var uniqueIDs = false
+
+    @Option(name: .customLong("max-channels"), help: "Broadcast channels one app may create (Apple: 10000).")
+    var maxChannels = 10_000
+
     @Option(name: .customLong("seed"), help: "Seed for the fault draws, for reproducible runs (default: random).")
     var seed: UInt64?
 
@@ -211,7 +220,7 @@ struct MockAPNSCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "mock-apns")
 
-        let configuration = MockAPNSConfiguration(
+        var configuration = MockAPNSConfiguration(
             host: self.host,
             port: self.port,
             caCertificatePath: self.caOut,
@@ -232,6 +241,8 @@ struct MockAPNSCommand: AsyncParsableCommand {
             ),
             clientCertificateAuthorityPath: self.clientCA
         )
+        configuration.returnsUniqueIDs = self.uniqueIDs
+        configuration.maximumChannelsPerApp = self.maxChannels
         let server = MockAPNSServer(configuration: configuration, logger: logger)
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]

@@ -8,9 +8,10 @@ public import ServiceLifecycle
 import Synchronization
 public import Tracing
 
-/// Herald's core loop: reads push.requests and push.tokens, delivers each notification to every
-/// active device of its users, publishes one result per device, dead-letters bad input, and
-/// commits a partition's offset only below messages whose results are all published.
+/// Herald's core loop: reads push.requests, push.tokens and push.channels, delivers each
+/// notification to every active device of its users (or to its broadcast channel), publishes one
+/// result per device (or channel), answers channel commands, dead-letters bad input, and commits
+/// a partition's offset only below messages whose results are all published.
 ///
 /// Every terminal outcome is recorded in the delivery ledger before it is published, so a
 /// redelivered event republishes the recorded results instead of pushing again.
@@ -19,6 +20,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let source: any MessageSource
     private let publisher: ReliablePublisher
     private let tokenUpdates: TokenUpdates
+    private let channelCommands: ChannelCommands
     private let requests: RequestProcessor
     private let logger: Logger
     private let tracker = SharedOffsetTracker()
@@ -39,6 +41,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// does, the partitions of the messages waiting on them cannot move on.
     public var publishBlockedBy: [String] { publisher.blockingCauses }
 
+    /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
+    /// reaches the channel management hosts for push.channels (without one, each command is
+    /// answered `rejected`, `ChannelManagementUnavailable`).
     public init(
         configuration: PipelineConfiguration,
         source: any MessageSource,
@@ -46,6 +51,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         store: any DeviceTokenStore,
         ledger: any DeliveryLedger,
         apns: any APNSClientProtocol,
+        broadcastAPNS: (any APNSClientProtocol)? = nil,
+        channelManagementAPNS: (any APNSClientProtocol)? = nil,
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
         tracer: (any Tracer)? = nil,
         logger: Logger
@@ -70,6 +77,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         )
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
+        self.channelCommands = ChannelCommands(
+            manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry) },
+            ledger: ledger,
+            storeOperations: storeOperations,
+            publisher: reliablePublisher,
+            deadLetters: deadLetters,
+            resultsTopic: configuration.topics.channelResults,
+            logger: logger
+        )
         self.requests = RequestProcessor(
             configuration: configuration,
             publisher: reliablePublisher,
@@ -77,7 +93,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             ledger: ledger,
             storeOperations: storeOperations,
             deadLetters: deadLetters,
-            sender: NotificationSender(client: apns, policy: configuration.retry, metrics: metrics.sender),
+            sender: NotificationSender(
+                client: apns,
+                broadcastClient: broadcastAPNS,
+                policy: configuration.retry,
+                metrics: metrics.sender
+            ),
             tracker: tracker,
             tracer: tracer,
             metrics: metrics,
@@ -135,6 +156,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
                     if message.topic == configuration.topics.tokens {
                         group.addTask { if await self.tokenUpdates.process(message) { self.tracker.finish(message) } }
+                    } else if message.topic == configuration.topics.channels {
+                        group.addTask { if await self.channelCommands.process(message) { self.tracker.finish(message) } }
                     } else {
                         requests.append(message)
                     }

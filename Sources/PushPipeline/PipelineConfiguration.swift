@@ -7,6 +7,10 @@ public struct PushTopics: Sendable, Hashable {
     public var results = "push.results"
     public var unregistered = "push.unregistered"
     public var deadLetters = "push.dlq"
+    /// Channel management commands (create, read, delete, list broadcast channels).
+    public var channels = "push.channels"
+    /// One answer per channel management command, keyed by its request id.
+    public var channelResults = "push.channel-results"
 
     public init() {}
 }

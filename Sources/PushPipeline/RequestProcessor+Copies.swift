@@ -15,28 +15,16 @@ extension RequestProcessor {
     ) async {
         guard let key = ticket.claim else { return }
         while true {
-            switch inFlight.withLock({ $0.claim(key) }) {
+            switch inFlight.deliveries.withLock({ $0.claim(key) }) {
             case .claimed:
                 do { try await sendLimit.acquire() } catch { return }
                 return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
             case .recordedLately:
                 return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
             case .busy:
-                await waitUntilSettled(key)
+                await inFlight.waitUntilSettled(key)
                 if Task.isCancelled { return }
             }
-        }
-    }
-
-    /// Returns once the claim on `key` was settled (or at once when it already is), or when cancelled.
-    func waitUntilSettled(_ key: Int) async {
-        let id = waitIDs.add(1, ordering: .relaxed).newValue
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                if !inFlight.withLock({ $0.wait(for: key, id: id, continuation) }) { continuation.resume() }
-            }
-        } onCancel: {
-            inFlight.withLock { $0.cancelWait(for: key, id: id) }?.resume()
         }
     }
 
@@ -57,7 +45,7 @@ extension RequestProcessor {
                     continue
                 }
                 guard let key = ticket.claim else { continue }
-                switch inFlight.withLock({ $0.claimSending(key) }) {
+                switch inFlight.deliveries.withLock({ $0.claimSending(key) }) {
                 case .claimed:
                     do { try await sendLimit.acquire() } catch { return }
                     group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }

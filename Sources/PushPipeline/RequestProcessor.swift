@@ -22,10 +22,7 @@ final class RequestProcessor: Sendable {
     private let tracker: SharedOffsetTracker
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
-    let inFlight = Mutex(Deliveries(recentCapacity: 100_000))
-    typealias Deliveries = InFlightDeliveries<CheckedContinuation<Void, Never>>
-    /// Identifies each wait for another copy's claim, so a cancelled wait finds its own.
-    let waitIDs = Atomic<UInt64>(0)
+    let inFlight = DeliveryClaims(recentCapacity: 100_000)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     let sendLimit: ConcurrencyLimit
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
@@ -119,7 +116,7 @@ final class RequestProcessor: Sendable {
             var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            inFlight.withLock { inFlight in
+            inFlight.deliveries.withLock { inFlight in
                 for (index, plan) in plans.enumerated() {
                     let event = events[index].1
                     let headers = traces?[index].headers ?? []
@@ -130,7 +127,7 @@ final class RequestProcessor: Sendable {
                         ready.append((republishing(outcome, headers: headers), DeliveryTicket(progress, index, status: nil)))
                     }
                     for device in plan.devices {
-                        let key = Deliveries.key(eventID: event.id, token: device.token)
+                        let key = DeliveryClaims.Deliveries.key(eventID: event.id, token: device.token)
                         let ticket = DeliveryTicket(progress, index, claim: key)
                         switch inFlight.claim(key) {
                         case .claimed: sends.append((event, device, ticket))
@@ -169,6 +166,7 @@ final class RequestProcessor: Sendable {
         let started = ContinuousClock.now
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
+            guard !users.isEmpty else { continue }  // only events to broadcast channels
             batch.tokens[topic] = try await storeOperations.run {
                 try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
             }
@@ -198,6 +196,16 @@ final class RequestProcessor: Sendable {
         let tokens = resolved.tokens[event.topic] ?? [:]
         let recorded = resolved.recorded[event.id] ?? [:]
         var plan = EventPlan()
+        if let channelID = event.channelID {
+            // One result per event: the channel stands where a device would, in the ledger too.
+            let key = Self.ledgerKey(channelID: channelID)
+            if let outcome = recorded[key] {
+                plan.recorded.append(outcome)
+            } else {
+                plan.devices.append(DeviceToken(userID: "", token: key, environment: event.environment ?? .production))
+            }
+            return plan
+        }
         for userID in event.userIDs {
             let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
             let devices = (tokens[userID] ?? []).filter {
@@ -239,16 +247,28 @@ final class RequestProcessor: Sendable {
         consumedAt: ContinuousClock.Instant
     ) async {
         let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
-        let request = APNSRequest(
-            deviceToken: device.token,
-            topic: event.pushType.apnsTopic(bundleID: event.topic),
-            pushType: event.pushType,
-            priority: event.priority,
-            apnsID: apnsID,
-            expiration: event.expiration,
-            collapseID: event.collapseID,
-            payload: event.payload
-        )
+        let request =
+            if let channelID = event.channelID {
+                APNSRequest(
+                    channelID: channelID,
+                    bundleID: event.topic,
+                    priority: event.priority,
+                    requestID: apnsID,
+                    expiration: event.expiration ?? 0,
+                    payload: event.payload
+                )
+            } else {
+                APNSRequest(
+                    deviceToken: device.token,
+                    topic: event.pushType.apnsTopic(bundleID: event.topic),
+                    pushType: event.pushType,
+                    priority: event.priority,
+                    apnsID: apnsID,
+                    expiration: event.expiration,
+                    collapseID: event.collapseID,
+                    payload: event.payload
+                )
+            }
         let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
         defer { trace?.end() }
         guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
@@ -278,23 +298,29 @@ final class RequestProcessor: Sendable {
                 )
             }
         }
+        // "The apns-id sent": none when no request was made; a channel's goes in apns_request_id.
+        let sentID = outcome.attempts > 0 ? apnsID : nil
+        let toDevice = event.channelID == nil
         let result = DeliveryResult(
             eventID: event.id,
-            userID: device.userID,
-            token: device.token,
+            userID: toDevice ? device.userID : nil,
+            token: toDevice ? device.token : nil,
             topic: event.topic,
             environment: device.environment,
             status: outcome.status,
             apnsStatus: outcome.apnsStatus,
             reason: outcome.reason,
-            apnsID: outcome.attempts > 0 ? apnsID : nil,  // "the apns-id sent": none when no request was made
+            apnsID: toDevice ? sentID : nil,
             attempts: outcome.attempts,
             latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-            completedAtMilliseconds: Self.epochMilliseconds()
+            completedAtMilliseconds: Self.epochMilliseconds(),
+            channelID: event.channelID,
+            apnsRequestID: toDevice ? nil : sentID,
+            apnsUniqueID: outcome.apnsUniqueID
         )
         var mark: UnregisterMark?
         var unregisteredEvent: [UInt8]?
-        if outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
+        if toDevice, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
             mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
             unregisteredEvent = UnregisteredTokenEvent(
                 token: device.token,
@@ -318,13 +344,15 @@ final class RequestProcessor: Sendable {
         ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
     }
 
+    /// The ledger's `token` for an event to a broadcast channel (device tokens are hex, so the two never meet).
+    static func ledgerKey(channelID: String) -> String {
+        "channel:" + channelID
+    }
+
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
     private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        let waiters = inFlight.withLock { inFlight in
-            batch.compactMap(\.ticket.claim).flatMap { inFlight.settle($0) }
-        }
-        for waiter in waiters { waiter.resume() }
+        inFlight.settle(batch.compactMap(\.ticket.claim))
         await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.trace($0.ticket.message)?.headers ?? []), $0.ticket) })
     }
 

@@ -28,12 +28,14 @@ final class HeraldTestbed: Sendable {
     /// the mocks accept.
     /// `clientCertificateAuthority`, when given, is a PEM CA whose client certificates the
     /// mocks also accept (connections without one authenticate with provider tokens).
+    /// `sandboxUniqueIDs` makes the sandbox mock answer with `apns-unique-id`, as Apple's does.
     init(
         partitions: Int = 3,
         unregisteredTokens: [String: Int64] = [:],
         faults: MockAPNSFaults = .none,
         otherKeyIDs: [String] = [],
-        clientCertificateAuthority: String? = nil
+        clientCertificateAuthority: String? = nil,
+        sandboxUniqueIDs: Bool = false
     ) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
@@ -44,22 +46,21 @@ final class HeraldTestbed: Sendable {
         self.directory = directory
         self.key = key
         topics = try TestTopics(partitions: partitions)
-        func mock(_ name: String, faults: MockAPNSFaults = .none) -> MockAPNSServer {
-            MockAPNSServer(
-                configuration: MockAPNSConfiguration(
-                    caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,
-                    providerKeys: providerKeys,
-                    teamID: key.teamID,
-                    unregisteredTokens: unregisteredTokens,
-                    faults: faults,
-                    clientCertificateAuthorityPath: clientCertificateAuthority
-                ),
-                logger: logger
+        func mock(_ name: String, faults: MockAPNSFaults = .none, uniqueIDs: Bool = false) -> MockAPNSServer {
+            var configuration = MockAPNSConfiguration(
+                caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,
+                providerKeys: providerKeys,
+                teamID: key.teamID,
+                unregisteredTokens: unregisteredTokens,
+                faults: faults,
+                clientCertificateAuthorityPath: clientCertificateAuthority
             )
+            configuration.returnsUniqueIDs = uniqueIDs
+            return MockAPNSServer(configuration: configuration, logger: logger)
         }
         self.logger = logger
         production = mock("production", faults: faults)
-        sandbox = mock("sandbox")
+        sandbox = mock("sandbox", uniqueIDs: sandboxUniqueIDs)
         producer = try KafkaProducer(configuration: TestEnvironment.kafka, logger: logger)
     }
 
@@ -91,6 +92,9 @@ final class HeraldTestbed: Sendable {
         environment["HERALD_APNS_TEAM_ID"] = key.teamID
         environment["HERALD_APNS_PRODUCTION_URL"] = "https://127.0.0.1:\(productionPort)"
         environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
+        // The mocks also serve Apple's channel management API.
+        environment["HERALD_APNS_CHANNELS_PRODUCTION_URL"] = "https://127.0.0.1:\(productionPort)"
+        environment["HERALD_APNS_CHANNELS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
         environment["HERALD_APNS_CA_PATH"] = bundle
         environment["HERALD_HTTP_PORT"] = "0"
         return environment

@@ -60,6 +60,8 @@ struct TestTopics {
     let results: String
     let unregistered: String
     let deadLetters: String
+    let channels: String
+    let channelResults: String
 
     init(partitions: Int = 3) throws {
         let prefix = "t\(UUID().uuidString.prefix(8).lowercased())"
@@ -68,7 +70,9 @@ struct TestTopics {
         results = "\(prefix).push.results"
         unregistered = "\(prefix).push.unregistered"
         deadLetters = "\(prefix).push.dlq"
-        for topic in [requests, tokens, results, unregistered, deadLetters] {
+        channels = "\(prefix).push.channels"
+        channelResults = "\(prefix).push.channel-results"
+        for topic in [requests, tokens, results, unregistered, deadLetters, channels, channelResults] {
             try TestEnvironment.createTopic(topic, partitions: partitions)
         }
     }
@@ -81,6 +85,8 @@ struct TestTopics {
             "HERALD_TOPIC_RESULTS": results,
             "HERALD_TOPIC_UNREGISTERED": unregistered,
             "HERALD_TOPIC_DLQ": deadLetters,
+            "HERALD_TOPIC_CHANNELS": channels,
+            "HERALD_TOPIC_CHANNEL_RESULTS": channelResults,
         ]
     }
 }

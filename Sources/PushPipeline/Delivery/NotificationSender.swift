@@ -9,19 +9,23 @@ public struct DeliveryOutcome: Sendable, Hashable {
     public var attempts: Int
     /// For `unregistered`: APNs' timestamp in milliseconds since 1970.
     public var unregisteredAtMilliseconds: Int64?
+    /// `apns-unique-id` of APNs' final answer, when it sent one.
+    public var apnsUniqueID: String?
 
     public init(
         status: DeliveryResult.Status,
         apnsStatus: Int?,
         reason: String?,
         attempts: Int,
-        unregisteredAtMilliseconds: Int64? = nil
+        unregisteredAtMilliseconds: Int64? = nil,
+        apnsUniqueID: String? = nil
     ) {
         self.status = status
         self.apnsStatus = apnsStatus
         self.reason = reason
         self.attempts = attempts
         self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
+        self.apnsUniqueID = apnsUniqueID
     }
 }
 
@@ -32,24 +36,30 @@ public struct DeliveryOutcome: Sendable, Hashable {
 /// - 500, 503 and lost, failed or timed-out connections back off exponentially with full jitter,
 ///   and also engage a shared ``LoadSheddingGate``, so every notification of this sender slows
 ///   down while APNs sheds load.
-/// - A topic no credential serves is `rejected` with reason `NoCredentialForTopic`, unsent.
+/// - A topic no credential serves is `rejected` with reason `NoCredentialForTopic`, unsent; a
+///   broadcast for an app with a certificate credential with `TokenAuthenticationRequired`.
+/// - Broadcasts go through `broadcastClient` (the broadcast hosts), everything else `client`.
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts`` and time by
 ///   ``RetryPolicy/deliveryDeadline`` (then `failed`); a notification whose `expiration` passes
 ///   before it could be sent is `expired`.
 public struct NotificationSender: Sendable {
     private let client: any APNSClientProtocol
+    private let broadcastClient: any APNSClientProtocol
     private let policy: RetryPolicy
     private let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
     private let metrics: SenderMetrics
 
+    /// `broadcastClient` sends broadcasts to channels; by default `client` does.
     public init(
         client: any APNSClientProtocol,
+        broadcastClient: (any APNSClientProtocol)? = nil,
         policy: RetryPolicy,
         metrics: SenderMetrics = SenderMetrics(),
         epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
     ) {
         self.client = client
+        self.broadcastClient = broadcastClient ?? client
         self.policy = policy
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds
@@ -92,6 +102,7 @@ public struct NotificationSender: Sendable {
             let sentAt = clock.now
             let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
             do {
+                let client = request.isChannelRequest ? broadcastClient : client
                 let response = try await client.send(request, environment: environment, deadline: requestDeadline)
                 lastStatus = response.status
                 lastReason = response.reason?.rawValue
@@ -104,7 +115,8 @@ public struct NotificationSender: Sendable {
                         reason: response.reason?.rawValue,
                         attempts: attempts,
                         unregisteredAtMilliseconds: status == .unregistered
-                            ? response.timestampMilliseconds ?? epochMilliseconds() : nil
+                            ? response.timestampMilliseconds ?? epochMilliseconds() : nil,
+                        apnsUniqueID: response.uniqueID
                     )
                 case .retryThisToken:
                     break
@@ -113,6 +125,9 @@ public struct NotificationSender: Sendable {
                 }
             } catch is APNSNoCredentialError {
                 return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: attempts - 1)
+            } catch is APNSTokenAuthenticationRequiredError {
+                let reason = "TokenAuthenticationRequired"
+                return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: reason, attempts: attempts - 1)
             } catch let error as APNSTransportError {
                 lastStatus = nil
                 lastReason = error.resultReason

@@ -1,6 +1,7 @@
 public import APNSCore
 
-/// One push.results message: the outcome for one device (or one user without devices).
+/// One push.results message: the outcome for one device (or one user without devices), or for
+/// one event to a broadcast channel (``channelID`` set; no user, token or apns-id).
 public struct DeliveryResult: Sendable, Hashable {
     public enum Status: String, Sendable, Hashable, CaseIterable {
         case delivered
@@ -12,7 +13,8 @@ public struct DeliveryResult: Sendable, Hashable {
     }
 
     public var eventID: String
-    public var userID: String
+    /// Nil for a channel's result.
+    public var userID: String?
     public var token: String?
     /// The event's bundle ID, not the suffixed apns-topic.
     public var topic: String
@@ -26,10 +28,16 @@ public struct DeliveryResult: Sendable, Hashable {
     public var latencyMilliseconds: Int64
     /// Milliseconds since 1970.
     public var completedAtMilliseconds: Int64
+    /// The broadcast channel of a channel event's result.
+    public var channelID: String?
+    /// The `apns-request-id` sent with a channel event (nil when no request was made).
+    public var apnsRequestID: String?
+    /// `apns-unique-id` from APNs' answer (the development environment sends one).
+    public var apnsUniqueID: String?
 
     public init(
         eventID: String,
-        userID: String,
+        userID: String?,
         token: String?,
         topic: String,
         environment: APNSEnvironment?,
@@ -39,7 +47,10 @@ public struct DeliveryResult: Sendable, Hashable {
         apnsID: String?,
         attempts: Int,
         latencyMilliseconds: Int64,
-        completedAtMilliseconds: Int64
+        completedAtMilliseconds: Int64,
+        channelID: String? = nil,
+        apnsRequestID: String? = nil,
+        apnsUniqueID: String? = nil
     ) {
         self.eventID = eventID
         self.userID = userID
@@ -53,13 +64,17 @@ public struct DeliveryResult: Sendable, Hashable {
         self.attempts = attempts
         self.latencyMilliseconds = latencyMilliseconds
         self.completedAtMilliseconds = completedAtMilliseconds
+        self.channelID = channelID
+        self.apnsRequestID = apnsRequestID
+        self.apnsUniqueID = apnsUniqueID
     }
 
-    /// The message value, with every field present (`null` when absent).
+    /// The message value, with every field present (`null` when absent); `channel_id` and
+    /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one.
     public func json() -> [UInt8] {
-        JSONValue.object([
+        var fields: [(String, JSONValue)] = [
             ("event_id", .string(eventID)),
-            ("user_id", .string(userID)),
+            ("user_id", userID.map(JSONValue.string) ?? .null),
             ("token", token.map(JSONValue.string) ?? .null),
             ("topic", .string(topic)),
             ("environment", environment.map { .string($0.rawValue) } ?? .null),
@@ -70,7 +85,13 @@ public struct DeliveryResult: Sendable, Hashable {
             ("attempts", .number(String(attempts))),
             ("latency_ms", .number(String(latencyMilliseconds))),
             ("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
-        ]).serialized()
+        ]
+        if let channelID {
+            fields.append(("channel_id", .string(channelID)))
+            fields.append(("apns_request_id", apnsRequestID.map(JSONValue.string) ?? .null))
+        }
+        if let apnsUniqueID { fields.append(("apns_unique_id", .string(apnsUniqueID))) }
+        return JSONValue.object(fields).serialized()
     }
 }
 

@@ -4,8 +4,11 @@ public import APNSCore
 public struct NotificationEvent: Sendable, Hashable {
     /// The idempotency key, 1..128 bytes.
     public var id: String
-    /// Distinct user IDs in first-seen order.
+    /// Distinct user IDs in first-seen order; empty for an event to a broadcast channel.
     public var userIDs: [String]
+    /// The Live Activity broadcast channel (base64, as APNs issued it) the event goes to instead
+    /// of users: one request to the broadcast endpoint, one result.
+    public var channelID: String?
     /// The app's bundle ID.
     public var topic: String
     public var pushType: APNSPushType
@@ -24,7 +27,81 @@ public struct NotificationEvent: Sendable, Hashable {
         let object = fields.object
         id = try fields.string("id", bytes: 1...128, required: true)!
 
-        guard case .array(let users)? = object["user_ids"] else {
+        channelID = try fields.string("channel_id", bytes: 1...256, required: false, headerValue: true)
+        let users = object["user_ids"].flatMap { $0 == .null ? nil : $0 }
+        if let channelID {
+            guard users == nil else {
+                throw InputRejection(.schemaViolation, "an event names user_ids or channel_id, not both")
+            }
+            guard Base64Text.isValid(channelID) else {
+                throw InputRejection(.schemaViolation, "channel_id must be base64, as APNs issued it")
+            }
+            userIDs = []
+        } else {
+            userIDs = try Self.userIDs(users)
+        }
+
+        topic = try fields.string("topic", bytes: 1...255, required: true, headerValue: true)!
+
+        let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
+        if let pushTypeText {
+            guard let pushType = APNSPushType(rawValue: pushTypeText) else {
+                throw InputRejection(.schemaViolation, "push_type \(pushTypeText) is not one of the supported types")
+            }
+            self.pushType = pushType
+        } else {
+            pushType = channelID == nil ? .alert : .liveactivity
+        }
+        if channelID != nil, pushType != .liveactivity {
+            throw InputRejection(.schemaViolation, "an event to a channel must have push_type liveactivity")
+        }
+
+        if let priorityValue = try fields.integer("priority") {
+            guard let priority = APNSPriority(rawValue: Int(priorityValue)) else {
+                throw InputRejection(.schemaViolation, "priority must be 1, 5 or 10")
+            }
+            self.priority = priority
+        } else {
+            priority = pushType.defaultPriority
+        }
+
+        expiration = try fields.integer("expiration") ?? (channelID == nil ? nil : 0)
+        if let expiration, expiration < 0 {
+            throw InputRejection(.schemaViolation, "expiration must be >= 0")
+        }
+        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false, headerValue: true)
+
+        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
+            guard let environment = APNSEnvironment(rawValue: environmentText) else {
+                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
+            }
+            self.environment = environment
+        } else {
+            environment = channelID == nil ? nil : .production
+        }
+
+        guard let payload = object["payload"], case .object = payload else {
+            throw InputRejection(.schemaViolation, "payload must be a JSON object")
+        }
+        guard case .object? = payload["aps"] else {
+            throw InputRejection(.schemaViolation, "payload.aps must be a JSON object")
+        }
+        // The payload is the app's: forwarded as given, `\u0000` escapes included.
+        let bytes = payload.serialized()
+        let limit = channelID == nil ? pushType.maximumPayloadSize : Self.broadcastPayloadLimit
+        guard bytes.count <= limit else {
+            let kind = channelID == nil ? pushType.rawValue : "a broadcast"
+            throw InputRejection(.payloadTooLarge, "payload is \(bytes.count) bytes; the limit for \(kind) is \(limit)")
+        }
+        self.payload = bytes
+    }
+
+    /// Apple's limit for a broadcast's payload.
+    static let broadcastPayloadLimit = 5120
+
+    /// `user_ids`: 1..1000 strings of 1..256 bytes, repeats counted once.
+    private static func userIDs(_ value: JSONValue?) throws(InputRejection) -> [String] {
+        guard case .array(let users)? = value else {
             throw InputRejection(.schemaViolation, "user_ids must be an array of strings")
         }
         guard (1...1000).contains(users.count) else {
@@ -39,58 +116,6 @@ public struct NotificationEvent: Sendable, Hashable {
             try FieldReader.check(userID, name: "user_ids[]", bytes: 1...256)
             if seen.insert(userID).inserted { userIDs.append(userID) }
         }
-        self.userIDs = userIDs
-
-        topic = try fields.string("topic", bytes: 1...255, required: true, headerValue: true)!
-
-        let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
-        if let pushTypeText {
-            guard let pushType = APNSPushType(rawValue: pushTypeText) else {
-                throw InputRejection(.schemaViolation, "push_type \(pushTypeText) is not one of the supported types")
-            }
-            self.pushType = pushType
-        } else {
-            pushType = .alert
-        }
-
-        if let priorityValue = try fields.integer("priority") {
-            guard let priority = APNSPriority(rawValue: Int(priorityValue)) else {
-                throw InputRejection(.schemaViolation, "priority must be 1, 5 or 10")
-            }
-            self.priority = priority
-        } else {
-            priority = pushType.defaultPriority
-        }
-
-        expiration = try fields.integer("expiration")
-        if let expiration, expiration < 0 {
-            throw InputRejection(.schemaViolation, "expiration must be >= 0")
-        }
-        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false, headerValue: true)
-
-        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
-            guard let environment = APNSEnvironment(rawValue: environmentText) else {
-                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
-            }
-            self.environment = environment
-        } else {
-            environment = nil
-        }
-
-        guard let payload = object["payload"], case .object = payload else {
-            throw InputRejection(.schemaViolation, "payload must be a JSON object")
-        }
-        guard case .object? = payload["aps"] else {
-            throw InputRejection(.schemaViolation, "payload.aps must be a JSON object")
-        }
-        // The payload is the app's: forwarded as given, `\u0000` escapes included.
-        let bytes = payload.serialized()
-        guard bytes.count <= pushType.maximumPayloadSize else {
-            throw InputRejection(
-                .payloadTooLarge,
-                "payload is \(bytes.count) bytes; the limit for \(pushType.rawValue) is \(pushType.maximumPayloadSize)"
-            )
-        }
-        self.payload = bytes
+        return userIDs
     }
 }

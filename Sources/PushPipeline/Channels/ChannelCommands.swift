@@ -1,0 +1,84 @@
+import APNSCore
+import DeviceTokenStore
+import Synchronization
+import KafkaMessages
+import Logging
+
+/// Applies push.channels messages: each valid command is performed once and answered once on
+/// push.channel-results (key = request id); an unreadable one is dead-lettered. The answer is
+/// recorded in the delivery ledger under the request id before it is published, so a
+/// redelivered command (a `create` above all) is answered again from the ledger, not performed
+/// twice; copies that arrive together wait for the first (one claim per request id).
+struct ChannelCommands: Sendable {
+    /// Performs the commands; nil when the embedder gave no channel management client.
+    let manager: ChannelManager?
+    let ledger: any DeliveryLedger
+    let storeOperations: StoreOperations
+    let publisher: ReliablePublisher
+    let deadLetters: DeadLetters
+    let resultsTopic: String
+    let logger: Logger
+    /// The request ids being performed, so a copy waits for the first instead of performing too.
+    let claims = DeliveryClaims(recentCapacity: 1)
+
+    /// The ledger's `token` for a channel command's answer (its event ID is the request ID's key).
+    static let ledgerToken = "channel-management"
+
+    /// Handles one message; returns true once it is done (answered or dead-lettered), false when
+    /// cancelled first (it is then left unfinished and redelivered).
+    func process(_ message: KafkaMessage) async -> Bool {
+        do {
+            let command: ChannelCommand
+            do {
+                command = try ChannelCommand(json: message.value)
+            } catch {
+                try await deadLetters.send(message, error)
+                return true
+            }
+            let key = "channel-request:" + command.requestID
+            let claim = DeliveryClaims.Deliveries.key(eventID: key, token: Self.ledgerToken)
+            while claims.deliveries.withLock({ $0.claimSending(claim) }) != .claimed {
+                await claims.waitUntilSettled(claim)
+                if Task.isCancelled { return false }
+            }
+            defer { claims.settle([claim]) }
+            let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(eventIDs: [key]) }
+            let answer: [UInt8]
+            if let outcome = recorded[key]?[Self.ledgerToken] {
+                answer = outcome.result
+            } else {
+                let result = try await perform(command)
+                let delivery = RecordedDelivery(eventID: key, token: Self.ledgerToken, topic: command.topic, userID: "", result: result.json())
+                let standing = try await storeOperations.run { try await ledger.record([(delivery, nil)]) }
+                answer = standing.first?.result ?? delivery.result
+                logger.info(
+                    "channel command answered",
+                    metadata: [
+                        PipelineLoggingKeys.action: "\(command.action.rawValue)",
+                        PipelineLoggingKeys.status: "\(result.status.rawValue)",
+                        PipelineLoggingKeys.apnsReason: "\(result.reason ?? "none")",
+                    ]
+                )
+            }
+            let traceHeaders = message.headers.filter { $0.key == "traceparent" || $0.key == "tracestate" }
+            try await publisher.publish([
+                KafkaOutgoingMessage(topic: resultsTopic, key: Array(command.requestID.utf8), value: answer, headers: traceHeaders)
+            ])
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    private func perform(_ command: ChannelCommand) async throws(CancellationError) -> ChannelCommandResult {
+        guard let manager else {
+            return ChannelCommandResult(
+                command: command,
+                status: .rejected,
+                reason: "ChannelManagementUnavailable",
+                completedAtMilliseconds: WallClock.millisecondsSince1970()
+            )
+        }
+        return try await manager.perform(command)
+    }
+}
