@@ -41,7 +41,6 @@ enum APNSRequestHeaders {
         switch request.destination {
         case .device:
             headers.add(name: "apns-topic", value: request.topic)
-            headers.add(name: "apns-id", value: request.apnsID, indexing: onceIndexed(&indexing.sentAPNSID))
         case .channel(let channelID):
             headers.add(name: "apns-channel-id", value: channelID, indexing: .nonIndexable)
             headers.add(name: "apns-request-id", value: request.apnsID, indexing: .nonIndexable)
@@ -54,6 +53,9 @@ enum APNSRequestHeaders {
         }
         headers.add(name: "apns-push-type", value: request.pushType.rawValue)
         headers.add(name: "apns-priority", value: priorityText(request.priority))
+        if case .device = request.destination {
+            headers.add(name: "apns-id", value: request.apnsID, indexing: onceIndexed(&indexing.sentAPNSID))
+        }
         if let expiration = request.expiration {
             headers.add(
                 name: "apns-expiration",

@@ -97,7 +97,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
     ) async throws {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
         let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag)
-        let topics = ["requests", "tokens", "results", "unregistered", "dlq"].map { "\(tag).push.\($0)" }
+        let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results"].map { "\(tag).push.\($0)" }
         try services.createTopics(topics, partitions: partitions)
         let loadStart = ContinuousClock.now
         try await services.withPostgres(logger: logger) { try await workload.load(into: $0, analyze: analyze, logger: logger) }
@@ -122,6 +122,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "HERALD_KAFKA_BROKERS": services.brokers, "HERALD_KAFKA_GROUP": "\(tag).herald",
             "HERALD_TOPIC_REQUESTS": topics[0], "HERALD_TOPIC_TOKENS": topics[1], "HERALD_TOPIC_RESULTS": topics[2],
             "HERALD_TOPIC_UNREGISTERED": topics[3], "HERALD_TOPIC_DLQ": topics[4],
+            "HERALD_TOPIC_CHANNELS": topics[5], "HERALD_TOPIC_CHANNEL_RESULTS": topics[6],
             "HERALD_POSTGRES_URL": services.postgresURL,
             // MockAPNSProcess.start wrote the provider key (PEM of credentials.privateKey) here.
             "HERALD_APNS_KEY_PATH": workspace.path("AuthKey.p8"),

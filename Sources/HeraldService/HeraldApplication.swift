@@ -145,7 +145,7 @@ package enum HeraldApplication {
             readiness: readiness,
             metrics: {
                 _ = await readiness()
-                apns.recordPoolState()
+                for client in apnsClients { client.recordPoolState() }
                 kafkaMetrics.refresh(
                     producerQueue: producer.queuedRecords,
                     committed: pipeline.committedOffsets,
