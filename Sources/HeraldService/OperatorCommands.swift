@@ -21,7 +21,7 @@ package enum OperatorCommands {
             "kafka brokers: \(configuration.kafka.bootstrapServers)",
             "kafka group: \(configuration.consumerGroup)",
             "kafka properties set: \(configuration.kafka.properties.keys.sorted().joined(separator: ", ").nonEmpty ?? "none") (values not shown)",
-            "topics: requests \(topics.requests), tokens \(topics.tokens), results \(topics.results), unregistered \(topics.unregistered), dead letters \(topics.deadLetters)",
+            "topics: requests \(topics.requests), tokens \(topics.tokens), results \(topics.results), unregistered \(topics.unregistered), dead letters \(topics.deadLetters), channels \(topics.channels), channel results \(topics.channelResults)",
             "postgres: \(configuration.postgresURL) sslmode \(configuration.postgresURL.sslMode.rawValue), pool \(configuration.postgresPoolSize)",
         ]
         if let apns = configuration.apns {
@@ -30,6 +30,10 @@ package enum OperatorCommands {
                 lines.append("apns credential for \(topic): \(credential)")
             }
             lines.append("apns endpoints: production \(apns.production), sandbox \(apns.sandbox), \(apns.connectionsPerEndpoint) connections each")
+            let broadcast = configuration.broadcastEndpoints ?? (apns.production, apns.sandbox)
+            lines.append("apns broadcast endpoints: production \(broadcast.production), sandbox \(broadcast.sandbox)")
+            let channels = configuration.channelManagementEndpoints
+            lines.append("apns channel management endpoints: production \(channels.production), sandbox \(channels.sandbox)")
         } else {
             lines.append("apns: no credential (only `herald migrate` can run)")
         }
