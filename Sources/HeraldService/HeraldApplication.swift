@@ -145,7 +145,9 @@ package enum HeraldApplication {
             readiness: readiness,
             metrics: {
                 _ = await readiness()
-                for client in apnsClients { client.recordPoolState() }
+                // The device client's; the channel clients' gauges would share its `host` labels
+                // when their hosts are the same (a mock, or HERALD_APNS_BROADCAST_* unchanged).
+                apns.recordPoolState()
                 kafkaMetrics.refresh(
                     producerQueue: producer.queuedRecords,
                     committed: pipeline.committedOffsets,

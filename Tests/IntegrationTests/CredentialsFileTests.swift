@@ -102,6 +102,37 @@ struct CredentialsFileTests {
             #expect(legacyRequest.header("authorization") == nil, "the certificate app's connection authenticates with its certificate")
             #expect(requests.allSatisfy { $0.token != devices[3].1.token }, "nothing sent for the unlisted app")
 
+            // Apple serves broadcast channels to token authentication only: the certificate app's
+            // channel event and channel command are refused unsent, with the reason.
+            let channelEvent = "e-\(legacy)-channel"
+            try await testbed.producer.send(
+                KafkaOutgoingMessage(
+                    topic: topics.requests,
+                    key: Array(channelEvent.utf8),
+                    value: Array(
+                        #"{"id":"\#(channelEvent)","channel_id":"AAAAAAAAAAAAAAAAAAAAAA==","topic":"\#(legacy)","payload":{"aps":{}}}"#.utf8
+                    )
+                )
+            )
+            try await testbed.producer.send(
+                KafkaOutgoingMessage(
+                    topic: topics.channels,
+                    key: Array(legacy.utf8),
+                    value: Array(#"{"request_id":"\#(channelEvent)","action":"create","topic":"\#(legacy)"}"#.utf8)
+                )
+            )
+            let channelRecords = try await TopicReader(topics: [topics.results, topics.channelResults]).read(timeout: .seconds(60)) {
+                $0.filter { $0.json?["event_id"] as? String == channelEvent || $0.json?["request_id"] as? String == channelEvent }.count >= 2
+            }
+            let channelResult = try #require(channelRecords.compactMap(\.json).first { $0["event_id"] as? String == channelEvent })
+            #expect(channelResult["status"] as? String == "rejected")
+            #expect(channelResult["reason"] as? String == "TokenAuthenticationRequired")
+            #expect(channelResult["apns_request_id"] is NSNull, "nothing was sent")
+            let answer = try #require(channelRecords.compactMap(\.json).first { $0["request_id"] as? String == channelEvent })
+            #expect(answer["status"] as? String == "rejected")
+            #expect(answer["reason"] as? String == "TokenAuthenticationRequired")
+            #expect(testbed.production.receivedRequests().allSatisfy { $0.token != "" }, "no channel request reached APNs")
+
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }
