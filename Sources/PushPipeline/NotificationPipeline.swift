@@ -84,6 +84,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             publisher: reliablePublisher,
             deadLetters: deadLetters,
             resultsTopic: configuration.topics.channelResults,
+            metrics: metrics,
             logger: logger
         )
         self.requests = RequestProcessor(

@@ -33,6 +33,7 @@ public final class PipelineMetrics: Sendable {
     private let deadLetters: LabelledCounters
     private let permanentPublishErrors: LabelledCounters
     private let publishErrors: LabelledCounters
+    private let channelCommands: LabelledCounters
     private let inFlightMessages: Gauge
     private let inFlightSends: Gauge
     private let unrecordedOutcomes: Gauge
@@ -79,6 +80,7 @@ public final class PipelineMetrics: Sendable {
             factory: factory
         )
         publishErrors = LabelledCounters("herald_publish_errors_total", label: "cause", factory: factory)
+        channelCommands = LabelledCounters("herald_channel_commands_total", labels: ("action", "status"), factory: factory)
         inFlightMessages = Gauge(label: "herald_in_flight_messages", factory: factory)
         inFlightSends = Gauge(label: "herald_in_flight_sends", factory: factory)
         unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
@@ -98,6 +100,9 @@ public final class PipelineMetrics: Sendable {
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
     func recordStoreError() { storeErrors.increment() }
+    func recordChannelCommand(_ action: ChannelCommand.Action, _ status: ChannelCommandResult.Status) {
+        channelCommands.increment(action.rawValue, status.rawValue)
+    }
     func storeOperationStarted() { storeOperationsInFlight.add(1, ordering: .relaxed) }
     func storeOperationEnded() { storeOperationsInFlight.subtract(1, ordering: .relaxed) }
 

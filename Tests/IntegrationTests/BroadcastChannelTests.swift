@@ -16,7 +16,7 @@ struct BroadcastChannelTests {
         let bundleID = testbed.bundleID
         let starter = TestDevice(user: "u-la", token: TestDevice.randomToken(), environment: "sandbox")
         try await testbed.withMocks {
-            let environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            let (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             let herald = try await testbed.startHerald(environment)
             let answers = try TopicReader(topics: [topics.channelResults])
             let results = try TopicReader(topics: [topics.results])
@@ -124,6 +124,10 @@ struct BroadcastChannelTests {
             )
             #expect(deleteAgain.status == 1, "deleting a deleted channel is rejected")
             #expect(deleteAgain.output.contains(#""reason":"ChannelNotRegistered""#), "\(deleteAgain.output)")
+            // Performed once each through push.channels (the redelivered create was answered from the ledger).
+            let metrics = try PrometheusText(try #require(httpGet(port: httpPort, path: "/metrics")?.body))
+            #expect(metrics.value("herald_channel_commands_total", ["action": "create", "status": "ok"]) == 1)
+            #expect(metrics.value("herald_channel_commands_total", ["action": "delete", "status": "ok"]) == 1)
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }

@@ -17,6 +17,7 @@ struct ChannelCommands: Sendable {
     let publisher: ReliablePublisher
     let deadLetters: DeadLetters
     let resultsTopic: String
+    let metrics: PipelineMetrics
     let logger: Logger
     /// The request ids being performed, so a copy waits for the first instead of performing too.
     let claims = DeliveryClaims(recentCapacity: 1)
@@ -51,6 +52,7 @@ struct ChannelCommands: Sendable {
                 let delivery = RecordedDelivery(eventID: key, token: Self.ledgerToken, topic: command.topic, userID: "", result: result.json())
                 let standing = try await storeOperations.run { try await ledger.record([(delivery, nil)]) }
                 answer = standing.first?.result ?? delivery.result
+                metrics.recordChannelCommand(command.action, result.status)
                 logger.info(
                     "channel command answered",
                     metadata: [
