@@ -62,9 +62,18 @@ struct ConnectionStateMachineTests {
             return machine.startStream(requestID: UInt64(waiter), request: request, deadline: deadline, waiter: waiter)
         }
 
-        mutating func answer(_ streamID: UInt32, status: Int, body: String? = nil) throws -> [Machine.FrameAction] {
+        mutating func answer(
+            _ streamID: UInt32,
+            status: Int,
+            body: String? = nil,
+            headers extra: HPACKHeaders = ["apns-id": "placeholder"]
+        ) throws -> [Machine.FrameAction] {
+            var headers: HPACKHeaders = [":status": "\(status)"]
+            for (name, value, _) in extra {
+                headers.add(name: name, value: name == "apns-id" && value == "placeholder" ? "id-\(streamID)" : value)
+            }
             var block = ByteBuffer()
-            try responseEncoder.encode(headers: [":status": "\(status)", "apns-id": "id-\(streamID)"], to: &block)
+            try responseEncoder.encode(headers: headers, to: &block)
             var bytes = Connection.frame(.headers, flags: body == nil ? [.endHeaders, .endStream] : .endHeaders, streamID: streamID, block)
             if let body {
                 bytes.writeImmutableBuffer(Connection.frame(.data, flags: .endStream, streamID: streamID, ByteBuffer(string: body)))
@@ -350,5 +359,54 @@ struct ConnectionStateMachineTests {
         #expect(throws: CancellationError.self) { try finished?.result.get() }
         #expect(try connection.frames().map(\.description) == ["RST_STREAM(1, CANCEL)"])
         #expect(connection.machine.cancelStream(requestID: 1) == nil)
+    }
+
+    @Test func channelAnswersCarryTheirIDsAndAManagementAnswerItsBody() throws {
+        var connection = try Connection.ready()
+        let broadcast = APNSRequest(
+            channelID: "dHN0LXNyY2gtY2hubA==",
+            bundleID: "com.example.scores",
+            priority: .immediate,
+            requestID: "0f0e0d0c-0b0a-5908-8706-050403020100",
+            expiration: 0,
+            payload: Array(#"{"aps":{}}"#.utf8)
+        )
+        let list = APNSRequest(channelOperation: .list, bundleID: "com.example.scores", requestID: "r")
+        for (waiter, request) in [(1, broadcast), (2, list)] {
+            guard
+                case .started = connection.machine.startStream(
+                    requestID: UInt64(waiter), request: request, deadline: .uptimeNanoseconds(1 << 40), waiter: waiter)
+            else {
+                Issue.record("stream \(waiter) did not start")
+                return
+            }
+        }
+        let frames = try connection.frames()
+        guard case .headers(1, let sent, _, _) = frames.first else {
+            Issue.record("expected the broadcast's HEADERS, got \(frames)")
+            return
+        }
+        #expect(sent.first(name: ":path") == "/4/broadcasts/apps/com.example.scores")
+        #expect(sent.first(name: "apns-channel-id") == "dHN0LXNyY2gtY2hubA==")
+        #expect(sent.first(name: "apns-request-id") == "0f0e0d0c-0b0a-5908-8706-050403020100")
+        #expect(sent.first(name: "apns-topic") == nil && sent.first(name: "apns-id") == nil)
+
+        let delivered = Self.finished(
+            try connection.answer(
+                1,
+                status: 200,
+                body: #"{"ignored":true}"#,
+                headers: ["apns-request-id": "0f0e0d0c-0b0a-5908-8706-050403020100", "apns-unique-id": "u-1"]
+            )
+        )
+        let answer = try #require(try delivered.first?.result.get().response)
+        #expect(answer.apnsID == "0f0e0d0c-0b0a-5908-8706-050403020100")
+        #expect(answer.uniqueID == "u-1")
+        #expect(answer.body == nil, "a push's success body is not kept")
+
+        let listed = Self.finished(try connection.answer(3, status: 200, body: #"{"channels":["a"]}"#, headers: [:]))
+        let listAnswer = try #require(try listed.first?.result.get().response)
+        #expect(listAnswer.body.map { String(decoding: $0, as: UTF8.self) } == #"{"channels":["a"]}"#)
+        #expect(listAnswer.reason == nil)
     }
 }
