@@ -90,13 +90,47 @@ struct Publish: AsyncParsableCommand {
         let reader = try KafkaConsumer(
             configuration: kafka,
             groupID: "herald-demo-\(UUID().uuidString)",
-            topics: ["push.results", "push.unregistered", "push.dlq"],
+            topics: ["push.results", "push.unregistered", "push.dlq", "push.channel-results"],
             logger: logger
         )
-        // alice has 2 devices, bob 1 (unregistered after the first 410), carol 0: 4 results per event.
-        let expectedResults = events * 4
-        var records: [KafkaMessage] = []
         let deadline = ContinuousClock.now + .seconds(timeout)
+        var records: [KafkaMessage] = []
+
+        // A Live Activity broadcast channel for a match, created through push.channels, and one
+        // score update sent to every subscriber with one request.
+        let requestID = "demo-match-\(UUID().uuidString.prefix(8))"
+        try await producer.send(
+            KafkaOutgoingMessage(
+                topic: "push.channels",
+                key: Array(bundleID.utf8),
+                value: Self.json(["request_id": requestID, "action": "create", "topic": bundleID, "message_storage_policy": 1])
+            )
+        )
+        var channelID: String?
+        while ContinuousClock.now < deadline, channelID == nil {
+            records += try await reader.poll(maxMessages: 1000, timeout: .milliseconds(250))
+            channelID = records.filter { $0.topic == "push.channel-results" }.compactMap { Self.object($0)?["channel_id"] as? String }.first
+        }
+        guard let channelID else {
+            print("no answer on push.channel-results within \(timeout) s")
+            throw ExitCode(1)
+        }
+        print("created broadcast channel \(channelID) through push.channels")
+        try await producer.send(
+            KafkaOutgoingMessage(
+                topic: "push.requests",
+                key: Array(requestID.utf8),
+                value: Self.json([
+                    "id": "\(requestID)-goal", "channel_id": channelID, "topic": bundleID,
+                    "payload": ["aps": ["timestamp": Int(Date().timeIntervalSince1970), "event": "update", "content-state": ["home": 1, "away": 0]]],
+                ])
+            )
+        )
+        print("published a score update to the channel")
+
+        // alice has 2 devices, bob 1 (unregistered after the first 410), carol 0: 4 results per
+        // event, plus the broadcast's one.
+        let expectedResults = events * 4 + 1
         while ContinuousClock.now < deadline,
             records.filter({ $0.topic == "push.results" }).count < expectedResults
                 || !records.contains(where: { $0.topic == "push.dlq" })
@@ -106,14 +140,17 @@ struct Publish: AsyncParsableCommand {
         Self.printSummary(records: records, expectedResults: expectedResults)
     }
 
+    static func object(_ record: KafkaMessage) -> [String: Any]? {
+        record.value.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+    }
+
     static func printSummary(records: [KafkaMessage], expectedResults: Int) {
-        let results = records.filter { $0.topic == "push.results" }.compactMap { record -> [String: Any]? in
-            record.value.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
-        }
+        let results = records.filter { $0.topic == "push.results" }.compactMap(object)
         print("\n== Herald results (push.results: \(results.count) of \(expectedResults) expected)")
         var byUserAndStatus: [String: Int] = [:]
         for result in results {
-            let key = "\(result["user_id"] as? String ?? "?")\t\(result["status"] as? String ?? "?")"
+            let audience = (result["user_id"] as? String) ?? (result["channel_id"] != nil ? "channel" : "?")
+            let key = "\(audience)\t\(result["status"] as? String ?? "?")"
             byUserAndStatus[key, default: 0] += 1
         }
         print("user\tstatus\tcount")
