@@ -119,11 +119,11 @@ extension APNSConnectionHandler.StateMachine {
         }
         var payload = frame.payload
         try payload.removeHTTP2Padding(flags: frame.flags)
-        if let stream = streams[frame.streamID] {
-            let limit = stream.keepsSuccessBody ? Self.maximumChannelManagementBodyBytes : Self.maximumBodyBytes
-            if stream.body == nil {
+        if streams[frame.streamID] != nil {
+            let limit = streams[frame.streamID]!.keepsSuccessBody ? Self.maximumChannelManagementBodyBytes : Self.maximumBodyBytes
+            if streams[frame.streamID]!.body == nil {
                 streams[frame.streamID]!.body = payload
-            } else if stream.body!.readableBytes + payload.readableBytes <= limit {
+            } else if streams[frame.streamID]!.body!.readableBytes + payload.readableBytes <= limit {
                 streams[frame.streamID]!.body!.writeBuffer(&payload)
             }
         }

@@ -78,7 +78,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.channelCommands = ChannelCommands(
-            manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry) },
+            manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry, metrics: metrics.sender) },
             ledger: ledger,
             storeOperations: storeOperations,
             publisher: reliablePublisher,

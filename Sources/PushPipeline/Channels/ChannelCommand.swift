@@ -46,14 +46,7 @@ public struct ChannelCommand: Sendable, Hashable {
         }
         self.action = action
         topic = try fields.string("topic", bytes: 1...255, required: true, headerValue: true)!
-        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
-            guard let environment = APNSEnvironment(rawValue: environmentText) else {
-                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
-            }
-            self.environment = environment
-        } else {
-            environment = .production
-        }
+        environment = try fields.environment() ?? .production
         let policy = try fields.integer("message_storage_policy")
         if let policy, policy != 0, policy != 1 {
             throw InputRejection(.schemaViolation, "message_storage_policy must be 0 or 1")

@@ -62,10 +62,7 @@ struct ChannelCommands: Sendable {
                     ]
                 )
             }
-            let traceHeaders = message.headers.filter { $0.key == "traceparent" || $0.key == "tracestate" }
-            try await publisher.publish([
-                KafkaOutgoingMessage(topic: resultsTopic, key: Array(command.requestID.utf8), value: answer, headers: traceHeaders)
-            ])
+            try await publisher.publish([KafkaOutgoingMessage(topic: resultsTopic, key: Array(command.requestID.utf8), value: answer)])
             return true
         } catch {
             return false

@@ -11,6 +11,9 @@ public struct DeliveryOutcome: Sendable, Hashable {
     public var unregisteredAtMilliseconds: Int64?
     /// `apns-unique-id` of APNs' final answer, when it sent one.
     public var apnsUniqueID: String?
+    /// A channel management answer's `apns-channel-id` and body (a channel's settings, or the list).
+    public var channelID: String?
+    public var body: [UInt8]?
 
     public init(
         status: DeliveryResult.Status,
@@ -18,7 +21,9 @@ public struct DeliveryOutcome: Sendable, Hashable {
         reason: String?,
         attempts: Int,
         unregisteredAtMilliseconds: Int64? = nil,
-        apnsUniqueID: String? = nil
+        apnsUniqueID: String? = nil,
+        channelID: String? = nil,
+        body: [UInt8]? = nil
     ) {
         self.status = status
         self.apnsStatus = apnsStatus
@@ -26,6 +31,8 @@ public struct DeliveryOutcome: Sendable, Hashable {
         self.attempts = attempts
         self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
         self.apnsUniqueID = apnsUniqueID
+        self.channelID = channelID
+        self.body = body
     }
 }
 
@@ -116,7 +123,9 @@ public struct NotificationSender: Sendable {
                         attempts: attempts,
                         unregisteredAtMilliseconds: status == .unregistered
                             ? response.timestampMilliseconds ?? epochMilliseconds() : nil,
-                        apnsUniqueID: response.uniqueID
+                        apnsUniqueID: response.uniqueID,
+                        channelID: response.channelID,
+                        body: response.body
                     )
                 case .retryThisToken:
                     break
@@ -163,10 +172,11 @@ public struct NotificationSender: Sendable {
         case retryAndSlowDown
     }
 
-    /// Apple's rules: 200 delivered, 410 unregistered, 429 and 5xx retried, the rest rejected.
+    /// Apple's rules: 2xx delivered (pushes get 200; channel management 201 and 204 too), 410
+    /// unregistered, 429 and 5xx retried, the rest rejected.
     private static func classify(_ status: Int) -> Decision {
         switch status {
-        case 200: .final(.delivered)
+        case 200..<300: .final(.delivered)
         case 410: .final(.unregistered)
         case 429: .retryThisToken
         case 500...599: .retryAndSlowDown

@@ -1,3 +1,5 @@
+import APNSCore
+
 /// Why an input message cannot be processed: the `herald-error` code and a detail for humans.
 public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible {
     /// The stable codes of the contract's push.dlq `herald-error` header.
@@ -60,6 +62,15 @@ struct FieldReader {
             throw InputRejection(.schemaViolation, "\(name) contains a control character")
         }
         return text
+    }
+
+    /// `production` or `sandbox`, if given.
+    func environment(_ name: String = "environment") throws(InputRejection) -> APNSEnvironment? {
+        guard let text = try string(name, bytes: 1...32, required: false) else { return nil }
+        guard let environment = APNSEnvironment(rawValue: text) else {
+            throw InputRejection(.schemaViolation, "\(name) must be production or sandbox")
+        }
+        return environment
     }
 
     func integer(_ name: String) throws(InputRejection) -> Int64? {

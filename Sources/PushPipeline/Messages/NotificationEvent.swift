@@ -71,14 +71,7 @@ public struct NotificationEvent: Sendable, Hashable {
         }
         collapseID = try fields.string("collapse_id", bytes: 1...64, required: false, headerValue: true)
 
-        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
-            guard let environment = APNSEnvironment(rawValue: environmentText) else {
-                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
-            }
-            self.environment = environment
-        } else {
-            environment = channelID == nil ? nil : .production
-        }
+        environment = try fields.environment() ?? (channelID == nil ? nil : .production)
 
         guard let payload = object["payload"], case .object = payload else {
             throw InputRejection(.schemaViolation, "payload must be a JSON object")

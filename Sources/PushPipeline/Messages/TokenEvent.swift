@@ -17,13 +17,7 @@ extension TokenRegistryUpdate {
             throw InputRejection(.schemaViolation, "token is required and must be a string")
         }
         let topic = try fields.string("topic", bytes: 1...255, required: true)!
-        var environment = APNSEnvironment.production
-        if let environmentText = try fields.string("environment", bytes: 1...32, required: false) {
-            guard let parsed = APNSEnvironment(rawValue: environmentText) else {
-                throw InputRejection(.schemaViolation, "environment must be production or sandbox")
-            }
-            environment = parsed
-        }
+        let environment = try fields.environment() ?? .production
         let timestampText = try fields.string("timestamp", bytes: 1...64, required: true)!
         guard let timestamp = RFC3339.parse(timestampText) else {
             throw InputRejection(.schemaViolation, "timestamp must be RFC 3339 with Z or an offset")
