@@ -1,12 +1,22 @@
 # Herald's image: built on the toolchain the project is developed with (Swift 6.3, Debian 12,
-# whose librdkafka-dev matches the runtime's librdkafka1), run as a non-root user on a slim
-# Debian with current CA roots. Checked by parsing only (no Docker engine where it was written).
+# whose librdkafka-dev matches the runtime's librdkafka1), run as a non-root user (uid 10001) on
+# a slim Debian with current CA roots. scripts/check-deploy.sh lints it with hadolint.
+#
+# Debian packages are not pinned to versions (hadolint DL3008, ignored below on purpose): a
+# bookworm mirror keeps only the newest build of each package, so a pinned version stops
+# installing as soon as a security update replaces it, and the newest ca-certificates and
+# librdkafka1 are what this image should carry. Pin the base images by digest
+# (swift:6.3-bookworm@sha256:..., debian:bookworm-slim@sha256:...) for a build that does not move.
 FROM swift:6.3-bookworm AS build
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends librdkafka-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# Resolve dependencies in their own layer so source edits do not refetch them.
-COPY Package.swift ./
-RUN swift package resolve
+# Dependencies in their own layer, so source edits do not fetch them again. A Package.resolved
+# in the build context pins them (README "Reproducible images"): resolving then fails instead of
+# moving to other versions when it no longer matches Package.swift. .dockerignore leaves it out
+# until an operator commits one resolved against the dependencies' public repositories.
+COPY Package.swift Package.resolved* ./
+RUN if [ -f Package.resolved ]; then swift package resolve --force-resolved-versions; else swift package resolve; fi
 COPY Sources ./Sources
 COPY Tests ./Tests
 RUN swift build -c release --product herald --static-swift-stdlib \
@@ -15,6 +25,7 @@ RUN swift build -c release --product herald --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 # Current ca-certificates: APNs chains to the USERTrust RSA root since 2025.
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates librdkafka1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home herald
@@ -23,8 +34,9 @@ COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
 COPY --from=build /usr/local/bin/mock-apns /usr/local/bin/mock-apns
 USER 10001
 EXPOSE 8080
-# Liveness over bash's /dev/tcp: the slim image has no HTTP client.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=20s \
-    CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${HERALD_HTTP_PORT:-8080} && printf 'GET /health/live HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q ' 200 ' <&3"]
+# No HEALTHCHECK here: the image runs `herald run`, `herald migrate` (which exits), `herald send`
+# and the mock (which serves 8443, not 8080), so the probe belongs where the command is known:
+# deploy/compose.yaml gives each long-running service its own, Kubernetes uses the Deployment's
+# probes (it ignores HEALTHCHECK).
 ENTRYPOINT ["/usr/local/bin/herald"]
 CMD ["run"]
