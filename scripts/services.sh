@@ -49,7 +49,7 @@ start_pg() {
   head -n1 "$PGBASE/data/postmaster.pid" >"$RUN/postgres.pid"
 }
 
-pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1; }
+pg_bin() { printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n1; }
 
 # Runs a command as the PostgreSQL user (herald-pg when we are root), from inside $PGBASE.
 as_pg() {
