@@ -50,6 +50,14 @@ struct PipelineBenchmark: AsyncParsableCommand {
     @Option(help: "Produce at this many notifications/s (an open load, for latency below saturation); 0: as fast as possible.")
     var rate = 0
     @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
+    @Flag(
+        help: """
+            After each burst, an open load at 20 % and at 50 % of the burst's throughput, for \
+            --open-load-seconds each, with the broker alone at the same rate: latency as users feel it.
+            """
+    )
+    var openLoad = false
+    @Option(help: "Seconds of each open-load run (the first 5 s are warm-up and not reported).") var openLoadSeconds = 30
 
     func validate() throws {
         guard shape == "all" || PipelineShape(rawValue: shape) != nil else { throw ValidationError("--shape must be single, fanout, mixed or all") }
@@ -80,21 +88,37 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 if let plot {
                     plotPath = shapes.count == 1 && !bothLoadModes ? plot : plot.replacingOccurrences(of: ".svg", with: "") + "-\(shape)\(suffix).svg"
                 }
-                try await runShape(shape, analyze: analyze, count: count, services: services, brokerRate: brokerRate, plotPath: plotPath, logger: logger)
+                let burst: Double = try await runShape(
+                    shape, analyze: analyze, count: count, rate: rate, services: services, brokerRate: brokerRate, plotPath: plotPath, logger: logger)
+                guard openLoad else { continue }
+                for share in [0.2, 0.5] {
+                    let openRate = Int(burst * share)
+                    print("\n== open load: \(openRate) notifications/s (\(Int(share * 100)) % of the burst's \(f(burst)))/s) for \(openLoadSeconds) s")
+                    let broker = try await KafkaLoad.brokerAloneAtRate(
+                        services: services, perSecond: openRate, seconds: openLoadSeconds, partitions: partitions, logger: logger)
+                    print(
+                        "broker alone at \(openRate) records/s, same clients (read time - produce time, after 5 s): p50 \(broker.p50) ms, p99 \(broker.p99) ms, max \(broker.max) ms"
+                    )
+                    _ = try await runShape(
+                        shape, analyze: analyze, count: openRate * openLoadSeconds, rate: openRate, services: services, brokerRate: brokerRate,
+                        plotPath: plotPath.replacingOccurrences(of: ".svg", with: "-rate\(openRate).svg"), logger: logger)
+                }
             }
         }
     }
 
-    /// One shape: load, start mock and Herald, measure, stop, sender baseline, report and check.
+    /// One shape: load, start mock and Herald, measure, stop, sender baseline, report and check;
+    /// returns the throughput (notifications/s). `rate` 0 produces as fast as possible.
     private func runShape(
         _ shape: PipelineShape,
         analyze: Bool,
         count: Int,
+        rate: Int,
         services: BenchServices,
         brokerRate: Double,
         plotPath: String,
         logger: Logger
-    ) async throws {
+    ) async throws -> Double {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
         let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag)
         let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results"].map { "\(tag).push.\($0)" }
@@ -158,7 +182,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 )
             }
             for child in heralds { try await child.waitUntilReady() }
-            run = try await measure(workload, topics: topics, heralds: heralds, mockPID: mock.process.processIdentifier, services: services, logger: logger)
+            run = try await measure(
+                workload, rate: rate, topics: topics, heralds: heralds, mockPID: mock.process.processIdentifier, services: services, logger: logger)
             for child in heralds {
                 let status = try await child.stop()
                 guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
@@ -196,11 +221,13 @@ struct PipelineBenchmark: AsyncParsableCommand {
             report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
             + mockFailures(summary, expected: workload.tokens.count + sender.sent)
         guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
+        return Double(workload.tokens.count) / run.seconds
     }
 
     /// Produces the events and reads the results while sampling Herald and its neighbours.
     private func measure(
         _ workload: Workload,
+        rate: Int,
         topics: [String],
         heralds: [HeraldChild],
         mockPID: Int32,
@@ -261,6 +288,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
             }
             var (lastUnique, lastTick) = (0, startedAt)
             try await KafkaLoad.drain(reader, target: total, done: { unique }, handle: handle) {
+                if run.warm == nil, clock.now - startedAt >= PipelineRun.warmUp {
+                    run.warm = (CPUSample.take(groups()), heralds.compactMap { httpGet(port: $0.port, path: "/metrics")?.body }, unique)
+                }
                 run.rssKilobytes.append(heraldPIDs.map { ProcStats.statusKilobytes($0, "VmRSS") }.reduce(0, +))
                 let rate = Double(unique - lastUnique) / (clock.now - lastTick).inSeconds
                 print("  \(unique)/\(total) notifications, \(f(rate))/s over the last second, \(f((clock.now - startedAt).inSeconds, 1)) s")
@@ -333,7 +363,16 @@ struct PipelineBenchmark: AsyncParsableCommand {
             headline: pipeline/sender-alone throughput \(f(throughput / sender.requestsPerSecond, 3)); herald CPU per notification / sender CPU per request \(f(cpu("herald") * 1e6 / total / sender.cpuMicrosecondsPerRequest, 2)) (herald \(f(cpu("herald") * 1e6 / total, 1)) µs, postgres \(f(cpu("postgres") * 1e6 / total, 1)) µs per notification)
             """
         )
-        print(Self.stageSummary(run.heraldMetrics))
+        let histograms = HeraldHistograms(run.heraldMetrics)
+        print(histograms.summary(title: "herald's histograms over the whole run (/metrics)"))
+        if let warm = run.warm {
+            let window = Double(run.resultTimes.count - warm.results)
+            let heraldCPU = Double((run.end.ticks["herald"] ?? 0) - (warm.cpu.ticks["herald"] ?? 0)) / ProcStats.ticksPerSecond
+            print(
+                "after the first \(PipelineRun.warmUp) (\(f(window)) results): herald CPU \(f(heraldCPU * 1e6 / max(1, window), 1)) µs/notification"
+            )
+            print(histograms.since(HeraldHistograms(warm.metrics)).summary(title: "herald's histograms after the first \(PipelineRun.warmUp)"))
+        }
         writePlot(run, title: "herald pipeline, shape \(shape), \(workload.eventCount) events, \(workload.tokens.count) notifications", path: plotPath)
         var failures: [String] = []
         if latencies.count != workload.tokens.count { failures.append("\(workload.tokens.count - latencies.count) notifications without a result") }
@@ -341,43 +380,6 @@ struct PipelineBenchmark: AsyncParsableCommand {
         if run.unexpected > 0 { failures.append("\(run.unexpected) results of no expected (event, device)") }
         if !run.notDelivered.isEmpty { failures.append("not delivered: \(run.notDelivered)") }
         return failures
-    }
-
-    /// Herald's own histograms (summed over instances): per stage the mean duration and the
-    /// bucket the 99th percentile falls in, and the number of calls.
-    static func stageSummary(_ texts: [String]) -> String {
-        var sums: [String: Double] = [:]
-        var counts: [String: Double] = [:]
-        var buckets: [String: [Double: Double]] = [:]
-        for line in texts.flatMap({ $0.split(separator: "\n") }) where line.hasPrefix("herald_") {
-            let parts = line.split(separator: " ")
-            guard parts.count == 2, let value = Double(parts[1]) else { continue }
-            let series = String(parts[0])
-            let stage = series.firstRange(of: #"stage=""#).map { range in
-                String(series[range.upperBound...].prefix { $0 != "\"" })
-            }
-            for (suffix, name) in [
-                ("herald_stage_duration_seconds", stage), ("herald_notification_duration_seconds", "poll to result published"),
-                ("herald_apns_request_duration_seconds", "apns request"),
-            ] {
-                guard let name, series.hasPrefix(suffix) else { continue }
-                if series.hasPrefix(suffix + "_sum") { sums[name, default: 0] += value }
-                if series.hasPrefix(suffix + "_count") { counts[name, default: 0] += value }
-                if series.hasPrefix(suffix + "_bucket"), let le = series.firstRange(of: #"le=""#) {
-                    let bound = series[le.upperBound...].prefix { $0 != "\"" }
-                    buckets[name, default: [:]][bound == "+Inf" ? .infinity : Double(bound) ?? .infinity, default: 0] += value
-                }
-            }
-        }
-        guard !counts.isEmpty else { return "herald's stage histograms: /metrics not read" }
-        let lines = counts.keys.sorted().map { name -> String in
-            let count = counts[name] ?? 0
-            let mean = count > 0 ? (sums[name] ?? 0) / count * 1000 : 0
-            let p99 = (buckets[name] ?? [:]).sorted { $0.key < $1.key }.first { $0.value >= 0.99 * count }?.key ?? .infinity
-            return
-                "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) mean \(f(mean, 2)) ms, p99 <= \(p99 == .infinity ? "+Inf" : f(p99 * 1000, 0)) ms, \(f(count)) calls"
-        }
-        return (["herald's histograms over the run (/metrics):"] + lines).joined(separator: "\n")
     }
 
     /// Throughput and p50/p99 latency per second of the run (by the result's timestamp) as SVG.
@@ -447,6 +449,10 @@ struct PipelineRun {
     var peakKilobytes: Int64 = 0
     /// Herald's VmRSS two seconds after the last result.
     var rssAfterKilobytes: Int64 = 0
+    /// CPU, Herald's /metrics and the results read so far once the warm-up was over.
+    var warm: (cpu: CPUSample, metrics: [String], results: Int)?
+    /// The start of a run not reported in its warm figures (connections, first fetches, plans).
+    static let warmUp: Duration = .seconds(5)
 
     init(start: CPUSample) {
         self.start = start

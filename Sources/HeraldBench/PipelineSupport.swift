@@ -326,6 +326,47 @@ enum KafkaLoad {
     }
 }
 
+extension KafkaLoad {
+    /// The broker alone under an open load: records produced at `perSecond` for `seconds` to a
+    /// fresh topic and read back by a fresh group, with the clients Herald's run uses; the
+    /// latency from produce to read (ms) of the records produced after the warm-up.
+    static func brokerAloneAtRate(
+        services: BenchServices,
+        perSecond: Int,
+        seconds: Int,
+        partitions: Int,
+        logger: Logger
+    ) async throws -> (p50: Int64, p99: Int64, max: Int64) {
+        let topic = "hb\(UUID().uuidString.prefix(8).lowercased()).bench.broker-rate"
+        try services.createTopics([topic], partitions: partitions)
+        defer { services.deleteTopics([topic]) }
+        let producer = try KafkaProducer(configuration: services.kafka, logger: logger)
+        let consumer = try KafkaConsumer(configuration: services.kafka, groupID: "\(topic).reader", topics: [topic], logger: logger)
+        let records = max(1, perSecond * seconds)
+        let padding = String(repeating: "x", count: 80)
+        let messages = (0..<records).map { KafkaOutgoingMessage(topic: topic, key: Array("\($0)".utf8), value: Array("\($0) \(padding)".utf8)) }
+        return try await withClients(producer, consumer) {
+            try await waitUntilJoined(consumer)
+            async let produced = produceAll(messages, producer: producer, perSecond: Double(perSecond))
+            var readAt = [Int64](repeating: -1, count: records)
+            var count = 0
+            try await drain(consumer, target: records, done: { count }) { message in
+                guard let value = message.value, let index = Int(String(decoding: value.prefix { $0 != UInt8(ascii: " ") }, as: UTF8.self)),
+                    index < records, readAt[index] < 0
+                else { return }
+                readAt[index] = wallMilliseconds()
+                count += 1
+            } everySecond: {}
+            let times = try await produced.times
+            let warmFrom = (times.first ?? 0) + Int64(PipelineRun.warmUp.components.seconds * 1000)
+            let latencies = zip(times, readAt).filter { $0.0 >= warmFrom }.map { $1 - $0 }.sorted()
+            guard !latencies.isEmpty else { return (0, 0, 0) }
+            func at(_ fraction: Double) -> Int64 { latencies[min(latencies.count - 1, Int(Double(latencies.count) * fraction))] }
+            return (at(0.5), at(0.99), latencies.last!)
+        }
+    }
+}
+
 /// A benchmark run that went wrong (printed as `Error: …`, exit code 1, without the usage text).
 struct BenchFailure: Error, CustomStringConvertible {
     let description: String
