@@ -8,6 +8,9 @@ set -euo pipefail
 (cd "$(dirname "${BASH_SOURCE[0]}")/.." && PATH="/opt/swift/usr/bin:$PATH" swift-format lint --strict --recursive \
     Sources Tests Examples/Embedding/Sources Package.swift Examples/Embedding/Package.swift)
 
+# The deploy files under the tools that read them (seconds; installs its tools on first use).
+"$(dirname "${BASH_SOURCE[0]}")/check-deploy.sh"
+
 # shellcheck source=scripts/release-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 

@@ -83,7 +83,8 @@ struct HeraldHistograms {
             let histogram = histograms[name]!
             let p50 = histogram.percentileMilliseconds(0.5).map { format($0, 2) } ?? "-"
             let p99 = histogram.percentileMilliseconds(0.99).map { format($0, 2) } ?? "-"
-            return "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) p50 \(p50) ms, p99 \(p99) ms, mean \(format(histogram.meanMilliseconds, 2)) ms, \(format(histogram.count, 0)) calls"
+            return
+                "  \(name.padding(toLength: 26, withPad: " ", startingAt: 0)) p50 \(p50) ms, p99 \(p99) ms, mean \(format(histogram.meanMilliseconds, 2)) ms, \(format(histogram.count, 0)) calls"
         }
         return ([title + " (percentiles interpolated in the buckets):"] + lines).joined(separator: "\n")
     }

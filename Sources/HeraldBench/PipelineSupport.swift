@@ -356,7 +356,8 @@ extension KafkaLoad {
                 else { return }
                 readAt[index] = wallMilliseconds()
                 count += 1
-            } everySecond: {}
+            } everySecond: {
+            }
             let times = try await produced.times
             let warmFrom = (times.first ?? 0) + Int64(PipelineRun.warmUp.components.seconds * 1000)
             let latencies = zip(times, readAt).filter { $0.0 >= warmFrom }.map { $1 - $0 }.sorted()

@@ -24,7 +24,7 @@ final class RequestProcessor: Sendable {
     /// event never pushes twice.
     let inFlight = DeliveryClaims(recentCapacity: 100_000)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
-    let sendLimit: ConcurrencyLimit
+    let sendLimit: SendPermits
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
     private let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
@@ -71,7 +71,7 @@ final class RequestProcessor: Sendable {
         self.deadLetters = deadLetters
         self.sender = sender
         self.tracker = tracker
-        self.sendLimit = ConcurrencyLimit(limit: configuration.maxConcurrentSends)
+        self.sendLimit = SendPermits(limit: configuration.maxConcurrentSends)
         self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.tracer = tracer
         self.metrics = metrics
@@ -161,21 +161,32 @@ final class RequestProcessor: Sendable {
         var recorded: [String: [String: RecordedDelivery]] = [:]
     }
 
+    /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
+    /// (each on its own connection), so the batch waits for the slower one, not for both.
     private func resolve(_ events: [NotificationEvent]) async throws(CancellationError) -> ResolvedBatch {
+        let eventIDs = Array(Set(events.map(\.id)))
+        async let recordedLookup = try? storeOperations.run {
+            let started = ContinuousClock.now
+            defer { self.metrics.recordStage(.ledgerLookup, since: started) }
+            return try await self.ledger.recordedDeliveries(eventIDs: eventIDs)
+        }
         var batch = ResolvedBatch()
         let started = ContinuousClock.now
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
             guard !users.isEmpty else { continue }  // only events to broadcast channels
-            batch.tokens[topic] = try await storeOperations.run {
-                try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
+            guard
+                let tokens = try? await storeOperations.run({
+                    try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
+                })
+            else {
+                throw CancellationError()
             }
+            batch.tokens[topic] = tokens
         }
-        let lookedUpTokens = ContinuousClock.now
         metrics.recordStage(.tokenLookup, since: started)
-        let eventIDs = Array(Set(events.map(\.id)))
-        batch.recorded = try await storeOperations.run { try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }
-        metrics.recordStage(.ledgerLookup, since: lookedUpTokens)
+        guard let recorded = await recordedLookup else { throw CancellationError() }
+        batch.recorded = recorded
         return batch
     }
 

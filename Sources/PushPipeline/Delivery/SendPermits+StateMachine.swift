@@ -1,0 +1,120 @@
+extension SendPermits {
+    /// Which queue a waiting sender joins: urgent waiters are served before bulk ones.
+    enum Lane: Sendable, Hashable {
+        /// push.requests: the messages a person is waiting for.
+        case urgent
+        /// push.requests.bulk: campaigns that use whatever capacity is left.
+        case bulk
+    }
+
+    /// The permits' bookkeeping as a value: how many are free, and who waits for one in which
+    /// lane. Every decision (grant, queue, hand a released permit to a waiter) is one call, so
+    /// the caller makes it in one lock section and resumes the waiters it is given outside it.
+    ///
+    /// A permit released between a sender's "none free" and its registration as a waiter can
+    /// therefore not be lost: ``enqueue(_:id:lane:)`` looks at the free permits again in the same
+    /// section in which it would register.
+    struct StateMachine<Waiter> {
+        /// The result of ``enqueue(_:id:lane:)``.
+        enum EnqueueAction {
+            /// A permit was free after all (released since ``tryAcquire(_:)``): resume the waiter now.
+            case resume(Waiter)
+            /// Registered; a later ``release(_:)`` or ``cancel(id:)`` hands the waiter back.
+            case wait
+        }
+
+        let limit: Int
+        private(set) var available: Int
+        private var urgent = FIFO()
+        private var bulk = FIFO()
+
+        init(limit: Int) {
+            self.limit = max(1, limit)
+            available = self.limit
+        }
+
+        /// Permits held now.
+        var inUse: Int { limit - available }
+
+        /// Senders waiting in `lane`.
+        func waiting(_ lane: Lane) -> Int {
+            lane == .urgent ? urgent.count : bulk.count
+        }
+
+        /// Takes a permit when one is free and nobody waits ahead of `lane` (an urgent sender
+        /// waits only behind urgent ones, a bulk sender behind everyone); false otherwise.
+        mutating func tryAcquire(_ lane: Lane) -> Bool {
+            guard available > 0, urgent.isEmpty, lane == .urgent || bulk.isEmpty else { return false }
+            available -= 1
+            return true
+        }
+
+        /// Registers a sender that ``tryAcquire(_:)`` turned away, unless a permit is free for it now.
+        mutating func enqueue(_ waiter: Waiter, id: UInt64, lane: Lane) -> EnqueueAction {
+            if tryAcquire(lane) { return .resume(waiter) }
+            if lane == .urgent {
+                urgent.append((id, waiter))
+            } else {
+                bulk.append((id, waiter))
+            }
+            return .wait
+        }
+
+        /// Removes the waiter `id` (its task was cancelled); nil when it was already granted.
+        mutating func cancel(id: UInt64) -> Waiter? {
+            urgent.remove(id: id) ?? bulk.remove(id: id)
+        }
+
+        /// Gives `count` permits back: urgent waiters first, then bulk ones, each lane in arrival
+        /// order; returns the waiters that now hold them, to be resumed.
+        mutating func release(_ count: Int) -> [Waiter] {
+            available += count
+            var granted: [Waiter] = []
+            while available > 0, let next = urgent.popFirst() ?? bulk.popFirst() {
+                available -= 1
+                granted.append(next.waiter)
+            }
+            return granted
+        }
+
+        /// Waiters in arrival order; popping is O(1) (a head index, compacted now and then).
+        private struct FIFO {
+            private var entries: [(id: UInt64, waiter: Waiter)?] = []
+            private var head = 0
+            private(set) var count = 0
+
+            var isEmpty: Bool { count == 0 }
+
+            mutating func append(_ entry: (id: UInt64, waiter: Waiter)) {
+                entries.append(entry)
+                count += 1
+            }
+
+            mutating func popFirst() -> (id: UInt64, waiter: Waiter)? {
+                while head < entries.count {
+                    defer { head += 1 }
+                    if let entry = entries[head] {
+                        entries[head] = nil
+                        count -= 1
+                        compactIfMostlyEmpty()
+                        return entry
+                    }
+                }
+                return nil
+            }
+
+            mutating func remove(id: UInt64) -> Waiter? {
+                guard let index = entries[head...].firstIndex(where: { $0?.id == id }), let entry = entries[index] else { return nil }
+                entries[index] = nil
+                count -= 1
+                return entry.waiter
+            }
+
+            private mutating func compactIfMostlyEmpty() {
+                guard head >= 1024, head * 2 >= entries.count else { return }
+                entries.removeFirst(head)
+                head = 0
+            }
+        }
+    }
+}

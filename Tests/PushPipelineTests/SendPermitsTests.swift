@@ -1,0 +1,200 @@
+@testable import PushPipeline
+import Synchronization
+import Testing
+
+/// The send permits' state machine on its own (waiters are plain integers), then the class
+/// with real tasks.
+@Suite struct SendPermitsTests {
+    typealias Machine = SendPermits.StateMachine<Int>
+
+    @Test func grantsUpToTheLimitThenQueues() {
+        var machine = Machine(limit: 2)
+        let result1 = machine.tryAcquire(.urgent)
+        #expect(result1)
+        let result2 = machine.tryAcquire(.bulk)
+        #expect(result2)
+        let result3 = machine.tryAcquire(.urgent)
+        #expect(!result3)
+        guard case .wait = machine.enqueue(1, id: 1, lane: .urgent) else {
+            Issue.record("a full machine granted a permit")
+            return
+        }
+        #expect(machine.inUse == 2)
+        let result4 = machine.release(1)
+        #expect(result4 == [1])
+        #expect(machine.inUse == 2)
+        let result5 = machine.release(2)
+        #expect(result5 == [])
+        #expect(machine.inUse == 0)
+    }
+
+    /// The lost wake-up: a release between "none free" and the registration of the waiter.
+    @Test func aReleaseBetweenNoneFreeAndWaitingWakesTheWaiter() {
+        var machine = Machine(limit: 1)
+        let result6 = machine.tryAcquire(.urgent)
+        #expect(result6)
+        let noneFree = !machine.tryAcquire(.urgent)
+        #expect(noneFree)  // the sender sees none free...
+        let wokenByRelease = machine.release(1)
+        #expect(wokenByRelease == [])  // ...the holder releases before it registers...
+        guard case .resume(let waiter) = machine.enqueue(7, id: 1, lane: .urgent) else {
+            Issue.record("the waiter was parked although a permit was free")
+            return
+        }
+        #expect(waiter == 7)  // ...and it gets the permit at once.
+        #expect(machine.inUse == 1)
+    }
+
+    @Test func urgentWaitersAreServedBeforeBulkOnesEachInArrivalOrder() {
+        var machine = Machine(limit: 1)
+        let result7 = machine.tryAcquire(.bulk)
+        #expect(result7)
+        for (id, lane) in [(1, Lane.bulk), (2, .urgent), (3, .bulk), (4, .urgent)] {
+            guard case .wait = machine.enqueue(id, id: UInt64(id), lane: lane) else {
+                Issue.record("granted while full")
+                return
+            }
+        }
+        #expect(machine.waiting(.urgent) == 2)
+        #expect(machine.waiting(.bulk) == 2)
+        let result8 = machine.release(1)
+        #expect(result8 == [2])
+        let result9 = machine.release(1)
+        #expect(result9 == [4])
+        let result10 = machine.release(1)
+        #expect(result10 == [1])
+        let result11 = machine.release(1)
+        #expect(result11 == [3])
+        let result12 = machine.release(1)
+        #expect(result12 == [])
+        #expect(machine.inUse == 0)
+    }
+
+    @Test func aNewSenderDoesNotOvertakeTheWaitersOfItsLane() {
+        var machine = Machine(limit: 1)
+        let result12 = machine.tryAcquire(.urgent)
+        #expect(result12)
+        guard case .wait = machine.enqueue(1, id: 1, lane: .bulk) else {
+            Issue.record("granted while full")
+            return
+        }
+        // Bulk waits behind bulk; urgent does not wait behind bulk, but no permit is free.
+        let result13 = machine.tryAcquire(.bulk)
+        #expect(!result13)
+        let result14 = machine.tryAcquire(.urgent)
+        #expect(!result14)
+        let result15 = machine.release(1)
+        #expect(result15 == [1])
+    }
+
+    @Test func aCancelledWaiterIsRemovedAndSkipped() {
+        var machine = Machine(limit: 1)
+        let result16 = machine.tryAcquire(.urgent)
+        #expect(result16)
+        _ = machine.enqueue(1, id: 1, lane: .urgent)
+        _ = machine.enqueue(2, id: 2, lane: .urgent)
+        let result17 = machine.cancel(id: 1)
+        #expect(result17 == 1)
+        let result18 = machine.cancel(id: 1)
+        #expect(result18 == nil)
+        let result19 = machine.release(1)
+        #expect(result19 == [2])
+        let cancelledAfterGrant = machine.cancel(id: 2)
+        #expect(cancelledAfterGrant == nil)  // already granted
+    }
+
+    /// Random interleavings of acquire, enqueue, cancel and release: permits are never lost or
+    /// duplicated, and nobody waits while a permit is free.
+    @Test(arguments: 1...20) func randomInterleavingsKeepEveryPermit(seed: UInt64) {
+        var random = SplitMix(seed: seed)
+        let limit = Int(random.next() % 5) + 1
+        var machine = Machine(limit: limit)
+        var holders = 0
+        var waiting: [UInt64] = []
+        var nextID: UInt64 = 0
+        for _ in 0..<2_000 {
+            let lane: Lane = random.next() % 3 == 0 ? .bulk : .urgent
+            switch random.next() % 4 {
+            case 0:
+                if machine.tryAcquire(lane) { holders += 1 }
+            case 1:
+                nextID += 1
+                switch machine.enqueue(Int(nextID), id: nextID, lane: lane) {
+                case .resume: holders += 1
+                case .wait: waiting.append(nextID)
+                }
+            case 2:
+                if !waiting.isEmpty, let cancelled = machine.cancel(id: waiting.remove(at: Int(random.next() % UInt64(waiting.count)))) {
+                    #expect(cancelled > 0)
+                }
+            default:
+                guard holders > 0 else { continue }
+                let count = Int(random.next() % UInt64(holders)) + 1
+                holders -= count
+                let granted = machine.release(count)
+                holders += granted.count
+                waiting.removeAll { id in granted.contains(Int(id)) }
+            }
+            #expect(machine.inUse == holders)
+            #expect(holders <= limit)
+            if machine.available > 0 {
+                #expect(machine.waiting(.urgent) + machine.waiting(.bulk) == 0)
+            }
+        }
+    }
+
+    @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
+        let permits = SendPermits(limit: 3)
+        let maximum = Concurrent()
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<400 {
+                group.addTask {
+                    try? await permits.acquire(index.isMultiple(of: 3) ? .bulk : .urgent)
+                    maximum.state.withLock { state in
+                        state.now += 1
+                        state.highest = max(state.highest, state.now)
+                    }
+                    await Task.yield()
+                    maximum.state.withLock { $0.now -= 1 }
+                    permits.release()
+                }
+            }
+        }
+        #expect(permits.inUse == 0)
+        #expect(maximum.state.withLock { $0.highest } <= 3)
+    }
+
+    @Test func cancellingAWaitingAcquireThrowsAndKeepsThePermitCount() async throws {
+        let permits = SendPermits(limit: 1)
+        try await permits.acquire()
+        await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await permits.acquire(.bulk) }
+            while permits.waiting(.bulk) == 0 { await Task.yield() }
+            group.cancelAll()
+            await #expect(throws: CancellationError.self) { try await group.next() }
+        }
+        #expect(permits.waiting(.bulk) == 0)
+        permits.release()
+        #expect(permits.inUse == 0)
+    }
+}
+
+private typealias Lane = SendPermits.Lane
+
+/// How many tasks hold a permit now, and the most that ever did at once.
+private final class Concurrent: Sendable {
+    let state = Mutex((now: 0, highest: 0))
+}
+
+/// A small deterministic generator, so a failing interleaving can be replayed by its seed.
+private struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
