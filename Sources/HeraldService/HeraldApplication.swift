@@ -10,7 +10,7 @@ import OTel
 #endif
 import Metrics
 import PostgresNIO
-import Prometheus
+package import Prometheus
 import PushPipeline
 import Tracing
 package import ServiceLifecycle
@@ -128,12 +128,15 @@ package enum HeraldApplication {
         let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
         let ready = Gauge(label: "herald_ready", factory: metricsFactory)
         let kafkaMetrics = KafkaMetrics(factory: metricsFactory)
+        let drain = DrainSignal()
         /// The unmet conditions, also recorded as `herald_ready` (1 or 0).
         let readiness: @Sendable () async -> [String] = {
             let unmet = await Readiness.unmetConditions(
+                draining: drain.hasBegun,
                 consuming: pipeline.isConsuming,
                 joinedGroup: consumer.hasJoinedGroup,
                 publishBlockedBy: pipeline.publishBlockedBy,
+                storeBlockedBy: pipeline.storeBlockedBy,
                 database: { await database.check() },
                 apns: { await apns.canReachEndpoints() }
             )
@@ -155,6 +158,7 @@ package enum HeraldApplication {
                 )
                 return metrics.emitToString()
             },
+            drain: drain,
             logger: logger
         )
         var groupConfiguration = ServiceGroupConfiguration(
@@ -165,10 +169,13 @@ package enum HeraldApplication {
                 .init(service: housekeeping),
             ] + apnsClients.map { .init(service: $0) } + [
                 .init(service: credentialsReloader),
+                // Stopped after the pipeline has drained, so it answers throughout the drain.
+                .init(service: health),
                 .init(service: producer),
                 .init(service: consumer),
                 .init(service: pipeline),
-                .init(service: health),
+                // Stopped first: tells the HTTP endpoints that the drain begins.
+                .init(service: DrainAnnouncer(signal: drain)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
             cancellationSignals: [],
@@ -198,7 +205,7 @@ package enum HeraldApplication {
     /// swift-metrics' factory over `registry`, with duration buckets from 250 µs (a stage on a
     /// healthy local network: Herald's own share of a notification is a few milliseconds, and its
     /// p50 and p99 must be readable) to 60 s (a delivery retried through an APNs outage).
-    static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+    package static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.defaultDurationHistogramBuckets = [
             .microseconds(250), .microseconds(500), .milliseconds(1), .microseconds(2500), .milliseconds(5),

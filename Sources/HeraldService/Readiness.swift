@@ -2,22 +2,27 @@
 enum Readiness {
     /// The conditions that do not hold; empty when Herald is ready.
     ///
-    /// Ready means: the consume loop polls, the consumer has joined its group, no permanent
+    /// Ready means: no graceful shutdown began, the consume loop polls, the consumer has joined its group, no permanent
     /// broker error holds a publish, PostgreSQL answers and every APNs endpoint can be reached.
     /// Both probes run concurrently and are bounded, so an answer takes at most one probe's time.
     static func unmetConditions(
+        draining: Bool = false,
         consuming: Bool,
         joinedGroup: Bool,
         publishBlockedBy: [String],
+        storeBlockedBy: [String] = [],
         database: @Sendable () async -> Bool,
         apns: @Sendable () async -> Bool
     ) async -> [String] {
         async let databaseAnswers = database()
         async let apnsReachable = apns()
         var unmet: [String] = []
+        // SIGTERM: a rollout takes this instance out of service at once.
+        if draining { unmet.append("shutting_down") }
         if !consuming { unmet.append("kafka_poll_failing") }
         if !joinedGroup { unmet.append("kafka_group_not_joined") }
         unmet += publishBlockedBy.map { "kafka_publish_blocked:\($0)" }
+        unmet += storeBlockedBy.map { "postgres_failing:\($0)" }
         if await !databaseAnswers { unmet.append("postgres_unreachable") }
         if await !apnsReachable { unmet.append("apns_unreachable") }
         return unmet

@@ -160,3 +160,69 @@ enum LocalServices {
         guard status == 0 else { throw TestFailure("services.sh \(command) failed (wait status \(status))") }
     }
 }
+
+/// One HTTP/1.1 keep-alive connection, as Prometheus keeps to a scrape target.
+final class KeepAliveHTTPConnection {
+    private let socketFD: Int32
+
+    init?(port: Int) {
+        socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard connected else {
+            close(socketFD)
+            return nil
+        }
+    }
+
+    deinit { close(socketFD) }
+
+    /// `GET path` on this connection, left open: the status, the headers (names lowercased) and
+    /// the body, read by its `content-length`; nil when the server closed the connection.
+    func get(_ path: String) -> (status: Int, headers: [String: String], body: String)? {
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        guard write(socketFD, request, request.count) == request.count else { return nil }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            if let end = response.firstRange(of: Array("\r\n\r\n".utf8)) {
+                let head = String(decoding: response[..<end.lowerBound], as: UTF8.self).split(separator: "\r\n")
+                var headers: [String: String] = [:]
+                for line in head.dropFirst() {
+                    guard let colon = line.firstIndex(of: ":") else { continue }
+                    headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                }
+                let length = Int(headers["content-length"] ?? "0") ?? 0
+                if response.count - end.upperBound >= length, let statusText = head.first?.split(separator: " ").dropFirst().first,
+                    let status = Int(statusText)
+                {
+                    return (status, headers, String(decoding: response[end.upperBound..<(end.upperBound + length)], as: UTF8.self))
+                }
+            }
+            let count = read(socketFD, &buffer, buffer.count)
+            guard count > 0 else { return nil }
+            response += buffer[..<count]
+        }
+    }
+
+    /// Whether the server closes this connection within `timeout` (it sends nothing more).
+    func isClosedByServer(within timeout: Duration) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        var byte: UInt8 = 0
+        while ContinuousClock.now < deadline {
+            let count = read(socketFD, &byte, 1)
+            if count == 0 { return true }
+            if count < 0 && errno != EAGAIN && errno != EWOULDBLOCK { return true }
+        }
+        return false
+    }
+}
