@@ -3,6 +3,9 @@ import CRdKafka
 import Dispatch
 import Logging
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A librdkafka handle with the thread its blocking calls run on.
 ///
@@ -14,9 +17,10 @@ final class RDKafkaClient: Sendable {
         case producer
     }
 
-    /// The rd_kafka_t pointer, nil once destroyed. Guarded by the mutex; C calls that use it run
-    /// on `queue`, which is serial, so `destroy` cannot race with another call.
-    private let handle: Mutex<RDKafkaHandle?>
+    /// The rd_kafka_t pointer (nil once destroyed) and how many ``immediate(_:)`` calls are using
+    /// it right now. Blocking calls run on `queue`, which is serial, and so does `destroy`, which
+    /// also waits for the immediate calls in progress: no call can race the handle's destruction.
+    private let handle: Mutex<HandleState>
     private let queue: DispatchQueue
     /// Retained for the handle's lifetime as librdkafka's opaque; released after destroy.
     private let retainedContext: Unmanaged<RDKafkaClientContext>
@@ -64,7 +68,7 @@ final class RDKafkaClient: Sendable {
             rd_kafka_queue_destroy(main)
             rd_kafka_queue_destroy(background)
         }
-        self.handle = Mutex(RDKafkaHandle(pointer: pointer))
+        self.handle = Mutex(HandleState(handle: RDKafkaHandle(pointer: pointer)))
         self.context = context.takeUnretainedValue()
         self.retainedContext = context
         self.queue = DispatchQueue(label: "herald.rdkafka.\(kind)")
@@ -72,7 +76,7 @@ final class RDKafkaClient: Sendable {
     }
 
     deinit {
-        if let handle = handle.withLock({ $0.take() }) {
+        if let handle = handle.withLock({ $0.handle.take() }) {
             rd_kafka_destroy(handle.pointer)
         }
         retainedContext.release()
@@ -84,7 +88,7 @@ final class RDKafkaClient: Sendable {
     ) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
-                guard let handle = self.handle.withLock({ $0 }) else {
+                guard let handle = self.handle.withLock({ $0.handle }) else {
                     continuation.resume(throwing: KafkaError.closed())
                     return
                 }
@@ -94,29 +98,57 @@ final class RDKafkaClient: Sendable {
     }
 
     /// Runs a non-blocking librdkafka call right here; throws once the client is destroyed.
+    /// While it runs, the handle is counted as in use, so ``destroy(after:)`` waits for it.
     func immediate<Value>(_ body: (OpaquePointer) throws -> Value) throws -> Value {
-        guard let handle = handle.withLock({ $0 }) else { throw KafkaError.closed() }
+        let handle = handle.withLock { state -> RDKafkaHandle? in
+            guard let handle = state.handle, !state.destroying else { return nil }
+            state.immediateCalls += 1
+            return handle
+        }
+        guard let handle else { throw KafkaError.closed() }
+        defer { self.handle.withLock { $0.immediateCalls -= 1 } }
         return try body(handle.pointer)
     }
 
     /// Runs `finalCall` (close or flush) and then destroys the handle, on the blocking queue.
+    /// From the start no new ``immediate(_:)`` call begins; the destruction waits for those in
+    /// progress (each is a non-blocking librdkafka call, so the wait is short).
     func destroy(after finalCall: @escaping @Sendable (OpaquePointer) -> Void) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             queue.async {
-                if let handle = self.handle.withLock({ $0.take() }) {
-                    finalCall(handle.pointer)
-                    rd_kafka_destroy(handle.pointer)
+                guard
+                    let handle = self.handle.withLock({ state -> RDKafkaHandle? in
+                        state.destroying = true
+                        return state.handle
+                    })
+                else {
+                    continuation.resume()
+                    return
                 }
+                finalCall(handle.pointer)
+                while self.handle.withLock({ $0.immediateCalls }) > 0 { usleep(100) }
+                self.handle.withLock { $0.handle = nil }
+                rd_kafka_destroy(handle.pointer)
                 continuation.resume()
             }
         }
+    }
+
+    /// The handle and its users, behind ``handle``.
+    struct HandleState {
+        var handle: RDKafkaHandle?
+        /// ``immediate(_:)`` calls running now.
+        var immediateCalls = 0
+        /// Set when ``destroy(after:)`` starts: no new immediate call may begin.
+        var destroying = false
     }
 }
 
 /// The rd_kafka_t pointer as a value that may cross threads.
 ///
 /// `@unchecked Sendable` is sound because librdkafka's handle is thread-safe for every call
-/// Herald makes, and destruction is serialised on the client's queue after `take()`.
+/// Herald makes, and destruction is serialised on the client's queue after every other user
+/// of the handle is done (``RDKafkaClient/HandleState``).
 struct RDKafkaHandle: @unchecked Sendable {
     let pointer: OpaquePointer
 }
