@@ -67,4 +67,35 @@ public protocol DeviceTokenStore: Sendable {
     /// Marks a token unregistered after APNs answered 410 with timestamp `at`; returns whether
     /// the row was marked (false when it was registered again after `at`, or is unknown).
     func markUnregistered(topic: String, token: String, at: Timestamp) async throws -> Bool
+
+    /// Classifies an error one of this store's calls (or its ledger's) threw, so the pipeline
+    /// retries a transient failure quietly and reports a permanent one.
+    func failure(of error: any Error) -> StoreFailure
+}
+
+/// What a failed registry or ledger call means for retrying it.
+public struct StoreFailure: Sendable, Hashable {
+    /// Needs an operator (a missing table, a revoked grant, a violated constraint): retrying soon
+    /// cannot help, but a fix (a migration applied, a grant given) should resume the work.
+    public var isPermanent: Bool
+    /// A short name of the cause from a bounded set (PostgreSQL's SQLSTATE, or `connection`),
+    /// for the log, the metric and the readiness condition.
+    public var cause: String
+
+    public init(isPermanent: Bool, cause: String) {
+        self.isPermanent = isPermanent
+        self.cause = cause
+    }
+
+    /// A failure that clears by itself (connection lost, time-out, server restarting).
+    public static func transient(_ cause: String) -> StoreFailure {
+        StoreFailure(isPermanent: false, cause: cause)
+    }
+}
+
+extension DeviceTokenStore {
+    /// Classifies an error this store threw; a store that cannot tell calls every error transient.
+    public func failure(of error: any Error) -> StoreFailure {
+        .transient("unknown")
+    }
 }

@@ -19,6 +19,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let configuration: PipelineConfiguration
     private let source: any MessageSource
     private let publisher: ReliablePublisher
+    private let storeOperations: StoreOperations
     private let tokenUpdates: TokenUpdates
     private let channelCommands: ChannelCommands
     private let requests: RequestProcessor
@@ -40,6 +41,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// The permanent broker errors (librdkafka's names) holding publishes right now: while any
     /// does, the partitions of the messages waiting on them cannot move on.
     public var publishBlockedBy: [String] { publisher.blockingCauses }
+
+    /// The permanent PostgreSQL errors (SQLSTATE) holding registry or ledger calls right now:
+    /// while any does, the messages waiting on them cannot finish.
+    public var storeBlockedBy: [String] { storeOperations.blockingCauses }
 
     /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
     /// reaches the channel management hosts for push.channels (without one, each command is
@@ -72,9 +77,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let storeOperations = StoreOperations(
             timeout: configuration.storeOperationTimeout,
             backoff: configuration.storeRetry,
+            permanentBackoff: configuration.storePermanentRetry,
+            classify: { store.failure(of: $0) },
             metrics: metrics,
             logger: logger
         )
+        self.storeOperations = storeOperations
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.channelCommands = ChannelCommands(

@@ -47,6 +47,9 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// The wait between attempts of a token-store or ledger call that failed (PostgreSQL
     /// unavailable, or the call timed out); it is retried until it succeeds.
     public var storeRetry = Backoff(initial: .milliseconds(50), maximum: .seconds(5))
+    /// The wait between attempts of a token-store or ledger call that PostgreSQL refused with a
+    /// permanent error (missing table, revoked grant): slow, until an operator fixes the cause.
+    public var storePermanentRetry = Backoff(initial: .seconds(1), maximum: .seconds(30))
     /// The wait between attempts to publish a record the broker refused with a retriable error
     /// (time-out, transport, leader change).
     public var publishRetry = Backoff(initial: .milliseconds(50), maximum: .seconds(5))

@@ -17,4 +17,5 @@ enum PipelineLoggingKeys {
     static let rejectionDetail = "herald.error_detail"
     static let error = "error"
     static let attempt = "attempt"
+    static let sqlState = "postgres.sqlstate"
 }

@@ -1,21 +1,57 @@
+import DeviceTokenStore
 import Logging
+import Synchronization
 
 /// Runs the pipeline's registry and ledger operations: each attempt bounded by a timeout, and
-/// retried with backoff while the store is unavailable, until it succeeds or the task is
-/// cancelled (a message is never finished on a store error, so nothing is lost).
+/// retried with backoff until it succeeds or the task is cancelled (a message is never finished
+/// on a store error, so nothing is lost).
+///
+/// A transient failure (connection lost, time-out, PostgreSQL restarting) is retried quietly
+/// (`herald_postgres_errors_total`). A permanent one (a missing table, a revoked grant, a
+/// violated constraint: ``StoreFailure/isPermanent``) needs an operator: it is logged once per
+/// cause, counted in `herald_postgres_permanent_errors_total{sqlstate}`, named by
+/// ``blockingCauses`` (Herald is unready with `postgres_failing:<sqlstate>`) while any operation
+/// is held by it, and retried slowly, so a fix resumes the work without a restart.
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
     let timeout: Duration
-    /// The wait between attempts.
+    /// The wait between attempts after a transient failure.
     let backoff: Backoff
+    /// The wait between attempts after a permanent failure.
+    let permanentBackoff: Backoff
+    /// Sorts a failure into transient or permanent (the store knows its errors).
+    let classify: @Sendable (any Error) -> StoreFailure
     let metrics: PipelineMetrics
     let logger: Logger
+    private let heldBox: HeldCauses
+
+    init(
+        timeout: Duration,
+        backoff: Backoff,
+        permanentBackoff: Backoff,
+        classify: @escaping @Sendable (any Error) -> StoreFailure,
+        metrics: PipelineMetrics,
+        logger: Logger
+    ) {
+        self.timeout = timeout
+        self.backoff = backoff
+        self.permanentBackoff = permanentBackoff
+        self.classify = classify
+        self.metrics = metrics
+        self.logger = logger
+        self.heldBox = HeldCauses()
+    }
+
+    /// The permanent failures holding operations right now (empty when the store works).
+    var blockingCauses: [String] { heldBox.causes }
 
     /// Runs `operation` until it succeeds; throws only when cancelled.
     func run<Result: Sendable>(
         _ operation: @escaping @Sendable () async throws -> Result
     ) async throws(CancellationError) -> Result {
         var attempts = RetryAttempts()
+        var heldBy: String?
+        defer { if let heldBy { release(heldBy) } }
         while true {
             if Task.isCancelled { throw CancellationError() }
             metrics.storeOperationStarted()
@@ -24,12 +60,66 @@ struct StoreOperations: Sendable {
                 return try await withTimeout(timeout, abandoning: operation)
             } catch {
                 metrics.recordStoreError()
+                let failure = error is OperationTimedOut ? .transient("timeout") : classify(error)
+                if failure.isPermanent {
+                    if heldBy != failure.cause {
+                        if let heldBy { release(heldBy) }
+                        hold(failure.cause, error: error)
+                        heldBy = failure.cause
+                    }
+                    try await attempts.waitAfterFailure(permanentBackoff)
+                    continue
+                }
+                if let heldBy { release(heldBy) }
+                heldBy = nil
                 logger.warning(
                     "retrying token store",
                     metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempts.failures + 1)"]
                 )
                 try await attempts.waitAfterFailure(backoff)
             }
+        }
+    }
+
+    /// Counts a permanent failure; logs it when it is the first operation this cause holds.
+    private func hold(_ cause: String, error: any Error) {
+        metrics.recordPermanentStoreError(cause)
+        if heldBox.hold(cause) {
+            logger.error(
+                "PostgreSQL refuses Herald's statements; Herald is unready until an operator fixes the cause",
+                metadata: [PipelineLoggingKeys.sqlState: "\(cause)", PipelineLoggingKeys.error: "\(error)"]
+            )
+        }
+    }
+
+    private func release(_ cause: String) {
+        if heldBox.release(cause) {
+            logger.info("PostgreSQL accepts Herald's statements again", metadata: [PipelineLoggingKeys.sqlState: "\(cause)"])
+        }
+    }
+}
+
+/// How many store operations each permanent cause holds now.
+private final class HeldCauses: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+
+    var causes: [String] { counts.withLock { $0.keys.sorted() } }
+
+    /// Counts one more held operation; true when it is the cause's first.
+    func hold(_ cause: String) -> Bool {
+        counts.withLock { counts in
+            counts[cause, default: 0] += 1
+            return counts[cause] == 1
+        }
+    }
+
+    /// Counts one held operation less; true when the cause holds none any more.
+    func release(_ cause: String) -> Bool {
+        counts.withLock { counts in
+            counts[cause, default: 1] -= 1
+            guard counts[cause] == 0 else { return false }
+            counts[cause] = nil
+            return true
         }
     }
 }
