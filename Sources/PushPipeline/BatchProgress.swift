@@ -33,6 +33,13 @@ final class BatchProgress: Sendable {
         traces?[index]
     }
 
+    /// The trace-context headers for message `index`'s results: its event span's context when
+    /// tracing is on, otherwise the `traceparent` (and `tracestate`) the message carried, so
+    /// results stay in the producer's trace whether or not Herald exports spans.
+    func resultHeaders(_ index: Int) -> [KafkaHeader] {
+        traces?[index].headers ?? TraceContextHeaders.propagated(from: messages[index].headers)
+    }
+
     /// Counts one published result of message `index`; returns the message when that was its last.
     func published(_ index: Int) -> KafkaMessage? {
         let (finished, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in

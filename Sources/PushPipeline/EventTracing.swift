@@ -63,3 +63,28 @@ extension Logger.MetadataProvider {
         return [PipelineLoggingKeys.eventID: "\(eventID)"]
     }
 }
+
+/// The W3C trace-context headers of a record, passed on unchanged when Herald makes no span.
+enum TraceContextHeaders {
+    /// `traceparent` and its `tracestate` from `headers`, when the `traceparent` is well formed
+    /// (version `00`, a 32-hex trace id and a 16-hex parent id, neither all zeros, 2-hex flags);
+    /// none otherwise, as a malformed `traceparent` is ignored.
+    static func propagated(from headers: [KafkaHeader]) -> [KafkaHeader] {
+        guard let parent = headers.last(where: { $0.key == "traceparent" }), let value = parent.value, isWellFormed(value) else {
+            return []
+        }
+        return [parent] + headers.filter { $0.key == "tracestate" }.suffix(1)
+    }
+
+    private static func isWellFormed(_ value: [UInt8]) -> Bool {
+        guard value.count == 55, value[2] == UInt8(ascii: "-"), value[35] == UInt8(ascii: "-"), value[52] == UInt8(ascii: "-") else {
+            return false
+        }
+        func isHex(_ range: Range<Int>) -> Bool {
+            value[range].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+        }
+        func isZero(_ range: Range<Int>) -> Bool { value[range].allSatisfy { $0 == UInt8(ascii: "0") } }
+        return value[0..<2] == [UInt8(ascii: "0"), UInt8(ascii: "0")] && isHex(3..<35) && isHex(36..<52) && isHex(53..<55)
+            && !isZero(3..<35) && !isZero(36..<52)
+    }
+}

@@ -40,7 +40,7 @@ extension RequestProcessor {
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
                 if let outcome = recorded[event.id]?[device.token] {
-                    let republished = republishing(outcome, headers: ticket.progress.trace(ticket.message)?.headers ?? [])
+                    let republished = republishing(outcome, headers: ticket.progress.resultHeaders(ticket.message))
                     group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
                     continue
                 }

@@ -119,7 +119,7 @@ final class RequestProcessor: Sendable {
             inFlight.deliveries.withLock { inFlight in
                 for (index, plan) in plans.enumerated() {
                     let event = events[index].1
-                    let headers = traces?[index].headers ?? []
+                    let headers = progress.resultHeaders(index)
                     for result in plan.noDevices {
                         ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, status: .noDevices)))
                     }
@@ -364,7 +364,7 @@ final class RequestProcessor: Sendable {
     /// that stand together, then gives the permits back and finishes the messages.
     private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         inFlight.settle(batch.compactMap(\.ticket.claim))
-        await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.trace($0.ticket.message)?.headers ?? []), $0.ticket) })
+        await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) })
     }
 
     /// Publishes results (each with its unregistered event, if any) together; then counts them,

@@ -78,4 +78,51 @@ struct TracingTests {
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }
     }
+
+    /// Tracing off (no OTEL_* endpoint): no span is made, but the results and the unregistered
+    /// event still carry the event's `traceparent` (and `tracestate`), so they stay in the
+    /// producer's trace; a malformed one is not passed on.
+    @Test func withTracingOffResultsStillCarryTheEventsTraceContext() async throws {
+        let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let gone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let other = TestDevice(user: "u-2", token: TestDevice.randomToken(), environment: "production")
+        let testbed = try HeraldTestbed(unregisteredTokens: [gone.token: 1_795_255_300_123])
+        let topics = testbed.topics
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        try await testbed.withMocks {
+            let environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            #expect(environment.keys.allSatisfy { !$0.hasPrefix("OTEL_") && $0 != "HERALD_OTEL_TRACES" }, "tracing off")
+            let herald = try await testbed.startHerald(environment)
+            try await testbed.register([phone, gone, other])
+            try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: 3)
+            for (id, user, headers) in [
+                ("e-traced", "u-1", [KafkaHeader(key: "traceparent", text: traceparent), KafkaHeader(key: "tracestate", text: "vendor=1")]),
+                ("e-malformed", "u-2", [KafkaHeader(key: "traceparent", text: "00-not-a-trace-context")]),
+            ] {
+                try await testbed.producer.send(
+                    KafkaOutgoingMessage(
+                        topic: topics.requests,
+                        key: Array(id.utf8),
+                        value: Array(#"{"id":"\#(id)","user_ids":["\#(user)"],"topic":"\#(testbed.bundleID)","payload":{"aps":{"alert":"hi"}}}"#.utf8),
+                        headers: headers
+                    )
+                )
+            }
+            let reader = try TopicReader(topics: [topics.results, topics.unregistered])
+            let records = try await reader.read(timeout: .seconds(120)) { records in
+                records.filter { $0.topic == topics.results }.count >= 3 && records.contains { $0.topic == topics.unregistered }
+            }
+            let traced = records.filter { $0.topic == topics.unregistered || ResultRecord($0)?.eventID == "e-traced" }
+            #expect(traced.count == 3, "two results and the unregistered event")
+            for record in traced {
+                #expect(record.header("traceparent") == traceparent, "\(record.topic)")
+                #expect(record.header("tracestate") == "vendor=1", "\(record.topic)")
+            }
+            let malformed = try #require(records.first { ResultRecord($0)?.eventID == "e-malformed" })
+            #expect(malformed.header("traceparent") == nil)
+            #expect(ResultRecord(malformed)?.status == "delivered")
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
 }
