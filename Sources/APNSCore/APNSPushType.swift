@@ -10,6 +10,8 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable, Codable {
     case location
     case pushtotalk
     case widgets
+    /// Control widgets (iOS 18): their topic carries `.push-type.controls`.
+    case controls
 
     /// The suffix Apple requires on `apns-topic` for this push type (empty when none).
     public var topicSuffix: String {
@@ -21,6 +23,7 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable, Codable {
         case .pushtotalk: ".voip-ptt"
         case .liveactivity: ".push-type.liveactivity"
         case .widgets: ".push-type.widgets"
+        case .controls: ".push-type.controls"
         case .alert, .background, .mdm: ""
         }
     }

@@ -31,7 +31,7 @@ extension MockAPNSServer {
     /// The push types APNs accepts in `apns-push-type`.
     static let knownPushTypes: Set<String> = [
         "alert", "background", "voip", "complication", "fileprovider",
-        "mdm", "liveactivity", "location", "pushtotalk", "widgets",
+        "mdm", "liveactivity", "location", "pushtotalk", "widgets", "controls",
     ]
     static let payloadLimit = 4096
     static let voipPayloadLimit = 5120

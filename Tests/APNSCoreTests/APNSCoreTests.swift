@@ -16,6 +16,7 @@ import Testing
         (.pushtotalk, "com.example.app.voip-ptt"),
         (.liveactivity, "com.example.app.push-type.liveactivity"),
         (.widgets, "com.example.app.push-type.widgets"),
+        (.controls, "com.example.app.push-type.controls"),
     ])
     func topicCarriesApplesSuffix(pushType: APNSPushType, expected: String) {
         #expect(pushType.apnsTopic(bundleID: "com.example.app") == expected)

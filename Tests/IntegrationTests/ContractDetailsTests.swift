@@ -110,6 +110,35 @@ struct ContractDetailsTests {
         }
     }
 
+    /// iOS 18 control widgets: `push_type` `controls` goes out with its own topic suffix.
+    @Test func aControlsPushCarriesItsTopicSuffix() async throws {
+        let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let testbed = try HeraldTestbed()
+        try await testbed.withMocks {
+            let herald = try await testbed.startHerald(try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)"))
+            try await testbed.register([phone])
+            try await testbed.waitForActiveTokens(users: ["u-1"], count: 1)
+            try await testbed.producer.send(
+                KafkaOutgoingMessage(
+                    topic: testbed.topics.requests,
+                    key: Array("e-controls".utf8),
+                    value: Array(
+                        #"{"id":"e-controls","user_ids":["u-1"],"topic":"\#(testbed.bundleID)","push_type":"controls","payload":{"aps":{"content-changed":true}}}"#
+                            .utf8
+                    )
+                )
+            )
+            let reader = try TopicReader(topics: [testbed.topics.results])
+            let records = try await reader.read(timeout: .seconds(120)) { !$0.isEmpty }
+            #expect(records.first?.json?["status"] as? String == "delivered")
+            let request = try #require(testbed.production.receivedRequests().first { $0.token == phone.token })
+            #expect(request.header("apns-push-type") == "controls")
+            #expect(request.header("apns-topic") == "\(testbed.bundleID).push-type.controls")
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
     @Test func aFailedResultWithoutAnAPNsAnswerNamesTheTransportCause() async throws {
         let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
         let tablet = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "sandbox")
