@@ -1,3 +1,4 @@
+import APNSCore
 public import Metrics
 import Synchronization
 
@@ -40,6 +41,7 @@ public final class PipelineMetrics: Sendable {
     private let assignedPartitions: Gauge
     private let pausedPartitions: Gauge
     private let storeErrors: Counter
+    private let permanentStoreErrors: LabelledCounters
     private let storeOperations: Gauge
     private let storeOperationsInFlight = Atomic(0)
 
@@ -87,6 +89,12 @@ public final class PipelineMetrics: Sendable {
         assignedPartitions = Gauge(label: "herald_assigned_partitions", factory: factory)
         pausedPartitions = Gauge(label: "herald_paused_partitions", factory: factory)
         storeErrors = Counter(label: "herald_postgres_errors_total", factory: factory)
+        permanentStoreErrors = LabelledCounters(
+            "herald_postgres_permanent_errors_total",
+            label: "sqlstate",
+            initialValues: ["42P01", "42501"],
+            factory: factory
+        )
         storeOperations = Gauge(label: "herald_postgres_operations_in_flight", factory: factory)
     }
 
@@ -100,6 +108,7 @@ public final class PipelineMetrics: Sendable {
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
     func recordStoreError() { storeErrors.increment() }
+    func recordPermanentStoreError(_ sqlState: String) { permanentStoreErrors.increment(sqlState) }
     func recordChannelCommand(_ action: ChannelCommand.Action, _ status: ChannelCommandResult.Status) {
         channelCommands.increment(action.rawValue, status.rawValue)
     }
@@ -143,12 +152,33 @@ public struct SenderMetrics: Sendable {
     /// Counts an attempt's outcome: APNs' status and reason, or the transport cause with status
     /// `none` when APNs did not answer.
     func recordAttempt(status: Int?, reason: String?, duration: Duration) {
-        responses.increment(status.map(String.init) ?? "none", reason ?? "none")
+        responses.increment(Self.statusLabel(status), Self.reasonLabel(reason))
         requestDuration.record(duration: duration)
     }
 
     /// Counts a retry and its cause (APNs' status, or the transport cause).
-    func recordRetry(cause: String) { retries.increment(cause) }
+    func recordRetry(status: Int?, transportCause: String?) {
+        retries.increment(status != nil ? Self.statusLabel(status) : Self.reasonLabel(transportCause))
+    }
+
+    /// The statuses of Apple's provider API keep their own label; any other is `other`, so a
+    /// misbehaving peer cannot make a label per number.
+    static func statusLabel(_ status: Int?) -> String {
+        guard let status else { return "none" }
+        return knownStatuses.contains(status) ? String(status) : "other"
+    }
+
+    /// Apple's known reasons and Herald's transport causes keep their own label; a reason Apple
+    /// adds later is counted as `unknown` (the result keeps it verbatim), so labels stay bounded.
+    static func reasonLabel(_ reason: String?) -> String {
+        guard let reason else { return "none" }
+        if transportCauses.contains(reason) { return reason }
+        if case .unknown = APNSReason(reason) { return "unknown" }
+        return reason
+    }
+
+    private static let knownStatuses: Set<Int> = [200, 201, 204, 400, 403, 404, 405, 410, 413, 429, 500, 503]
+    private static let transportCauses: Set<String> = ["ConnectionFailed", "TLSHandshakeFailed", "Timeout", "StreamReset", "NoCredentialForTopic"]
 }
 
 /// Counters of one metric told apart by one or two label values, each made on first use.
@@ -156,7 +186,7 @@ final class LabelledCounters: Sendable {
     private let name: String
     private let labels: (String, String?)
     private let factory: any MetricsFactory
-    private let counters = Mutex<[String: Counter]>([:])
+    private let counters = Mutex<[Key: Counter]>([:])
 
     /// One label; the counters of `initialValues` are made (at 0) at once.
     init(_ name: String, label: String, initialValues: [String] = [], factory: any MetricsFactory) {
@@ -176,8 +206,14 @@ final class LabelledCounters: Sendable {
         counter(value, second).increment()
     }
 
+    /// The label values of one counter: compared as they are, with no string built per call.
+    private struct Key: Hashable {
+        var value: String
+        var second: String?
+    }
+
     private func counter(_ value: String, _ second: String?) -> Counter {
-        let key = second.map { value + "\u{0}" + $0 } ?? value
+        let key = Key(value: value, second: second)
         return counters.withLock { counters in
             if let counter = counters[key] { return counter }
             var dimensions = [(labels.0, value)]

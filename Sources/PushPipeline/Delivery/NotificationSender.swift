@@ -151,7 +151,7 @@ public struct NotificationSender: Sendable {
             let wait = retries.delayAfterFailure(policy.backoff)
             guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
             if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
-            metrics.recordRetry(cause: lastStatus.map(String.init) ?? lastReason ?? "unknown")
+            metrics.recordRetry(status: lastStatus, transportCause: lastReason)
             try await RetryAttempts.wait(wait)
         }
     }
