@@ -3,7 +3,9 @@ import APNSHTTP2
 import ArgumentParser
 import Crypto
 import Foundation
+import HeraldService
 import Logging
+import Prometheus
 import PushPipeline
 
 /// Herald's sender (``NotificationSender`` over ``APNSHTTP2Client``) against `h2load`, both
@@ -123,8 +125,11 @@ struct HeraldSenderClient {
     let client: APNSHTTP2Client
     let sender: NotificationSender
 
+    /// The client and sender record their metrics in a Prometheus registry, with the factory
+    /// `herald run` uses, so each request pays what it pays in Herald.
     init(mock: MockAPNSProcess, connections: Int, logger: Logger) throws {
         let endpoint = APNSClientConfiguration.Endpoint(host: "127.0.0.1", port: mock.port)
+        let metricsFactory = HeraldApplication.metricsFactory(PrometheusCollectorRegistry())
         client = try APNSHTTP2Client(
             configuration: APNSClientConfiguration(
                 authentication: .token(mock.credentials),
@@ -133,9 +138,10 @@ struct HeraldSenderClient {
                 additionalTrustRootsPEMPath: mock.caPath,
                 connectionsPerEndpoint: connections
             ),
+            metricsFactory: metricsFactory,
             logger: logger
         )
-        sender = NotificationSender(client: client, policy: RetryPolicy())
+        sender = NotificationSender(client: client, policy: RetryPolicy(), metrics: SenderMetrics(factory: metricsFactory))
     }
 
     /// Runs `body` while the client's connections are open.
