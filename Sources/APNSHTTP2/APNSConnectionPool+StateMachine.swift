@@ -98,6 +98,8 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         var slots: [Slot] = []
         var waiters = CircularBuffer<Waiter>()
         var consecutiveFailures = 0
+        /// Whether the latest connection attempt failed before it was ready (none yet: false).
+        var lastConnectFailed = false
 
         var liveSlots: Int { slots.reduce(0) { $0 + ($1.phase == .draining ? 0 : 1) } }
         var hasConnecting: Bool { slots.contains { $0.phase == .connecting } }
@@ -172,6 +174,13 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
         let pool = pools[Self.poolIndex(environment)]
         return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0, pool.slots.reduce(0) { $0 + $1.inUse })
+    }
+
+    /// What this pool knows of the endpoint's reachability: a connection is ready, or the
+    /// latest attempt to open one failed (neither: nothing known, e.g. never needed).
+    func reachability(_ environment: APNSEnvironment) -> (hasReadyConnection: Bool, lastConnectFailed: Bool) {
+        let pool = pools[Self.poolIndex(environment)]
+        return (pool.hasReady, pool.lastConnectFailed)
     }
 
     // MARK: Leasing streams
@@ -281,6 +290,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         }
         pools[poolIndex].slots[slot].connection = connection
         pools[poolIndex].slots[slot].serverStreamLimit = streamLimit
+        pools[poolIndex].lastConnectFailed = false
         if pools[poolIndex].slots[slot].phase == .connecting {
             pools[poolIndex].slots[slot].phase = .ready
         }
@@ -318,6 +328,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         let neverReady = pools[poolIndex].slots[slot].phase == .connecting
+        if neverReady { pools[poolIndex].lastConnectFailed = true }
         countFailureIfUnanswered(poolIndex, slot)
         pools[poolIndex].slots.remove(at: slot)
 

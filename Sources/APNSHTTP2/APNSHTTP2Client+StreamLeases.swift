@@ -108,30 +108,16 @@ extension APNSHTTP2Client {
         routing.withLockedValue { Array($0.routing.poolsByIdentity.values) }
     }
 
-    /// Whether every configured endpoint (production and sandbox) can be reached now: a
-    /// connection to it is open, or a TCP connection to it opens within `timeout`.
-    ///
-    /// The probe only opens (and at once closes) a plain TCP connection, no TLS and no provider
-    /// token, and only while no APNs connection to that endpoint is open, so a busy client never
-    /// probes and an idle one touches APNs once per readiness check at most.
-    public func canReachEndpoints(timeout: Duration = .seconds(2)) async -> Bool {
+    /// Whether Herald can reach APNs as far as its own connections tell: an endpoint is
+    /// unreachable only when no connection to it is ready and the latest attempt to open one
+    /// failed. It opens nothing: readiness probes and scrapes must never connect to APNs (Apple
+    /// treats rapid connect and disconnect as an attack), so an endpoint Herald has not needed
+    /// yet counts as reachable until a real request fails to connect.
+    public var endpointsReachable: Bool {
         let pools = currentPools
-        for environment in [APNSEnvironment.production, .sandbox] {
-            if pools.contains(where: { $0.state.withLockedValue { $0.snapshot(environment) }.liveConnections > 0 }) {
-                continue
-            }
-            let endpoint = configuration.endpoint(for: environment)
-            do {
-                let channel = try await ClientBootstrap(group: eventLoopGroup)
-                    .connectTimeout(TimeAmount(timeout))
-                    .connect(host: endpoint.host, port: endpoint.port)
-                    .get()
-                try? await channel.close()
-            } catch {
-                logger.debug("APNs endpoint unreachable", metadata: [APNSLoggingKeys.endpoint: "\(endpoint)", APNSLoggingKeys.error: "\(error)"])
-                return false
-            }
+        return [APNSEnvironment.production, .sandbox].allSatisfy { environment in
+            let states = pools.map { pool in pool.state.withLockedValue { $0.reachability(environment) } }
+            return states.contains { $0.hasReadyConnection } || !states.contains { $0.lastConnectFailed }
         }
-        return true
     }
 }

@@ -138,7 +138,7 @@ package enum HeraldApplication {
                 publishBlockedBy: pipeline.publishBlockedBy,
                 storeBlockedBy: pipeline.storeBlockedBy,
                 database: { await database.check() },
-                apns: { await apns.canReachEndpoints() }
+                apns: { apns.endpointsReachable }
             )
             ready.record(unmet.isEmpty ? 1 : 0)
             return unmet

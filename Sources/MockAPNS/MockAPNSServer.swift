@@ -191,6 +191,7 @@ public final class MockAPNSServer: Service, Sendable {
         let isTracked = self.openConnections.withLockedValue { open in
             guard !open.isClosed else { return false }
             open.channels[ObjectIdentifier(channel)] = channel
+            open.acceptedCount += 1
             return true
         }
         guard isTracked else {
@@ -278,6 +279,11 @@ public final class MockAPNSServer: Service, Sendable {
         self.ledger.withLockedValue { $0.repeatedAPNSIDCount }
     }
 
+    /// TCP connections accepted since the server started (a probe's included).
+    public var acceptedConnectionCount: Int {
+        self.openConnections.withLockedValue { $0.acceptedCount }
+    }
+
     /// Stream concurrency, GOAWAYs and unanswered requests over all connections so far.
     public func streamStatistics() -> StreamStatistics {
         self.ledger.withLockedValue { $0.streams }
@@ -354,5 +360,7 @@ extension MockAPNSServer {
     struct OpenConnections: Sendable {
         var channels: [ObjectIdentifier: any Channel] = [:]
         var isClosed = false
+        /// Every connection accepted since the server started.
+        var acceptedCount = 0
     }
 }

@@ -226,3 +226,47 @@ final class KeepAliveHTTPConnection {
         return false
     }
 }
+
+/// A TCP forwarder from one loopback port to another (a Python child process), for an
+/// endpoint that starts answering later with the same certificate as an existing mock.
+final class LoopbackForwarder {
+    private let process = Process()
+
+    init(from listenPort: Int, to targetPort: Int, directory: URL) throws {
+        let script = directory.appendingPathComponent("forward-\(listenPort).py")
+        try """
+        import asyncio
+        async def pipe(reader, writer):
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            finally:
+                writer.close()
+        async def handle(client_reader, client_writer):
+            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", \(targetPort))
+            await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer), return_exceptions=True)
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", \(listenPort))
+            print("listening", flush=True)
+            async with server:
+                await server.serve_forever()
+        asyncio.run(main())
+        """.write(to: script, atomically: true, encoding: .utf8)
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path]
+        process.standardOutput = output
+        try process.run()
+        // Returns once it listens ("listening"), or throws when it exits first.
+        let line = output.fileHandleForReading.availableData
+        guard String(decoding: line, as: UTF8.self).hasPrefix("listening") else {
+            throw TestFailure("the forwarder to port \(targetPort) did not start")
+        }
+    }
+
+    /// Stops the forwarder (not waited for: Foundation's `waitUntilExit` can spin on Linux).
+    func stop() {
+        kill(process.processIdentifier, SIGKILL)
+    }
+}

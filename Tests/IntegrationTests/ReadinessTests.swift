@@ -24,7 +24,12 @@ struct ReadinessTests {
         }
     }
 
-    @Test func anUnreachableAPNsEndpointMakesHeraldUnreadyUntilItCanBeReached() async throws {
+    /// APNs readiness comes from Herald's own connections: probes and scrapes never connect to
+    /// APNs (the mocks count every TCP connection), an endpoint whose connection attempt failed
+    /// makes Herald unready, and a later request that connects makes it ready again.
+    @Test func apnsReadinessComesFromHeraldsOwnConnectionsAndProbesNeverConnect() async throws {
+        let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
+        let tablet = TestDevice(user: "u-2", token: TestDevice.randomToken(), environment: "sandbox")
         let testbed = try HeraldTestbed()
         try await testbed.withMocks {
             let sandboxPort = try freePort()
@@ -32,26 +37,40 @@ struct ReadinessTests {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
             environment["HERALD_HTTP_PORT"] = String(httpPort)
+            environment["HERALD_RETRY_MAX_ATTEMPTS"] = "2"
             let herald = try await testbed.startHerald(environment)
 
-            // Once it consumes, only APNs is missing.
+            // Idle: ready, and twenty probes and scrapes open no APNs connection.
+            let idle = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
+            #expect(idle.status == 200, "\(idle.body)")
+            for _ in 0..<10 {
+                #expect(httpGet(port: httpPort, path: "/health/ready")?.status == 200)
+                #expect(httpGet(port: httpPort, path: "/metrics")?.status == 200)
+            }
+            #expect(testbed.production.acceptedConnectionCount == 0, "a probe or scrape connected to APNs")
+
+            // A sandbox push cannot connect: unready, naming APNs; the production push goes through.
+            try await testbed.register([phone, tablet])
+            try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: 2)
+            try await testbed.publishEvent(id: "e-unreachable", users: ["u-1", "u-2"])
             let down = try await Self.waitForReadiness(port: httpPort) { _, body in body == "not ready: apns_unreachable\n" }
             #expect(down.status == 503)
             #expect(down.body == "not ready: apns_unreachable\n")
+            let connectionsBeforeProbes = testbed.production.acceptedConnectionCount
+            for _ in 0..<10 { _ = httpGet(port: httpPort, path: "/metrics") }
+            #expect(testbed.production.acceptedConnectionCount == connectionsBeforeProbes)
 
-            let sandbox = MockAPNSServer(
-                configuration: MockAPNSConfiguration(
-                    port: sandboxPort,
-                    caCertificatePath: testbed.directory.appendingPathComponent("late-sandbox-ca.pem").path
-                ),
-                logger: testbed.logger
-            )
-            try await withRunningServices(ServiceGroup(services: [sandbox], logger: testbed.logger)) {
-                let up = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
-                #expect(up.status == 200, "ready once the sandbox endpoint listens: \(up.body)")
-            }
-            let downAgain = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 503 }
-            #expect(downAgain.body == "not ready: apns_unreachable\n")
+            // The sandbox endpoint comes up (a forwarder to the sandbox mock starts on its
+            // port); the next sandbox push connects and Herald is ready again.
+            let forwarder = try LoopbackForwarder(from: sandboxPort, to: try await testbed.sandbox.listeningPort(), directory: testbed.directory)
+            defer { forwarder.stop() }
+            try await testbed.publishEvent(id: "e-reachable", users: ["u-2"])
+            let up = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
+            #expect(up.status == 200, "ready once a sandbox connection opened: \(up.body)")
+            let reader = try TopicReader(topics: [testbed.topics.results])
+            let records = try await reader.read(timeout: .seconds(60)) { records in records.contains { ResultRecord($0)?.eventID == "e-reachable" } }
+            #expect(records.compactMap(ResultRecord.init).first { $0.eventID == "e-reachable" }?.status == "delivered")
+            #expect(testbed.sandbox.pushCount(token: tablet.token) == 1)
 
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
