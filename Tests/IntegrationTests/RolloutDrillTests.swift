@@ -82,7 +82,8 @@ struct RolloutDrillTests {
             }.sorted()
             if !latencies.isEmpty {
                 func at(_ fraction: Double) -> Int64 { latencies[min(latencies.count - 1, Int(Double(latencies.count) * fraction))] }
-                print("rollout drill: \(latencies.count) results, produce -> result p50 \(at(0.5)) ms, p99 \(at(0.99)) ms, max \(latencies.last!) ms; exits after SIGTERM: \(exitTimes)")
+                let figures = "p50 \(at(0.5)) ms, p99 \(at(0.99)) ms, max \(latencies.last!) ms"
+                print("rollout drill: \(latencies.count) results, produce -> result \(figures); exits after SIGTERM: \(exitTimes)")
             }
             for instance in instances {
                 instance.herald.send(SIGTERM)
