@@ -1,6 +1,4 @@
 import APNSCore
-import Logging
-import NIOPosix
 import Synchronization
 import NIOConcurrencyHelpers
 import NIOCore

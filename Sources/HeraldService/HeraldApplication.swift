@@ -137,8 +137,8 @@ package enum HeraldApplication {
                 joinedGroup: consumer.hasJoinedGroup,
                 publishBlockedBy: pipeline.publishBlockedBy,
                 storeBlockedBy: pipeline.storeBlockedBy,
-                database: { await database.check() },
-                apns: { apns.endpointsReachable }
+                apnsReachable: apns.endpointsReachable,
+                database: { await database.check() }
             )
             ready.record(unmet.isEmpty ? 1 : 0)
             return unmet

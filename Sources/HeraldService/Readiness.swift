@@ -2,20 +2,19 @@
 enum Readiness {
     /// The conditions that do not hold; empty when Herald is ready.
     ///
-    /// Ready means: no graceful shutdown began, the consume loop polls, the consumer has joined its group, no permanent
-    /// broker error holds a publish, PostgreSQL answers and every APNs endpoint can be reached.
-    /// Both probes run concurrently and are bounded, so an answer takes at most one probe's time.
+    /// Ready means: no graceful shutdown began, the consume loop polls, the consumer has joined
+    /// its group, no permanent error holds a publish or a statement, PostgreSQL answers (the one
+    /// probe, bounded) and no APNs endpoint is known to be unreachable.
     static func unmetConditions(
-        draining: Bool = false,
+        draining: Bool,
         consuming: Bool,
         joinedGroup: Bool,
         publishBlockedBy: [String],
-        storeBlockedBy: [String] = [],
-        database: @Sendable () async -> Bool,
-        apns: @Sendable () async -> Bool
+        storeBlockedBy: [String],
+        apnsReachable: Bool,
+        database: @Sendable () async -> Bool
     ) async -> [String] {
         async let databaseAnswers = database()
-        async let apnsReachable = apns()
         var unmet: [String] = []
         // SIGTERM: a rollout takes this instance out of service at once.
         if draining { unmet.append("shutting_down") }
@@ -24,7 +23,7 @@ enum Readiness {
         unmet += publishBlockedBy.map { "kafka_publish_blocked:\($0)" }
         unmet += storeBlockedBy.map { "postgres_failing:\($0)" }
         if await !databaseAnswers { unmet.append("postgres_unreachable") }
-        if await !apnsReachable { unmet.append("apns_unreachable") }
+        if !apnsReachable { unmet.append("apns_unreachable") }
         return unmet
     }
 }

@@ -11,8 +11,9 @@ extension PostgresDeviceTokenStore {
     package func failure(of error: any Error) -> StoreFailure {
         guard let error = error as? PSQLError else { return .transient("connection") }
         guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return .transient("connection") }
-        let transientClasses: Set<Substring> = ["08", "53", "57", "58", "40"]
-        if transientClasses.contains(state.prefix(2)) || state == "55P03" { return .transient(state) }
+        if Self.transientClasses.contains(state.prefix(2)) || state == "55P03" { return .transient(state) }
         return StoreFailure(isPermanent: true, cause: state)
     }
+
+    private static let transientClasses: Set<Substring> = ["08", "53", "57", "58", "40"]
 }

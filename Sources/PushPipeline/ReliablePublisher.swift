@@ -1,6 +1,5 @@
 import KafkaMessages
 import Logging
-import Synchronization
 
 /// Publishes results, unregistered events and dead letters until the broker acknowledges them.
 ///
@@ -16,17 +15,12 @@ import Synchronization
 /// A dead letter too large for the broker is sent again without its value, with the header
 /// `herald-value-omitted: too_large`.
 final class ReliablePublisher: Sendable {
-    private struct Blocked {
-        /// Publishes currently held by each permanent cause.
-        var heldByCause: [String: Int] = [:]
-    }
-
     private let publisher: any MessagePublisher
     private let logger: Logger
     private let metrics: PipelineMetrics
     private let retriableBackoff: Backoff
     private let permanentBackoff: Backoff
-    private let blocked = Mutex(Blocked())
+    private let blocked = BlockingCauses()
 
     /// `retriableBackoff` paces attempts after retriable errors, `permanentBackoff` after permanent ones.
     init(
@@ -45,7 +39,7 @@ final class ReliablePublisher: Sendable {
 
     /// The permanent errors that hold publishes right now (empty when publishing works).
     var blockingCauses: [String] {
-        blocked.withLock { $0.heldByCause.keys.sorted() }
+        blocked.causes
     }
 
     /// Publishes a dead letter; one too large for the broker goes without its value.
@@ -138,11 +132,7 @@ final class ReliablePublisher: Sendable {
     /// Counts a permanent error; logs it when it is the first publish this cause holds.
     private func hold(_ cause: String, topic: String, error: any PublishError) {
         metrics.recordPermanentPublishError(cause)
-        let first = blocked.withLock { state in
-            state.heldByCause[cause, default: 0] += 1
-            return state.heldByCause[cause] == 1
-        }
-        if first {
+        if blocked.hold(cause) {
             logger.error(
                 "publishing is blocked by a permanent broker error; Herald is unready until it clears",
                 metadata: [PipelineLoggingKeys.topic: "\(topic)", PipelineLoggingKeys.kafkaError: "\(cause)", PipelineLoggingKeys.error: "\(error.message)"]
@@ -151,12 +141,6 @@ final class ReliablePublisher: Sendable {
     }
 
     private func release(_ cause: String) {
-        let cleared = blocked.withLock { state in
-            state.heldByCause[cause, default: 1] -= 1
-            guard state.heldByCause[cause] == 0 else { return false }
-            state.heldByCause[cause] = nil
-            return true
-        }
-        if cleared { logger.info("publishing is no longer blocked", metadata: [PipelineLoggingKeys.kafkaError: "\(cause)"]) }
+        if blocked.release(cause) { logger.info("publishing is no longer blocked", metadata: [PipelineLoggingKeys.kafkaError: "\(cause)"]) }
     }
 }

@@ -175,14 +175,9 @@ final class RequestProcessor: Sendable {
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
             guard !users.isEmpty else { continue }  // only events to broadcast channels
-            guard
-                let tokens = try? await storeOperations.run({
-                    try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
-                })
-            else {
-                throw CancellationError()
+            batch.tokens[topic] = try await storeOperations.run {
+                try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
             }
-            batch.tokens[topic] = tokens
         }
         metrics.recordStage(.tokenLookup, since: started)
         guard let recorded = await recordedLookup else { throw CancellationError() }

@@ -1,6 +1,5 @@
 import DeviceTokenStore
 import Logging
-import Synchronization
 
 /// Runs the pipeline's registry and ledger operations: each attempt bounded by a timeout, and
 /// retried with backoff until it succeeds or the task is cancelled (a message is never finished
@@ -23,7 +22,7 @@ struct StoreOperations: Sendable {
     let classify: @Sendable (any Error) -> StoreFailure
     let metrics: PipelineMetrics
     let logger: Logger
-    private let heldBox: HeldCauses
+    private let blocked = BlockingCauses()
 
     init(
         timeout: Duration,
@@ -39,11 +38,10 @@ struct StoreOperations: Sendable {
         self.classify = classify
         self.metrics = metrics
         self.logger = logger
-        self.heldBox = HeldCauses()
     }
 
     /// The permanent failures holding operations right now (empty when the store works).
-    var blockingCauses: [String] { heldBox.causes }
+    var blockingCauses: [String] { blocked.causes }
 
     /// Runs `operation` until it succeeds; throws only when cancelled.
     func run<Result: Sendable>(
@@ -84,7 +82,7 @@ struct StoreOperations: Sendable {
     /// Counts a permanent failure; logs it when it is the first operation this cause holds.
     private func hold(_ cause: String, error: any Error) {
         metrics.recordPermanentStoreError(cause)
-        if heldBox.hold(cause) {
+        if blocked.hold(cause) {
             logger.error(
                 "PostgreSQL refuses Herald's statements; Herald is unready until an operator fixes the cause",
                 metadata: [PipelineLoggingKeys.sqlState: "\(cause)", PipelineLoggingKeys.error: "\(error)"]
@@ -93,33 +91,8 @@ struct StoreOperations: Sendable {
     }
 
     private func release(_ cause: String) {
-        if heldBox.release(cause) {
+        if blocked.release(cause) {
             logger.info("PostgreSQL accepts Herald's statements again", metadata: [PipelineLoggingKeys.sqlState: "\(cause)"])
-        }
-    }
-}
-
-/// How many store operations each permanent cause holds now.
-private final class HeldCauses: Sendable {
-    private let counts = Mutex<[String: Int]>([:])
-
-    var causes: [String] { counts.withLock { $0.keys.sorted() } }
-
-    /// Counts one more held operation; true when it is the cause's first.
-    func hold(_ cause: String) -> Bool {
-        counts.withLock { counts in
-            counts[cause, default: 0] += 1
-            return counts[cause] == 1
-        }
-    }
-
-    /// Counts one held operation less; true when the cause holds none any more.
-    func release(_ cause: String) -> Bool {
-        counts.withLock { counts in
-            counts[cause, default: 1] -= 1
-            guard counts[cause] == 0 else { return false }
-            counts[cause] = nil
-            return true
         }
     }
 }

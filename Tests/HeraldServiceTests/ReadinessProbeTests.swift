@@ -37,16 +37,31 @@ import Testing
         #expect(operation.invocations.load(ordering: .relaxed) == 2)
     }
 
-    @Test func unmetConditionsAreNamedAndBothProbesAsked() async {
+    @Test func unmetConditionsAreNamedInOrder() async {
         let unmet = await Readiness.unmetConditions(
+            draining: true,
             consuming: true,
             joinedGroup: false,
             publishBlockedBy: ["_UNKNOWN_TOPIC"],
-            database: { false },
-            apns: { true }
+            storeBlockedBy: ["42P01"],
+            apnsReachable: false,
+            database: { false }
         )
-        #expect(unmet == ["kafka_group_not_joined", "kafka_publish_blocked:_UNKNOWN_TOPIC", "postgres_unreachable"])
-        let ready = await Readiness.unmetConditions(consuming: true, joinedGroup: true, publishBlockedBy: [], database: { true }, apns: { true })
+        #expect(
+            unmet == [
+                "shutting_down", "kafka_group_not_joined", "kafka_publish_blocked:_UNKNOWN_TOPIC", "postgres_failing:42P01",
+                "postgres_unreachable", "apns_unreachable",
+            ]
+        )
+        let ready = await Readiness.unmetConditions(
+            draining: false,
+            consuming: true,
+            joinedGroup: true,
+            publishBlockedBy: [],
+            storeBlockedBy: [],
+            apnsReachable: true,
+            database: { true }
+        )
         #expect(ready.isEmpty)
     }
 }

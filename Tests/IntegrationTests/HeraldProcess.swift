@@ -77,10 +77,9 @@ func httpStatus(port: Int, path: String) -> Int? {
     httpGet(port: port, path: path)?.status
 }
 
-/// The status and body of `GET path` on a loopback port, or nil when nothing answers.
-func httpGet(port: Int, path: String) -> (status: Int, body: String)? {
+/// A TCP connection to `port` on 127.0.0.1 with a 5 s read time-out; nil when refused.
+func connectLoopback(port: Int) -> Int32? {
     let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(socketFD) }
     var timeout = timeval(tv_sec: 5, tv_usec: 0)
     setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     var address = sockaddr_in()
@@ -92,7 +91,17 @@ func httpGet(port: Int, path: String) -> (status: Int, body: String)? {
             connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
         }
     }
-    guard connected else { return nil }
+    guard connected else {
+        close(socketFD)
+        return nil
+    }
+    return socketFD
+}
+
+/// The status and body of `GET path` on a loopback port, or nil when nothing answers.
+func httpGet(port: Int, path: String) -> (status: Int, body: String)? {
+    guard let socketFD = connectLoopback(port: port) else { return nil }
+    defer { close(socketFD) }
     let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
     guard write(socketFD, request, request.count) == request.count else { return nil }
     // The server closes the connection after its answer ("Connection: close").
@@ -166,22 +175,8 @@ final class KeepAliveHTTPConnection {
     private let socketFD: Int32
 
     init?(port: Int) {
-        socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        let connected = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-        guard connected else {
-            close(socketFD)
-            return nil
-        }
+        guard let socketFD = connectLoopback(port: port) else { return nil }
+        self.socketFD = socketFD
     }
 
     deinit { close(socketFD) }

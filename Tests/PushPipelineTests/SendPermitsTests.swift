@@ -124,9 +124,11 @@ import Testing
                 case .wait: waiting.append(nextID)
                 }
             case 2:
-                if !waiting.isEmpty, let cancelled = machine.cancel(id: waiting.remove(at: Int(random.next() % UInt64(waiting.count)))) {
-                    #expect(cancelled > 0)
-                }
+                // Every sender still waiting can be cancelled, and hands back its own waiter.
+                guard !waiting.isEmpty else { continue }
+                let id = waiting.remove(at: Int(random.next() % UInt64(waiting.count)))
+                let cancelled = machine.cancel(id: id)
+                #expect(cancelled == Int(id))
             default:
                 guard holders > 0 else { continue }
                 let count = Int(random.next() % UInt64(holders)) + 1
