@@ -122,11 +122,10 @@ extension MockAPNSServer {
             )
         }
 
-        let injectsStatuses = self.configuration.faults.injectsStatuses
         let uniqueIDHeader = self.uniqueIDHeader
         let answer = self.ledger.withLockedValue { ledger -> Answer in
             let answer: Answer
-            if injectsStatuses, let fault = ledger.drawStatusFault(self.configuration.faults) {
+            if ledger.faults.injectsStatuses, let fault = ledger.drawStatusFault() {
                 answer = Answer(status: fault.status, apnsID: apnsID, reason: fault.rawValue)
             } else if let rejection {
                 answer = Answer(status: rejection.status, apnsID: apnsID, reason: rejection.rawValue)
@@ -163,7 +162,7 @@ extension MockAPNSServer {
 
     /// The latency to add before processing a request, if the faults select this request.
     func addedLatency(headers: HPACKHeaders) -> Duration? {
-        guard let latency = self.configuration.faults.latency else { return nil }
+        guard let latency = self.ledger.withLockedValue({ $0.faults.latency }) else { return nil }
         var tokenKey: String?
         if case .firstRequestPerToken = latency.scope.backing {
             let path = headers.first(name: ":path") ?? ""
@@ -240,14 +239,17 @@ struct Ledger: Sendable {
     var tokensDelayedOnce: Set<String> = []
     var random: SeededRandomNumberGenerator
     private(set) var requestLog: RequestLog
+    /// The error statuses and latency injected now (set at start, changed by ``MockAPNSServer/setFaults(_:)``).
+    var faults: MockAPNSFaults
 
-    init(requestLogLimit: Int, seed: UInt64) {
+    init(requestLogLimit: Int, seed: UInt64, faults: MockAPNSFaults) {
         self.requestLog = RequestLog(capacity: requestLogLimit)
         self.random = SeededRandomNumberGenerator(seed: seed)
+        self.faults = faults
     }
 
     /// One draw per request: the injected error status, or nil to answer normally.
-    mutating func drawStatusFault(_ faults: MockAPNSFaults) -> Rejection? {
+    mutating func drawStatusFault() -> Rejection? {
         let draw = self.random.nextUnitInterval()
         var bound = faults.tooManyRequestsFraction
         if draw < bound { return .tooManyRequests }

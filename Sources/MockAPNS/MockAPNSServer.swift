@@ -55,7 +55,8 @@ public final class MockAPNSServer: Service, Sendable {
         )
         var ledger = Ledger(
             requestLogLimit: max(0, configuration.requestLogLimit),
-            seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)
+            seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max),
+            faults: configuration.faults
         )
         for (token, millis) in configuration.unregisteredTokens {
             ledger.unregisteredTokens[Encoding.asciiLowercased(token[...])] = millis
@@ -298,6 +299,12 @@ public final class MockAPNSServer: Service, Sendable {
     public func markUnregistered(token: String, at millis: Int64) {
         let key = Encoding.asciiLowercased(token[...])
         self.ledger.withLockedValue { $0.unregisteredTokens[key] = millis }
+    }
+
+    /// From now on, answers with `faults`' error statuses and latency (an outage starting or
+    /// ending); connection faults (GOAWAY, the one-stream rule) stay as configured.
+    public func setFaults(_ faults: MockAPNSFaults) {
+        self.ledger.withLockedValue { $0.faults = faults }
     }
 
     /// Clears the counters, the seen apns-ids and the request log (unregistered tokens stay).

@@ -40,9 +40,16 @@ final class BatchProgress: Sendable {
         traces?[index].headers ?? TraceContextHeaders.propagated(from: messages[index].headers)
     }
 
-    /// Counts one published result of message `index`; returns the message when that was its last.
+    /// Message `index` of the batch.
+    func message(_ index: Int) -> KafkaMessage {
+        messages[index]
+    }
+
+    /// Counts one published result of message `index`; returns the message when that was its
+    /// last (never for an abandoned message).
     func published(_ index: Int) -> KafkaMessage? {
         let (finished, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard state.pending[index] > 0 else { return (false, nil) }
             state.pending[index] -= 1
             guard state.pending[index] == 0 else { return (false, nil) }
             state.unfinished -= 1
@@ -52,6 +59,22 @@ final class BatchProgress: Sendable {
         }
         waiter?.resume()
         return finished ? messages[index] : nil
+    }
+
+    /// Gives up message `index` without finishing it: its partition went to another member,
+    /// which delivers it again. The batch no longer waits for its results; the message is never
+    /// returned by ``published(_:)``, so its offset is not committed here. True the first time.
+    func abandon(_ index: Int) -> Bool {
+        let (abandoned, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard state.pending[index] > 0 else { return (false, nil) }
+            state.pending[index] = 0
+            state.unfinished -= 1
+            guard state.unfinished == 0 else { return (true, nil) }
+            defer { state.waiter = nil }
+            return (true, state.waiter)
+        }
+        waiter?.resume()
+        return abandoned
     }
 
     /// Returns once every message is finished, or when the task is cancelled.

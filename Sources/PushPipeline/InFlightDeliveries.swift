@@ -90,6 +90,13 @@ struct InFlightDeliveries<Waiter> {
         return waiting.removeValue(forKey: key)?.map(\.waiter) ?? []
     }
 
+    /// Ends a claim with no outcome recorded (its send was fenced off): returns the callers
+    /// waiting for it, which claim again and may send.
+    mutating func release(_ key: Int) -> [Waiter] {
+        sending.remove(key)
+        return waiting.removeValue(forKey: key)?.map(\.waiter) ?? []
+    }
+
     private mutating func remember(_ key: Int) {
         guard recent.insert(key).inserted else { return }
         if order.count < capacity {
@@ -132,5 +139,10 @@ final class DeliveryClaims: Sendable {
     func settle(_ keys: [Int]) {
         let waiters = deliveries.withLock { deliveries in keys.flatMap { deliveries.settle($0) } }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// Ends the claim on `key` without an outcome and resumes the callers that waited for it.
+    func release(_ key: Int) {
+        for waiter in deliveries.withLock({ $0.release(key) }) { waiter.resume() }
     }
 }

@@ -224,7 +224,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     /// Runs on the consumer's poll thread (not the cooperative pool) while the pipeline's
     /// children keep running: waits for the partitions' in-flight messages, within a bound, so
-    /// the next owner starts after their results are published and committed.
+    /// the next owner starts after their results are published and committed. Past the bound the
+    /// partitions are revoked with messages unfinished, and those messages' sends are fenced: an
+    /// APNs request already in flight ends (within the request timeout), none starts after it.
     public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
         let clock = ContinuousClock()
         let deadline = clock.now + configuration.revocationDrainTimeout
@@ -233,7 +235,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         }
         let unfinished = tracker.withLock { $0.inFlightCount(in: partitions) }
         if unfinished > 0 {
-            logger.warning("revoking partitions with unfinished messages", metadata: [PipelineLoggingKeys.unfinished: "\(unfinished)"])
+            // Their sends start no further attempt from now on (the fence in `RequestProcessor.send`).
+            logger.warning(
+                "revoking partitions with unfinished messages: their sends stop, the new owner delivers them",
+                metadata: [PipelineLoggingKeys.unfinished: "\(unfinished)"]
+            )
         }
         metrics.recordRebalance(assigned: false)
         return tracker.withLock { $0.revoke(partitions) }

@@ -47,6 +47,12 @@ package struct OffsetTracker: Sendable {
         return true
     }
 
+    /// Whether `partition` was revoked from this member and not assigned again since: its
+    /// messages are the new owner's, and no new APNs attempt may start for them here.
+    public func isRevoked(_ partition: KafkaTopicPartition) -> Bool {
+        revoked.contains(partition)
+    }
+
     /// Records that these partitions now belong to this member.
     public mutating func assign(_ assigned: [KafkaTopicPartition]) {
         revoked.subtract(assigned)
@@ -114,6 +120,11 @@ final class SharedOffsetTracker: Sendable {
 
     func withLock<Result: Sendable>(_ body: (inout OffsetTracker) -> Result) -> Result {
         tracker.withLock { body(&$0) }
+    }
+
+    /// Whether `message`'s partition was revoked from this member (``OffsetTracker/isRevoked(_:)``).
+    func isRevoked(_ message: KafkaMessage) -> Bool {
+        tracker.withLock { $0.isRevoked(message.topicPartition) }
     }
 
     /// Marks a message whose results are all published; its offset may now be committed.

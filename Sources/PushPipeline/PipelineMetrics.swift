@@ -41,6 +41,7 @@ public final class PipelineMetrics: Sendable {
     private let assignedPartitions: Gauge
     private let pausedPartitions: Gauge
     private let storeErrors: Counter
+    private let fencedSends: Counter
     private let permanentStoreErrors: LabelledCounters
     private let storeOperations: Gauge
     private let storeOperationsInFlight = Atomic(0)
@@ -89,6 +90,7 @@ public final class PipelineMetrics: Sendable {
         assignedPartitions = Gauge(label: "herald_assigned_partitions", factory: factory)
         pausedPartitions = Gauge(label: "herald_paused_partitions", factory: factory)
         storeErrors = Counter(label: "herald_postgres_errors_total", factory: factory)
+        fencedSends = Counter(label: "herald_sends_fenced_total", factory: factory)
         permanentStoreErrors = LabelledCounters(
             "herald_postgres_permanent_errors_total",
             label: "sqlstate",
@@ -108,6 +110,7 @@ public final class PipelineMetrics: Sendable {
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
     func recordStoreError() { storeErrors.increment() }
+    func recordFencedSend() { fencedSends.increment() }
     func recordPermanentStoreError(_ sqlState: String) { permanentStoreErrors.increment(sqlState) }
     func recordChannelCommand(_ action: ChannelCommand.Action, _ status: ChannelCommandResult.Status) {
         channelCommands.increment(action.rawValue, status.rawValue)

@@ -277,8 +277,16 @@ final class RequestProcessor: Sendable {
             }
         let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
         defer { trace?.end() }
-        guard let outcome = try? await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) else {
-            return  // Cancelled: the message stays unfinished and is redelivered.
+        let message = ticket.progress.message(ticket.message)
+        let outcome: DeliveryOutcome
+        do {
+            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
+                tracker.isRevoked(message)
+            }
+        } catch {
+            // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
+            if error == .fenced { abandonFenced(ticket) }
+            return
         }
         if let trace {
             trace.attributes["herald.event_id"] = event.id
@@ -348,6 +356,19 @@ final class RequestProcessor: Sendable {
         var ticket = ticket
         ticket.status = outcome.status
         ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
+    }
+
+    /// Gives up a send whose partition was revoked before its next attempt: the member that owns
+    /// the partition now reads the message again and delivers it, so starting another attempt
+    /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
+    /// partition comes back), its permit is returned, and its batch stops waiting for the message.
+    private func abandonFenced(_ ticket: DeliveryTicket) {
+        if let claim = ticket.claim { inFlight.release(claim) }
+        sendLimit.release(1)
+        metrics.recordFencedSend()
+        if ticket.progress.abandon(ticket.message) {
+            ticket.progress.trace(ticket.message)?.span.end()
+        }
     }
 
     /// The ledger's `token` for an event to a broadcast channel (device tokens are hex, so the two never meet).

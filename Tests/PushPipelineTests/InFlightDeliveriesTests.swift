@@ -16,6 +16,15 @@ struct InFlightDeliveriesTests {
         #expect(deliveries.claimSending(first) == .busy)
     }
 
+    @Test func aReleasedClaimWakesItsWaitersAndIsNotRememberedAsRecorded() {
+        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        #expect(deliveries.claim(first) == .claimed)
+        let registered = deliveries.wait(for: first, id: 1, "copy")
+        #expect(registered)
+        #expect(deliveries.release(first) == ["copy"])
+        #expect(deliveries.claim(first) == .claimed, "nothing was recorded: the copy may send")
+    }
+
     @Test func onlyTheLastRecordedDeliveriesAreRemembered() {
         var deliveries = InFlightDeliveries<String>(recentCapacity: 2)
         let keys = (0..<3).map { InFlightDeliveries<String>.key(eventID: "e\($0)", token: "aa") }

@@ -99,6 +99,26 @@ struct NotificationSenderTests {
         #expect(client.callCount("busy") == 5)
     }
 
+    @Test func aClosedFenceStopsTheNextAttemptAndTheFirst() async throws {
+        let client = ScriptedAPNSClient(["busy": [.status(503, .serviceUnavailable)], "late": [.status(200)]])
+        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let fenceChecks = Mutex(0)
+        // Open for the first two attempts, closed before the third.
+        await #expect(throws: DeliveryStopped.fenced) {
+            try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now) {
+                fenceChecks.withLock { checks in
+                    checks += 1
+                    return checks > 2
+                }
+            }
+        }
+        #expect(client.callCount("busy") == 2, "no attempt after the fence closed")
+        await #expect(throws: DeliveryStopped.fenced) {
+            try await sender.deliver(Self.request("late"), environment: .production, consumedAt: .now) { true }
+        }
+        #expect(client.callCount("late") == 0)
+    }
+
     @Test func timeIsBoundedByTheDeliveryDeadline() async throws {
         let client = ScriptedAPNSClient(["slow": [.transport(.connectionFailed("refused"))]])
         var policy = Self.fastPolicy
@@ -257,7 +277,7 @@ struct NotificationSenderTests {
         let started = ContinuousClock.now
         await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                await #expect(throws: CancellationError.self) {
+                await #expect(throws: DeliveryStopped.cancelled) {
                     _ = try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now)
                 }
             }

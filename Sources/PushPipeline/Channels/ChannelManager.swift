@@ -21,7 +21,12 @@ public struct ChannelManager: Sendable {
             bundleID: command.topic,
             requestID: NotificationID.derive(eventID: command.requestID, token: "channel-management")
         )
-        let outcome = try await sender.deliver(request, environment: command.environment, consumedAt: .now)
+        let outcome: DeliveryOutcome
+        do {
+            outcome = try await sender.deliver(request, environment: command.environment, consumedAt: .now)
+        } catch {
+            throw CancellationError()  // Unfenced: cancellation is the only way it stops.
+        }
         if outcome.status == .delivered { return Self.succeeded(command, outcome) }
         return ChannelCommandResult(
             command: command,

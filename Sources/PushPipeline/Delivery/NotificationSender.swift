@@ -36,6 +36,15 @@ public struct DeliveryOutcome: Sendable, Hashable {
     }
 }
 
+/// Why ``NotificationSender/deliver(_:environment:consumedAt:unless:)`` stopped without an outcome.
+public enum DeliveryStopped: Error, Sendable, Hashable {
+    /// The caller's task was cancelled.
+    case cancelled
+    /// The caller's fence closed: no further attempt may start (the message's partition went to
+    /// another member of the group, which delivers it).
+    case fenced
+}
+
 /// Sends one notification to one device with Apple's retry rules.
 ///
 /// - 200 is `delivered`, 410 `unregistered`; 400, 403, 413 and other final answers `rejected`.
@@ -76,13 +85,16 @@ public struct NotificationSender: Sendable {
     /// The pause every new attempt currently waits because APNs sheds load (zero when healthy).
     public var loadSheddingPause: Duration { loadShedding.currentPause }
 
-    /// Delivers `request`; throws only `CancellationError` (the caller then reports nothing, so the
-    /// message is not acknowledged and will be redelivered).
+    /// Delivers `request`. Before each attempt, the first included, asks `fenced`; once it says
+    /// true no attempt starts and this throws ``DeliveryStopped/fenced``. Throws
+    /// ``DeliveryStopped/cancelled`` when cancelled. Either way the caller reports nothing, so
+    /// the message is not acknowledged and is delivered again (by whoever owns it then).
     public func deliver(
         _ request: APNSRequest,
         environment: APNSEnvironment,
-        consumedAt: ContinuousClock.Instant
-    ) async throws(CancellationError) -> DeliveryOutcome {
+        consumedAt: ContinuousClock.Instant,
+        unless fenced: () -> Bool = { false }
+    ) async throws(DeliveryStopped) -> DeliveryOutcome {
         let clock = ContinuousClock()
         let deadline = consumedAt + policy.deliveryDeadline
         var retries = RetryAttempts()
@@ -100,10 +112,11 @@ public struct NotificationSender: Sendable {
             do {
                 try await loadShedding.waitWhileShedding(until: deadline, using: &generator)
             } catch {
-                throw CancellationError()
+                throw .cancelled
             }
             if hasExpired(request, inAbout: .zero) { return giveUp(.expired) }
             guard clock.now < deadline else { return giveUp(.failed) }
+            if fenced() { throw .fenced }
 
             attempts += 1
             let sentAt = clock.now
@@ -144,15 +157,15 @@ public struct NotificationSender: Sendable {
                 // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
                 if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
             } catch {
-                if Task.isCancelled { throw CancellationError() }
+                if Task.isCancelled { throw .cancelled }
             }
-            try checkCancellation()
+            if Task.isCancelled { throw .cancelled }
 
             let wait = retries.delayAfterFailure(policy.backoff)
             guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
             if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
             metrics.recordRetry(status: lastStatus, transportCause: lastReason)
-            try await RetryAttempts.wait(wait)
+            do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
         }
     }
 
@@ -182,9 +195,5 @@ public struct NotificationSender: Sendable {
         case 500...599: .retryAndSlowDown
         default: .final(.rejected)
         }
-    }
-
-    private func checkCancellation() throws(CancellationError) {
-        if Task.isCancelled { throw CancellationError() }
     }
 }
