@@ -76,6 +76,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.publisher = reliablePublisher
         let storeOperations = StoreOperations(
             timeout: configuration.storeOperationTimeout,
+            maxAbandoned: configuration.maxAbandonedStoreOperations,
             backoff: configuration.storeRetry,
             permanentBackoff: configuration.storePermanentRetry,
             classify: { store.failure(of: $0) },
@@ -217,6 +218,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             inFlightMessages: messages,
             inFlightSends: requests.sendsInFlight,
             unrecordedOutcomes: requests.unrecordedOutcomes,
+            abandonedStoreOperations: storeOperations.abandoned.count,
             assigned: assigned,
             paused: paused
         )

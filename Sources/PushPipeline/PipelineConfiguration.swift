@@ -44,6 +44,10 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// a query waiting for a connection that a restarted PostgreSQL never gives back must not
     /// stall its partition for good.
     public var storeOperationTimeout: Duration = .seconds(10)
+    /// The most timed-out token-store or ledger calls left running at once (each may hold a
+    /// PostgreSQL connection until its query ends); past it, new attempts wait for one to end
+    /// instead of piling up more.
+    public var maxAbandonedStoreOperations = 32
     /// The wait between attempts of a token-store or ledger call that failed (PostgreSQL
     /// unavailable, or the call timed out); it is retried until it succeeds.
     public var storeRetry = Backoff(initial: .milliseconds(50), maximum: .seconds(5))

@@ -44,6 +44,7 @@ public final class PipelineMetrics: Sendable {
     private let fencedSends: Counter
     private let permanentStoreErrors: LabelledCounters
     private let storeOperations: Gauge
+    private let abandonedStoreOperations: Gauge
     private let storeOperationsInFlight = Atomic(0)
 
     /// Creates the pipeline's metrics with `factory` (swift-metrics' global one by default).
@@ -98,6 +99,7 @@ public final class PipelineMetrics: Sendable {
             factory: factory
         )
         storeOperations = Gauge(label: "herald_postgres_operations_in_flight", factory: factory)
+        abandonedStoreOperations = Gauge(label: "herald_postgres_abandoned_operations", factory: factory)
     }
 
     func recordConsumed(_ count: Int) { consumed.increment(by: count) }
@@ -129,8 +131,16 @@ public final class PipelineMetrics: Sendable {
     }
 
     /// Sets the gauges of the pipeline's current state.
-    func recordState(inFlightMessages messages: Int, inFlightSends sends: Int, unrecordedOutcomes unrecorded: Int, assigned: Int, paused: Bool) {
+    func recordState(
+        inFlightMessages messages: Int,
+        inFlightSends sends: Int,
+        unrecordedOutcomes unrecorded: Int,
+        abandonedStoreOperations abandoned: Int,
+        assigned: Int,
+        paused: Bool
+    ) {
         inFlightMessages.record(messages)
+        abandonedStoreOperations.record(abandoned)
         inFlightSends.record(sends)
         unrecordedOutcomes.record(unrecorded)
         assignedPartitions.record(assigned)

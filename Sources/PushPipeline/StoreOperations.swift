@@ -11,6 +11,10 @@ import Logging
 /// cause, counted in `herald_postgres_permanent_errors_total{sqlstate}`, named by
 /// ``blockingCauses`` (Herald is unready with `postgres_failing:<sqlstate>`) while any operation
 /// is held by it, and retried slowly, so a fix resumes the work without a restart.
+///
+/// A timed-out attempt is abandoned, not awaited (``withTimeout(_:tracking:abandoning:)``), and
+/// ends when PostgreSQL or the connection does; at most `maxAbandoned` are left running at once
+/// (`herald_postgres_abandoned_operations`), past which attempts wait instead of starting.
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
     let timeout: Duration
@@ -18,6 +22,10 @@ struct StoreOperations: Sendable {
     let backoff: Backoff
     /// The wait between attempts after a permanent failure.
     let permanentBackoff: Backoff
+    /// The most timed-out attempts left running at once (see ``withTimeout(_:tracking:abandoning:)``).
+    let maxAbandoned: Int
+    /// Timed-out attempts still running.
+    let abandoned = AbandonedOperations()
     /// Sorts a failure into transient or permanent (the store knows its errors).
     let classify: @Sendable (any Error) -> StoreFailure
     let metrics: PipelineMetrics
@@ -26,6 +34,7 @@ struct StoreOperations: Sendable {
 
     init(
         timeout: Duration,
+        maxAbandoned: Int,
         backoff: Backoff,
         permanentBackoff: Backoff,
         classify: @escaping @Sendable (any Error) -> StoreFailure,
@@ -33,6 +42,7 @@ struct StoreOperations: Sendable {
         logger: Logger
     ) {
         self.timeout = timeout
+        self.maxAbandoned = maxAbandoned
         self.backoff = backoff
         self.permanentBackoff = permanentBackoff
         self.classify = classify
@@ -52,10 +62,15 @@ struct StoreOperations: Sendable {
         defer { if let heldBy { release(heldBy) } }
         while true {
             if Task.isCancelled { throw CancellationError() }
+            if abandoned.count >= maxAbandoned {
+                // PostgreSQL holds that many timed-out calls already: another would only add one.
+                try await attempts.waitAfterFailure(backoff)
+                continue
+            }
             metrics.storeOperationStarted()
             defer { metrics.storeOperationEnded() }
             do {
-                return try await withTimeout(timeout, abandoning: operation)
+                return try await withTimeout(timeout, tracking: abandoned, abandoning: operation)
             } catch {
                 metrics.recordStoreError()
                 let failure = error is OperationTimedOut ? .transient("timeout") : classify(error)

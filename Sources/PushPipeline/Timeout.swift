@@ -6,20 +6,38 @@ package struct OperationTimedOut: Error, CustomStringConvertible {
     public var description: String { "no answer within \(timeout)" }
 }
 
+/// Operations ``withTimeout(_:tracking:abandoning:)`` stopped waiting for (time-out or caller
+/// cancelled) that have not ended yet: each still holds what it held (a PostgreSQL connection
+/// mid-query, say) until it ends by itself.
+package final class AbandonedOperations: Sendable {
+    private let running = Atomic(0)
+
+    package init() {}
+
+    /// How many are still running.
+    package var count: Int { running.load(ordering: .relaxed) }
+
+    fileprivate func abandoned() { running.add(1, ordering: .relaxed) }
+    fileprivate func ended() { running.subtract(1, ordering: .relaxed) }
+}
+
 /// Runs `operation`; after `timeout` cancels it, stops waiting for it and throws
 /// ``OperationTimedOut``. When the caller is cancelled first, the operation is cancelled too
-/// and the caller stops waiting at once.
+/// and the caller stops waiting at once. An operation still running when the caller stopped
+/// waiting is counted in `abandoned` until it ends.
 ///
 /// Not waiting is the point: a postgres-nio query whose connection died mid-transaction was
 /// seen neither to answer nor to react to cancellation, and waiting for it (as a task group
 /// must for its children) stalled the notifications behind it for good. The operation runs in
 /// a task of its own that hands its result over; on time-out that task is cancelled and left
-/// to end whenever it does, so use this only for calls that are safe to repeat.
+/// to end whenever it does, so use this only for calls that are safe to repeat, and bound how
+/// many may be left running with `abandoned` (``StoreOperations`` does).
 package func withTimeout<Result: Sendable>(
     _ timeout: Duration,
+    tracking abandoned: AbandonedOperations? = nil,
     abandoning operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
-    let handOver = HandOver<Result>()
+    let handOver = HandOver<Result>(abandoned: abandoned)
     let work = Task {
         do {
             handOver.deliver(.success(try await operation()))
@@ -53,21 +71,33 @@ private final class HandOver<Value: Sendable>: Sendable {
         case pending
         case waiting(CheckedContinuation<Value, any Error>)
         case delivered(Result<Value, any Error>)
+        /// The waiter gave up while the operation was still running.
         case abandoned
+        /// Both sides are done.
+        case closed
     }
 
     private let state = Mutex(State.pending)
+    private let abandoned: AbandonedOperations?
+
+    init(abandoned: AbandonedOperations?) {
+        self.abandoned = abandoned
+    }
 
     func deliver(_ result: Result<Value, any Error>) {
-        let waiter: CheckedContinuation<Value, any Error>? = state.withLock { state in
+        let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
             switch state {
             case .pending:
                 state = .delivered(result)
                 return nil
             case .waiting(let continuation):
-                state = .abandoned
+                state = .closed
                 return continuation
-            case .delivered, .abandoned:
+            case .abandoned:
+                state = .closed
+                abandoned?.ended()  // Under the lock, so the count never goes below zero.
+                return nil
+            case .delivered, .closed:
                 return nil
             }
         }
@@ -84,22 +114,31 @@ private final class HandOver<Value: Sendable>: Sendable {
                             state = .waiting(continuation)
                             return nil
                         case .delivered(let result):
-                            state = .abandoned
+                            state = .closed
                             return result
-                        case .waiting, .abandoned:
+                        case .waiting, .abandoned, .closed:
                             return .failure(CancellationError())
                         }
                     }
                     if let ready { continuation.resume(with: ready) }
                 }
             } onCancel: {
-                let waiter: CheckedContinuation<Value, any Error>? = state.withLock { state in
-                    guard case .waiting(let continuation) = state else {
-                        if case .pending = state { state = .abandoned }
+                let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
+                    switch state {
+                    case .pending:
+                        state = .abandoned
+                        abandoned?.abandoned()
+                        return nil
+                    case .waiting(let continuation):
+                        state = .abandoned
+                        abandoned?.abandoned()
+                        return continuation
+                    case .delivered:
+                        state = .closed
+                        return nil
+                    case .abandoned, .closed:
                         return nil
                     }
-                    state = .abandoned
-                    return continuation
                 }
                 waiter?.resume(throwing: CancellationError())
             }

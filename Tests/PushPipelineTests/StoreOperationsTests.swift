@@ -1,0 +1,65 @@
+import DeviceTokenStore
+import Logging
+@testable import PushPipeline
+import Synchronization
+import Testing
+
+/// Calls that hang and ignore cancellation (a query on a connection that died silently) are
+/// abandoned at their time-out, and no more than the bound are left running at once.
+@Suite(.timeLimit(.minutes(1)))
+struct StoreOperationsTests {
+    /// Operations that never end by themselves; ``release()`` ends every one.
+    final class Hung: Sendable {
+        private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
+        private let released = Atomic(false)
+        let started = Atomic(0)
+
+        func run() async {
+            started.add(1, ordering: .relaxed)
+            await withCheckedContinuation { continuation in
+                let now = waiting.withLock { waiting in
+                    if released.load(ordering: .relaxed) { return true }
+                    waiting.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
+
+        func release() {
+            let waiters = waiting.withLock { waiting in
+                released.store(true, ordering: .relaxed)
+                defer { waiting = [] }
+                return waiting
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    @Test func hungCallsAreAbandonedUpToTheBoundAndTheCallSucceedsOnceTheyEnd() async throws {
+        let operations = StoreOperations(
+            timeout: .milliseconds(20),
+            maxAbandoned: 3,
+            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            classify: { _ in .transient("test") },
+            metrics: PipelineMetrics(),
+            logger: Logger(label: "test")
+        )
+        let hung = Hung()
+        let result = Task {
+            try await operations.run {
+                await hung.run()
+                return 42
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        // About 20 time-outs would have fit in 500 ms; only the bound's worth started.
+        #expect(hung.started.load(ordering: .relaxed) == 3)
+        #expect(operations.abandoned.count == 3)
+        hung.release()
+        #expect(try await result.value == 42)
+        for _ in 0..<200 where operations.abandoned.count > 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(operations.abandoned.count == 0, "each abandoned call counted out when it ended")
+    }
+}
