@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for topic in push.requests push.tokens push.results push.unregistered push.dlq push.channels push.channel-results; do
+for topic in push.requests push.requests.bulk push.tokens push.results push.unregistered push.dlq push.channels push.channel-results; do
   "$HERALD_TANSU_BIN" topic create "$topic" --broker "$HERALD_TANSU_URL" --partitions 3 >/dev/null
 done
 

@@ -1,6 +1,7 @@
 package import APNSHTTP2
 package import PostgresTokenStore
 import Foundation
+import KafkaMessages
 import KafkaTransport
 package import Logging
 import NIOPosix
@@ -110,10 +111,19 @@ package enum HeraldApplication {
             topics: [topics.requests, topics.tokens, topics.channels],
             logger: logger
         )
+        // The bulk lane is a member of its own in the same group: its fetch queue never holds
+        // push.requests back. A missing bulk topic is logged once by the consumer and ignored.
+        let bulkConsumer = try KafkaConsumer(
+            configuration: configuration.kafka,
+            groupID: configuration.consumerGroup,
+            topics: [topics.bulkRequests],
+            logger: logger
+        )
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
         let pipeline = NotificationPipeline(
             configuration: configuration.pipeline,
             source: consumer,
+            bulkSource: bulkConsumer,
             publisher: producer,
             store: store,
             ledger: store,
@@ -127,7 +137,7 @@ package enum HeraldApplication {
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
         let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
         let ready = Gauge(label: "herald_ready", factory: metricsFactory)
-        let kafkaMetrics = KafkaMetrics(factory: metricsFactory)
+        let kafkaMetrics = KafkaMetrics(factory: metricsFactory, bulkTopic: topics.bulkRequests)
         let drain = DrainSignal()
         /// The unmet conditions, also recorded as `herald_ready` (1 or 0).
         let readiness: @Sendable () async -> [String] = {
@@ -154,7 +164,7 @@ package enum HeraldApplication {
                 kafkaMetrics.refresh(
                     producerQueue: producer.queuedRecords,
                     committed: pipeline.committedOffsets,
-                    highWatermark: consumer.highWatermark
+                    highWatermark: { $0.topic == topics.bulkRequests ? bulkConsumer.highWatermark($0) : consumer.highWatermark($0) }
                 )
                 return metrics.emitToString()
             },
@@ -173,6 +183,7 @@ package enum HeraldApplication {
                 .init(service: health),
                 .init(service: producer),
                 .init(service: consumer),
+                .init(service: bulkConsumer),
                 .init(service: pipeline),
                 // Stopped first: tells the HTTP endpoints that the drain begins.
                 .init(service: DrainAnnouncer(signal: drain)),

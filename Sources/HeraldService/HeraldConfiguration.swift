@@ -52,7 +52,7 @@ package struct HeraldConfiguration: Sendable {
     package static let keys: Set<String> = [
         "HERALD_CONFIG_FILE", "HERALD_KAFKA_BROKERS", "HERALD_KAFKA_GROUP",
         "HERALD_TOPIC_REQUESTS", "HERALD_TOPIC_TOKENS", "HERALD_TOPIC_RESULTS", "HERALD_TOPIC_UNREGISTERED", "HERALD_TOPIC_DLQ",
-        "HERALD_TOPIC_CHANNELS", "HERALD_TOPIC_CHANNEL_RESULTS",
+        "HERALD_TOPIC_CHANNELS", "HERALD_TOPIC_CHANNEL_RESULTS", "HERALD_TOPIC_BULK_REQUESTS", "HERALD_BULK_MAX_RATE",
         "HERALD_APNS_BROADCAST_PRODUCTION_URL", "HERALD_APNS_BROADCAST_SANDBOX_URL",
         "HERALD_APNS_CHANNELS_PRODUCTION_URL", "HERALD_APNS_CHANNELS_SANDBOX_URL",
         "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE",
@@ -95,6 +95,7 @@ package struct HeraldConfiguration: Sendable {
 
         var pipeline = PipelineConfiguration()
         pipeline.topics.requests = source["HERALD_TOPIC_REQUESTS"] ?? pipeline.topics.requests
+        pipeline.topics.bulkRequests = source["HERALD_TOPIC_BULK_REQUESTS"] ?? pipeline.topics.bulkRequests
         pipeline.topics.tokens = source["HERALD_TOPIC_TOKENS"] ?? pipeline.topics.tokens
         pipeline.topics.results = source["HERALD_TOPIC_RESULTS"] ?? pipeline.topics.results
         pipeline.topics.unregistered = source["HERALD_TOPIC_UNREGISTERED"] ?? pipeline.topics.unregistered
@@ -110,6 +111,7 @@ package struct HeraldConfiguration: Sendable {
         pipeline.pollBatchSize = try source.integer("HERALD_POLL_BATCH_SIZE", default: pipeline.pollBatchSize, in: 1...100_000)
         pipeline.maxOutcomesPerLedgerWrite = try source.integer("HERALD_LEDGER_BATCH_SIZE", default: pipeline.maxOutcomesPerLedgerWrite, in: 1...10_000)
         pipeline.derivesCollapseID = try source.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
+        pipeline.bulkMaxRate = try source.integer("HERALD_BULK_MAX_RATE", default: 0, in: 0...1_000_000)
         self.pipeline = pipeline
 
         postgresURL = try PostgresURL(source["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")

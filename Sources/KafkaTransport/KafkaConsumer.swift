@@ -11,6 +11,8 @@ import ServiceLifecycle
 /// on graceful shutdown, leaves the group cleanly.
 package final class KafkaConsumer: Service, Sendable {
     private let client: RDKafkaClient
+    /// Whether a subscribed topic was reported missing already (logged once, then ignored).
+    private let reportedMissingTopic = Atomic(false)
 
     /// Creates the consumer and subscribes to `topics` in group `groupID`.
     package init(configuration: KafkaConfiguration, groupID: String, topics: [String], logger: Logger) throws {
@@ -66,8 +68,11 @@ package final class KafkaConsumer: Service, Sendable {
                 wait = 0
                 let error = raw.pointee.err
                 guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                    let missingTopic = error == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || error == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                    // librdkafka repeats it on every metadata refresh; the member serves its other topics meanwhile.
+                    if missingTopic, self.reportedMissingTopic.exchange(true, ordering: .relaxed) { continue }
                     logger.warning(
-                        "consumer error",
+                        missingTopic ? "a subscribed topic does not exist; consuming the others" : "consumer error",
                         metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"]
                     )
                     continue

@@ -14,6 +14,8 @@ final class BatchProgress: Sendable {
 
     private let messages: [KafkaMessage]
     private let state: Mutex<State>
+    /// The lane the batch was polled from: its offsets, permits and pacing.
+    let lane: InputLane
     /// When the batch was polled.
     let consumedAt: ContinuousClock.Instant
 
@@ -21,8 +23,9 @@ final class BatchProgress: Sendable {
     private let traces: [EventTrace]?
 
     /// `results[i]` is the number of results message `i` publishes (none: finished already).
-    init(messages: [KafkaMessage], results: [Int], consumedAt: ContinuousClock.Instant, traces: [EventTrace]?) {
+    init(messages: [KafkaMessage], results: [Int], lane: InputLane, consumedAt: ContinuousClock.Instant, traces: [EventTrace]?) {
         self.messages = messages
+        self.lane = lane
         self.consumedAt = consumedAt
         self.traces = traces
         state = Mutex(State(pending: results, unfinished: results.count { $0 > 0 }))

@@ -8,35 +8,45 @@ public import ServiceLifecycle
 import Synchronization
 public import Tracing
 
-/// Herald's core loop: reads push.requests, push.tokens and push.channels, delivers each
-/// notification to every active device of its users (or to its broadcast channel), publishes one
-/// result per device (or channel), answers channel commands, dead-letters bad input, and commits
-/// a partition's offset only below messages whose results are all published.
+/// Herald's core loop: reads push.requests, push.tokens and push.channels (the urgent lane) and
+/// push.requests.bulk (the bulk lane), delivers each notification to every active device of its
+/// users (or to its broadcast channel), publishes one result per device (or channel), answers
+/// channel commands, dead-letters bad input, and commits a partition's offset only below
+/// messages whose results are all published.
+///
+/// The lanes are two members of the consumer group (``InputLane``), each with its own fetch
+/// queue, window and offsets; they share the claims, the ledger writer and the send permits,
+/// where urgent sends are served first, and the bulk lane's sends are paced at
+/// ``PipelineConfiguration/bulkMaxRate``.
 ///
 /// Every terminal outcome is recorded in the delivery ledger before it is published, so a
 /// redelivered event republishes the recorded results instead of pushing again.
 public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendable {
     private let configuration: PipelineConfiguration
-    private let source: any MessageSource
+    private let urgent: InputLane
+    private let bulk: InputLane?
     private let publisher: ReliablePublisher
     private let storeOperations: StoreOperations
     private let tokenUpdates: TokenUpdates
     private let channelCommands: ChannelCommands
     private let requests: RequestProcessor
     private let logger: Logger
-    private let tracker = SharedOffsetTracker()
     private let isStopping = Atomic(false)
-    private let consuming = Atomic(false)
     /// What the pipeline did so far.
     public let metrics: PipelineMetrics
 
     /// Per assigned partition, the offset last committed by this member.
     public var committedOffsets: [KafkaTopicPartition: Int64] {
-        tracker.withLock { $0.committedOffsets }
+        lanes.reduce(into: [:]) { offsets, lane in
+            offsets.merge(lane.tracker.withLock { $0.committedOffsets }) { $1 }
+        }
     }
 
-    /// True while the consume loop runs and its last poll succeeded.
-    public var isConsuming: Bool { consuming.load(ordering: .relaxed) }
+    /// True while the urgent lane's consume loop runs and its last poll succeeded (the bulk
+    /// lane's state does not make Herald unready).
+    public var isConsuming: Bool { urgent.consuming.load(ordering: .relaxed) }
+
+    private var lanes: [InputLane] { [urgent] + (bulk.map { [$0] } ?? []) }
 
     /// The permanent broker errors (librdkafka's names) holding publishes right now: while any
     /// does, the partitions of the messages waiting on them cannot move on.
@@ -46,12 +56,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// while any does, the messages waiting on them cannot finish.
     public var storeBlockedBy: [String] { storeOperations.blockingCauses }
 
+    /// `source` reads push.requests, push.tokens and push.channels; `bulkSource`, another member
+    /// of the same group, reads push.requests.bulk (nil: no bulk lane).
     /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
     /// reaches the channel management hosts for push.channels (without one, each command is
     /// answered `rejected`, `ChannelManagementUnavailable`).
     public init(
         configuration: PipelineConfiguration,
         source: any MessageSource,
+        bulkSource: (any MessageSource)? = nil,
         publisher: any MessagePublisher,
         store: any DeviceTokenStore,
         ledger: any DeliveryLedger,
@@ -65,7 +78,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let metrics = PipelineMetrics(factory: metricsFactory)
         self.metrics = metrics
         self.configuration = configuration
-        self.source = source
+        self.urgent = InputLane(priority: .urgent, source: source)
+        self.bulk = bulkSource.map {
+            InputLane(priority: .bulk, source: $0, pacer: configuration.bulkMaxRate > 0 ? SendPacer(perSecond: configuration.bulkMaxRate) : nil)
+        }
         let reliablePublisher = ReliablePublisher(
             publisher: publisher,
             retriableBackoff: configuration.publishRetry,
@@ -109,7 +125,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 policy: configuration.retry,
                 metrics: metrics.sender
             ),
-            tracker: tracker,
             tracer: tracer,
             metrics: metrics,
             logger: logger
@@ -124,7 +139,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// partitions are paused, and polling goes on (for rebalances and liveness) until it drains.
     /// The ledger writer runs beside the consume loop until the last in-flight message finished.
     public func run() async throws {
-        source.setRebalanceListener(self)
+        for lane in lanes { lane.source.setRebalanceListener(self) }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // Above the deliveries' priority: its round trip is the crash window, and it should
@@ -133,18 +148,29 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                     await self.requests.recordOutcomes()
                 }
                 defer { group.cancelAll() }
-                try await consume()
+                try await withThrowingTaskGroup(of: Void.self) { consumers in
+                    consumers.addTask { try await self.consume(self.urgent) }
+                    if let bulk {
+                        // Below the urgent lane's work when threads are scarce.
+                        consumers.addTask(priority: .low) { try await self.consume(bulk) }
+                    }
+                    try await consumers.waitForAll()
+                }
             }
-            await commitFinished()
-            consuming.store(false, ordering: .relaxed)
+            for lane in lanes {
+                await commitFinished(lane)
+                lane.consuming.store(false, ordering: .relaxed)
+            }
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
         }
     }
 
-    /// Polls and processes messages until graceful shutdown; returns once every message it
-    /// started is finished or abandoned.
-    private func consume() async throws {
+    /// Polls and processes `lane`'s messages until graceful shutdown; returns once every message
+    /// it started is finished or abandoned.
+    private func consume(_ lane: InputLane) async throws {
+        let tracker = lane.tracker
+        let source = lane.source
         try await withThrowingDiscardingTaskGroup { group in
             let clock = ContinuousClock()
             var lastCommit = clock.now
@@ -152,33 +178,33 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             while !isStopping.load(ordering: .relaxed) {
                 var room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
                 if room < refill, !paused {
-                    room = try await waitForRoom()
+                    room = try await waitForRoom(tracker)
                 }
                 if (room <= 0) != paused {
                     paused.toggle()
                     try await paused ? source.pauseAll() : source.resumeAll()
                 }
-                let messages = try await poll(maxMessages: max(1, min(room, configuration.pollBatchSize)))
+                let messages = try await poll(lane, maxMessages: max(1, min(room, configuration.pollBatchSize)))
                 let consumedAt = clock.now
                 var requests: [KafkaMessage] = []
                 for message in messages {
                     // A partition revoked during the poll is the new owner's: not started here.
                     guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
                     if message.topic == configuration.topics.tokens {
-                        group.addTask { if await self.tokenUpdates.process(message) { self.tracker.finish(message) } }
+                        group.addTask { if await self.tokenUpdates.process(message) { tracker.finish(message) } }
                     } else if message.topic == configuration.topics.channels {
-                        group.addTask { if await self.channelCommands.process(message) { self.tracker.finish(message) } }
+                        group.addTask { if await self.channelCommands.process(message) { tracker.finish(message) } }
                     } else {
                         requests.append(message)
                     }
                 }
                 if !requests.isEmpty {
-                    group.addTask { await self.requests.process(requests, consumedAt: consumedAt) }
+                    group.addTask { await self.requests.process(requests, from: lane, consumedAt: consumedAt) }
                 }
                 if lastCommit.duration(to: clock.now) >= configuration.commitInterval {
-                    await commitFinished()
+                    await commitFinished(lane)
                     lastCommit = clock.now
-                    recordState(paused: paused)
+                    recordState(lane, paused: paused)
                 }
             }
         }
@@ -196,7 +222,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// the window was consumed in steps of its size, about one a second; BENCHMARKS.md), so
     /// partitions are paused only when the window stays full, when APNs or PostgreSQL is slow
     /// or down and polling must go on for rebalances.
-    private func waitForRoom() async throws -> Int {
+    private func waitForRoom(_ tracker: SharedOffsetTracker) async throws -> Int {
         let clock = ContinuousClock()
         let deadline = clock.now + configuration.windowFullPatience
         while true {
@@ -207,20 +233,24 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
-        tracker.withLock { $0.assign(partitions) }
+        lane(of: partitions).tracker.withLock { $0.assign(partitions) }
         metrics.recordRebalance(assigned: true)
     }
 
+    /// The lane whose member was given or is losing `partitions` (each member reads one lane's topics).
+    private func lane(of partitions: [KafkaTopicPartition]) -> InputLane {
+        if let bulk, partitions.first?.topic == configuration.topics.bulkRequests { return bulk }
+        return urgent
+    }
+
     /// Sets the gauges of what is in flight now.
-    private func recordState(paused: Bool) {
-        let (messages, assigned) = tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
+    private func recordState(_ lane: InputLane, paused: Bool) {
+        let (messages, assigned) = lane.tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
+        metrics.recordLaneState(lane.priority, inFlightMessages: messages, assigned: assigned, paused: paused)
         metrics.recordState(
-            inFlightMessages: messages,
             inFlightSends: requests.sendsInFlight,
             unrecordedOutcomes: requests.unrecordedOutcomes,
-            abandonedStoreOperations: storeOperations.abandoned.count,
-            assigned: assigned,
-            paused: paused
+            abandonedStoreOperations: storeOperations.abandoned.count
         )
     }
 
@@ -230,6 +260,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// partitions are revoked with messages unfinished, and those messages' sends are fenced: an
     /// APNs request already in flight ends (within the request timeout), none starts after it.
     public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
+        let tracker = lane(of: partitions).tracker
         let clock = ContinuousClock()
         let deadline = clock.now + configuration.revocationDrainTimeout
         while tracker.withLock({ $0.inFlightCount(in: partitions) }) > 0, clock.now < deadline {
@@ -247,27 +278,28 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         return tracker.withLock { $0.revoke(partitions) }
     }
 
-    private func poll(maxMessages: Int) async throws -> [KafkaMessage] {
+    private func poll(_ lane: InputLane, maxMessages: Int) async throws -> [KafkaMessage] {
         let started = ContinuousClock.now
         defer { metrics.recordStage(.poll, since: started) }
         do {
-            let messages = try await source.poll(maxMessages: maxMessages, timeout: .milliseconds(100))
-            consuming.store(true, ordering: .relaxed)
-            metrics.recordConsumed(messages.count)
+            let messages = try await lane.source.poll(maxMessages: maxMessages, timeout: .milliseconds(100))
+            lane.consuming.store(true, ordering: .relaxed)
+            metrics.recordConsumed(messages.count, lane: lane.priority)
             return messages
         } catch {
-            consuming.store(false, ordering: .relaxed)
+            lane.consuming.store(false, ordering: .relaxed)
             throw error
         }
     }
 
-    private func commitFinished() async {
+    private func commitFinished(_ lane: InputLane) async {
+        let tracker = lane.tracker
         let offsets = tracker.withLock { $0.committableOffsets() }
         guard !offsets.isEmpty else { return }
         let started = ContinuousClock.now
         defer { metrics.recordStage(.offsetCommit, since: started) }
         do {
-            try await source.commit(offsets)
+            try await lane.source.commit(offsets)
             tracker.withLock { $0.markCommitted(offsets) }
             metrics.recordCommit()
         } catch {

@@ -3,6 +3,9 @@ public import KafkaMessages
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).
 public struct PushTopics: Sendable, Hashable {
     public var requests = "push.requests"
+    /// The bulk lane: the same events, for sends that may wait (campaigns, digests); push.requests
+    /// takes precedence over it.
+    public var bulkRequests = "push.requests.bulk"
     public var tokens = "push.tokens"
     public var results = "push.results"
     public var unregistered = "push.unregistered"
@@ -63,6 +66,9 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// Sends an event without `collapse_id` with one derived from its id
     /// (HERALD_APNS_DERIVED_COLLAPSE_ID), so a crash's repeat of an alert replaces the first copy.
     public var derivesCollapseID = false
+    /// Notifications per second this instance sends from the bulk lane (HERALD_BULK_MAX_RATE),
+    /// paced evenly; 0: no cap.
+    public var bulkMaxRate = 0
 
     public init() {}
 }

@@ -23,8 +23,8 @@ public final class PipelineMetrics: Sendable {
     }
 
     let sender: SenderMetrics
-    private let consumed: Counter
-    private let results: [DeliveryResult.Status: Counter]
+    private let consumed: [SendPermits.Lane: Counter]
+    private let results: [SendPermits.Lane: [DeliveryResult.Status: Counter]]
     private let republished: Counter
     private let unregisteredPublished: Counter
     private let commits: Counter
@@ -35,11 +35,11 @@ public final class PipelineMetrics: Sendable {
     private let permanentPublishErrors: LabelledCounters
     private let publishErrors: LabelledCounters
     private let channelCommands: LabelledCounters
-    private let inFlightMessages: Gauge
+    private let inFlightMessages: [SendPermits.Lane: Gauge]
     private let inFlightSends: Gauge
     private let unrecordedOutcomes: Gauge
-    private let assignedPartitions: Gauge
-    private let pausedPartitions: Gauge
+    private let assignedPartitions: [SendPermits.Lane: Gauge]
+    private let pausedPartitions: [SendPermits.Lane: Gauge]
     private let storeErrors: Counter
     private let fencedSends: Counter
     private let permanentStoreErrors: LabelledCounters
@@ -50,12 +50,18 @@ public final class PipelineMetrics: Sendable {
     /// Creates the pipeline's metrics with `factory` (swift-metrics' global one by default).
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         sender = SenderMetrics(factory: factory)
-        consumed = Counter(label: "herald_messages_consumed_total", factory: factory)
-        results = Dictionary(
-            uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
-                ($0, Counter(label: "herald_results_total", dimensions: [("status", $0.rawValue)], factory: factory))
-            }
-        )
+        /// One metric per lane (`lane="urgent"` or `"bulk"`).
+        func perLane<Metric>(_ make: (SendPermits.Lane) -> Metric) -> [SendPermits.Lane: Metric] {
+            Dictionary(uniqueKeysWithValues: SendPermits.Lane.allCases.map { ($0, make($0)) })
+        }
+        consumed = perLane { Counter(label: "herald_messages_consumed_total", dimensions: [("lane", $0.label)], factory: factory) }
+        results = perLane { lane in
+            Dictionary(
+                uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
+                    ($0, Counter(label: "herald_results_total", dimensions: [("status", $0.rawValue), ("lane", lane.label)], factory: factory))
+                }
+            )
+        }
         republished = Counter(label: "herald_results_republished_total", factory: factory)
         unregisteredPublished = Counter(label: "herald_unregistered_published_total", factory: factory)
         commits = Counter(label: "herald_offset_commits_total", factory: factory)
@@ -85,11 +91,11 @@ public final class PipelineMetrics: Sendable {
         )
         publishErrors = LabelledCounters("herald_publish_errors_total", label: "cause", factory: factory)
         channelCommands = LabelledCounters("herald_channel_commands_total", labels: ("action", "status"), factory: factory)
-        inFlightMessages = Gauge(label: "herald_in_flight_messages", factory: factory)
+        inFlightMessages = perLane { Gauge(label: "herald_in_flight_messages", dimensions: [("lane", $0.label)], factory: factory) }
         inFlightSends = Gauge(label: "herald_in_flight_sends", factory: factory)
         unrecordedOutcomes = Gauge(label: "herald_ledger_unrecorded_outcomes", factory: factory)
-        assignedPartitions = Gauge(label: "herald_assigned_partitions", factory: factory)
-        pausedPartitions = Gauge(label: "herald_paused_partitions", factory: factory)
+        assignedPartitions = perLane { Gauge(label: "herald_assigned_partitions", dimensions: [("lane", $0.label)], factory: factory) }
+        pausedPartitions = perLane { Gauge(label: "herald_paused_partitions", dimensions: [("lane", $0.label)], factory: factory) }
         storeErrors = Counter(label: "herald_postgres_errors_total", factory: factory)
         fencedSends = Counter(label: "herald_sends_fenced_total", factory: factory)
         permanentStoreErrors = LabelledCounters(
@@ -102,12 +108,12 @@ public final class PipelineMetrics: Sendable {
         abandonedStoreOperations = Gauge(label: "herald_postgres_abandoned_operations", factory: factory)
     }
 
-    func recordConsumed(_ count: Int) { consumed.increment(by: count) }
+    func recordConsumed(_ count: Int, lane: SendPermits.Lane) { consumed[lane]?.increment(by: count) }
     func recordDeadLetter(_ code: InputRejection.Code) { deadLetters.increment(code.rawValue) }
     func recordUnregisteredPublished() { unregisteredPublished.increment() }
     func recordCommit() { commits.increment() }
     func recordRepublished() { republished.increment() }
-    func recordResult(_ status: DeliveryResult.Status) { results[status]?.increment() }
+    func recordResult(_ status: DeliveryResult.Status, lane: SendPermits.Lane) { results[lane]?[status]?.increment() }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
@@ -132,20 +138,21 @@ public final class PipelineMetrics: Sendable {
 
     /// Sets the gauges of the pipeline's current state.
     func recordState(
-        inFlightMessages messages: Int,
         inFlightSends sends: Int,
         unrecordedOutcomes unrecorded: Int,
-        abandonedStoreOperations abandoned: Int,
-        assigned: Int,
-        paused: Bool
+        abandonedStoreOperations abandoned: Int
     ) {
-        inFlightMessages.record(messages)
         abandonedStoreOperations.record(abandoned)
         inFlightSends.record(sends)
         unrecordedOutcomes.record(unrecorded)
-        assignedPartitions.record(assigned)
-        pausedPartitions.record(paused ? assigned : 0)
         storeOperations.record(storeOperationsInFlight.load(ordering: .relaxed))
+    }
+
+    /// Sets the gauges of one input lane: its messages in flight, its partitions, paused or not.
+    func recordLaneState(_ lane: SendPermits.Lane, inFlightMessages messages: Int, assigned: Int, paused: Bool) {
+        inFlightMessages[lane]?.record(messages)
+        assignedPartitions[lane]?.record(assigned)
+        pausedPartitions[lane]?.record(paused ? assigned : 0)
     }
 }
 

@@ -17,7 +17,7 @@ extension RequestProcessor {
         while true {
             switch inFlight.deliveries.withLock({ $0.claim(key) }) {
             case .claimed:
-                do { try await sendLimit.acquire() } catch { return }
+                do { try await admitSend(from: ticket.progress.lane) } catch { return }
                 return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
             case .recordedLately:
                 return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
@@ -47,7 +47,7 @@ extension RequestProcessor {
                 guard let key = ticket.claim else { continue }
                 switch inFlight.deliveries.withLock({ $0.claimSending(key) }) {
                 case .claimed:
-                    do { try await sendLimit.acquire() } catch { return }
+                    do { try await admitSend(from: ticket.progress.lane) } catch { return }
                     group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
                 case .recordedLately, .busy:
                     group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }

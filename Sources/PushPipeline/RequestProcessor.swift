@@ -19,7 +19,6 @@ final class RequestProcessor: Sendable {
     let storeOperations: StoreOperations
     private let deadLetters: DeadLetters
     private let sender: NotificationSender
-    private let tracker: SharedOffsetTracker
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
     let inFlight = DeliveryClaims(recentCapacity: 100_000)
@@ -58,7 +57,6 @@ final class RequestProcessor: Sendable {
         storeOperations: StoreOperations,
         deadLetters: DeadLetters,
         sender: NotificationSender,
-        tracker: SharedOffsetTracker,
         tracer: (any Tracer)?,
         metrics: PipelineMetrics,
         logger: Logger
@@ -70,7 +68,6 @@ final class RequestProcessor: Sendable {
         self.storeOperations = storeOperations
         self.deadLetters = deadLetters
         self.sender = sender
-        self.tracker = tracker
         self.sendLimit = SendPermits(limit: configuration.maxConcurrentSends)
         self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.tracer = tracer
@@ -86,7 +83,7 @@ final class RequestProcessor: Sendable {
     /// without sending, and a task per device only for its APNs request, which hands the outcome
     /// to the ledger writer without waiting; the writer's batch is published as a whole
     /// (``publishRecorded(_:)``), and the batch's task wakes once, at the end.
-    func process(_ messages: [KafkaMessage], consumedAt: ContinuousClock.Instant) async {
+    func process(_ messages: [KafkaMessage], from lane: InputLane, consumedAt: ContinuousClock.Instant) async {
         await withDiscardingTaskGroup { group in
             var events: [(KafkaMessage, NotificationEvent)] = []
             for message in messages {
@@ -99,7 +96,7 @@ final class RequestProcessor: Sendable {
                     events.append((message, event))
                 } catch {
                     group.addTask {
-                        if (try? await self.deadLetters.send(message, error)) != nil { self.tracker.finish(message) }
+                        if (try? await self.deadLetters.send(message, error)) != nil { lane.tracker.finish(message) }
                     }
                 }
             }
@@ -109,7 +106,13 @@ final class RequestProcessor: Sendable {
             }
             guard let resolved = try? await resolve(events.map(\.1)) else { return }
             let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
-            let progress = BatchProgress(messages: events.map(\.0), results: plans.map(\.results), consumedAt: consumedAt, traces: traces)
+            let progress = BatchProgress(
+                messages: events.map(\.0),
+                results: plans.map(\.results),
+                lane: lane,
+                consumedAt: consumedAt,
+                traces: traces
+            )
 
             // Claims first, in one pass, so the results known without sending go out at once.
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
@@ -147,11 +150,19 @@ final class RequestProcessor: Sendable {
                 group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
             }
             for (event, device, ticket) in sends {
-                do { try await sendLimit.acquire() } catch { return }
+                do { try await admitSend(from: lane) } catch { return }
                 group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
             }
             await progress.waitUntilFinished()
         }
+    }
+
+    /// Waits for the lane's pace (the bulk lane's HERALD_BULK_MAX_RATE), then for a send permit
+    /// in the lane's queue; throws when cancelled. The permit is given back once the result is
+    /// published (or the send is fenced).
+    func admitSend(from lane: InputLane) async throws {
+        try await lane.pacer?.waitForSlot()
+        try await sendLimit.acquire(lane.priority)
     }
 
     private struct ResolvedBatch: Sendable {
@@ -281,7 +292,7 @@ final class RequestProcessor: Sendable {
         let outcome: DeliveryOutcome
         do {
             outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
-                tracker.isRevoked(message)
+                ticket.progress.lane.tracker.isRevoked(message)
             }
         } catch {
             // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
@@ -399,7 +410,7 @@ final class RequestProcessor: Sendable {
             if ticket.claim != nil { permits += 1 }
             metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
             if let status = ticket.status {
-                metrics.recordResult(status)
+                metrics.recordResult(status, lane: ticket.progress.lane.priority)
                 if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
                     metrics.recordUnregisteredPublished()
                 }
@@ -408,7 +419,7 @@ final class RequestProcessor: Sendable {
             }
             if let message = ticket.progress.published(ticket.message) {
                 ticket.progress.trace(ticket.message)?.span.end()
-                tracker.finish(message)
+                ticket.progress.lane.tracker.finish(message)
             }
         }
         if permits > 0 { sendLimit.release(permits) }

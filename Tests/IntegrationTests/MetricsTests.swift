@@ -54,8 +54,8 @@ struct MetricsTests {
             let tooMany = production[429] ?? 0
             #expect(tooMany > 0, "the mock answered some requests 429")
 
-            #expect(metrics.value("herald_results_total", ["status": "delivered"]) == Double(devices.count))
-            #expect(metrics.value("herald_results_total", ["status": "unregistered"]) == 1)
+            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "urgent"]) == Double(devices.count))
+            #expect(metrics.value("herald_results_total", ["status": "unregistered", "lane": "urgent"]) == 1)
             #expect(metrics.value("herald_unregistered_published_total") == 1)
             #expect(metrics.value("herald_dead_letters_total", ["code": "invalid_json"]) == 1)
             #expect(metrics.value("herald_apns_responses_total", ["status": "410", "reason": "Unregistered"]) == 1)
@@ -68,9 +68,11 @@ struct MetricsTests {
             for stage in ["poll", "token_lookup", "ledger_lookup", "ledger_write", "result_publish", "offset_commit"] {
                 #expect((metrics.value("herald_stage_duration_seconds_count", ["stage": stage]) ?? 0) >= 1, "\(stage)")
             }
-            #expect(metrics.value("herald_messages_consumed_total") ?? 0 >= Double(users.count + 1 + devices.count + 1))
+            #expect(metrics.value("herald_messages_consumed_total", ["lane": "urgent"]) ?? 0 >= Double(users.count + 1 + devices.count + 1))
+            #expect(metrics.value("herald_messages_consumed_total", ["lane": "bulk"]) == 0, "nothing on the bulk topic")
+            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "bulk"]) == 0)
             #expect(metrics.value("herald_ready") == 1)
-            #expect(metrics.value("herald_assigned_partitions") ?? 0 >= 1)
+            #expect(metrics.value("herald_assigned_partitions", ["lane": "urgent"]) ?? 0 >= 1)
             for gauge in [
                 "herald_in_flight_messages", "herald_in_flight_sends", "herald_ledger_unrecorded_outcomes", "herald_paused_partitions",
                 "herald_kafka_producer_queue", "herald_postgres_operations_in_flight", "herald_apns_streams_in_use",

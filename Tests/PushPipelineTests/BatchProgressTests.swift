@@ -9,7 +9,13 @@ struct BatchProgressTests {
     }
 
     @Test func anAbandonedMessageIsNeverFinishedAndNoLongerHoldsTheBatch() async {
-        let progress = BatchProgress(messages: [Self.message(1), Self.message(2)], results: [2, 1], consumedAt: .now, traces: nil)
+        let progress = BatchProgress(
+            messages: [Self.message(1), Self.message(2)],
+            results: [2, 1],
+            lane: InputLane(priority: .urgent, source: FakeSource([])),
+            consumedAt: .now,
+            traces: nil
+        )
         #expect(progress.published(0) == nil, "one of its two results")
         let abandoned = progress.abandon(0)
         #expect(abandoned)

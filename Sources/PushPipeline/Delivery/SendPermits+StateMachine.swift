@@ -1,6 +1,6 @@
 extension SendPermits {
     /// Which queue a waiting sender joins: urgent waiters are served before bulk ones.
-    enum Lane: Sendable, Hashable {
+    enum Lane: Sendable, Hashable, CaseIterable {
         /// push.requests: the messages a person is waiting for.
         case urgent
         /// push.requests.bulk: campaigns that use whatever capacity is left.

@@ -1,0 +1,39 @@
+import KafkaMessages
+import Synchronization
+
+/// One input lane of the pipeline: push.requests (urgent, with push.tokens and push.channels) or
+/// push.requests.bulk. Each lane is its own member of the consumer group, so the two never share
+/// a fetch queue: an urgent event is never polled behind a campaign's prefetched backlog. Each
+/// has its own window of in-flight messages and its own offsets; its sends take permits in its
+/// ``SendPermits/Lane``, and the bulk lane's are paced by its ``SendPacer``.
+final class InputLane: Sendable {
+    /// Which permits its sends wait for: urgent ones are served first.
+    let priority: SendPermits.Lane
+    /// The group member that reads the lane's topics.
+    let source: any MessageSource
+    /// Which of the lane's messages are in flight, and which offsets may be committed.
+    let tracker = SharedOffsetTracker()
+    /// Paces the lane's sends (HERALD_BULK_MAX_RATE); nil: not paced.
+    let pacer: SendPacer?
+    /// True while the lane's consume loop runs and its last poll succeeded.
+    let consuming = Atomic(false)
+
+    init(priority: SendPermits.Lane, source: any MessageSource, pacer: SendPacer? = nil) {
+        self.priority = priority
+        self.source = source
+        self.pacer = pacer
+    }
+
+    /// The `lane` label of the lane's metrics.
+    var label: String { priority.label }
+}
+
+extension SendPermits.Lane {
+    /// The `lane` label of metrics: `urgent` (push.requests) or `bulk` (push.requests.bulk).
+    var label: String {
+        switch self {
+        case .urgent: "urgent"
+        case .bulk: "bulk"
+        }
+    }
+}
