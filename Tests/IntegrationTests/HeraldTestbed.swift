@@ -29,8 +29,10 @@ final class HeraldTestbed: Sendable {
     /// `clientCertificateAuthority`, when given, is a PEM CA whose client certificates the
     /// mocks also accept (connections without one authenticate with provider tokens).
     /// `sandboxUniqueIDs` makes the sandbox mock answer with `apns-unique-id`, as Apple's does.
+    /// `bulkLane` creates the bulk topic (otherwise Herald is pointed at one that does not exist).
     init(
         partitions: Int = 3,
+        bulkLane: Bool = false,
         unregisteredTokens: [String: Int64] = [:],
         faults: MockAPNSFaults = .none,
         otherKeyIDs: [String] = [],
@@ -45,7 +47,7 @@ final class HeraldTestbed: Sendable {
         let logger = Logger(label: "test")
         self.directory = directory
         self.key = key
-        topics = try TestTopics(partitions: partitions)
+        topics = try TestTopics(partitions: partitions, bulkLane: bulkLane)
         func mock(_ name: String, faults: MockAPNSFaults = .none, uniqueIDs: Bool = false) -> MockAPNSServer {
             var configuration = MockAPNSConfiguration(
                 caCertificatePath: directory.appendingPathComponent("\(name)-ca.pem").path,

@@ -56,6 +56,8 @@ struct TestFailure: Error, CustomStringConvertible {
 /// Unique topic names for one test, created on the broker.
 struct TestTopics {
     let requests: String
+    /// The bulk lane's topic; it exists only when asked for (Herald without it serves push.requests alone).
+    let bulkRequests: String
     let tokens: String
     let results: String
     let unregistered: String
@@ -63,16 +65,17 @@ struct TestTopics {
     let channels: String
     let channelResults: String
 
-    init(partitions: Int = 3) throws {
+    init(partitions: Int = 3, bulkLane: Bool = false) throws {
         let prefix = "t\(UUID().uuidString.prefix(8).lowercased())"
         requests = "\(prefix).push.requests"
+        bulkRequests = "\(prefix).push.requests.bulk"
         tokens = "\(prefix).push.tokens"
         results = "\(prefix).push.results"
         unregistered = "\(prefix).push.unregistered"
         deadLetters = "\(prefix).push.dlq"
         channels = "\(prefix).push.channels"
         channelResults = "\(prefix).push.channel-results"
-        for topic in [requests, tokens, results, unregistered, deadLetters, channels, channelResults] {
+        for topic in [requests, tokens, results, unregistered, deadLetters, channels, channelResults] + (bulkLane ? [bulkRequests] : []) {
             try TestEnvironment.createTopic(topic, partitions: partitions)
         }
     }
@@ -81,6 +84,7 @@ struct TestTopics {
     var environment: [String: String] {
         [
             "HERALD_TOPIC_REQUESTS": requests,
+            "HERALD_TOPIC_BULK_REQUESTS": bulkRequests,
             "HERALD_TOPIC_TOKENS": tokens,
             "HERALD_TOPIC_RESULTS": results,
             "HERALD_TOPIC_UNREGISTERED": unregistered,
