@@ -58,6 +58,13 @@ struct PipelineBenchmark: AsyncParsableCommand {
     )
     var openLoad = false
     @Option(help: "Seconds of each open-load run (the first 5 s are warm-up and not reported).") var openLoadSeconds = 30
+    @Option(
+        help: """
+            The campaign shape: after the burst, the shape's notifications again as a campaign on push.requests.bulk, \
+            while this many urgent alerts a second go to push.requests (10 s on the idle Herald first); 0: off.
+            """
+    )
+    var campaignUrgentRate = 0
 
     func validate() throws {
         guard shape == "all" || PipelineShape(rawValue: shape) != nil else { throw ValidationError("--shape must be single, fanout, mixed or all") }
@@ -90,6 +97,13 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 }
                 let burst: Double = try await runShape(
                     shape, analyze: analyze, count: count, rate: rate, services: services, brokerRate: brokerRate, plotPath: plotPath, logger: logger)
+                if campaignUrgentRate > 0 {
+                    print("\n== campaign: the same \(count) notifications on push.requests.bulk, \(campaignUrgentRate) urgent alerts/s on push.requests")
+                    let campaign = try await runShape(
+                        shape, analyze: analyze, count: count, rate: 0, services: services, brokerRate: brokerRate,
+                        plotPath: plotPath.replacingOccurrences(of: ".svg", with: "-campaign.svg"), urgentRate: campaignUrgentRate, logger: logger)
+                    print("campaign throughput: \(f(campaign)) notifications/s, \(f(100 * campaign / burst)) % of the burst's \(f(burst))/s")
+                }
                 guard openLoad else { continue }
                 for share in [0.2, 0.5] {
                     let openRate = Int(burst * share)
@@ -117,11 +131,16 @@ struct PipelineBenchmark: AsyncParsableCommand {
         services: BenchServices,
         brokerRate: Double,
         plotPath: String,
+        urgentRate: Int = 0,
         logger: Logger
     ) async throws -> Double {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
         let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag)
-        let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results"].map { "\(tag).push.\($0)" }
+        let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results", "requests.bulk"].map {
+            "\(tag).push.\($0)"
+        }
+        let urgent =
+            urgentRate > 0 ? UrgentLoad(perSecond: urgentRate, topic: topics[0], bundleID: workload.bundleID, users: min(1_000, workload.userCount)) : nil
         try services.createTopics(topics, partitions: partitions)
         let loadStart = ContinuousClock.now
         try await services.withPostgres(logger: logger) { try await workload.load(into: $0, analyze: analyze, logger: logger) }
@@ -146,7 +165,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "HERALD_KAFKA_BROKERS": services.brokers, "HERALD_KAFKA_GROUP": "\(tag).herald",
             "HERALD_TOPIC_REQUESTS": topics[0], "HERALD_TOPIC_TOKENS": topics[1], "HERALD_TOPIC_RESULTS": topics[2],
             "HERALD_TOPIC_UNREGISTERED": topics[3], "HERALD_TOPIC_DLQ": topics[4],
-            "HERALD_TOPIC_CHANNELS": topics[5], "HERALD_TOPIC_CHANNEL_RESULTS": topics[6],
+            "HERALD_TOPIC_CHANNELS": topics[5], "HERALD_TOPIC_CHANNEL_RESULTS": topics[6], "HERALD_TOPIC_BULK_REQUESTS": topics[7],
             "HERALD_POSTGRES_URL": services.postgresURL,
             // MockAPNSProcess.start wrote the provider key (PEM of credentials.privateKey) here.
             "HERALD_APNS_KEY_PATH": workspace.path("AuthKey.p8"),
@@ -183,7 +202,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             }
             for child in heralds { try await child.waitUntilReady() }
             run = try await measure(
-                workload, rate: rate, topics: topics, heralds: heralds, mockPID: mock.process.processIdentifier, services: services, logger: logger)
+                workload, rate: rate, topics: topics, urgent: urgent, heralds: heralds, mockPID: mock.process.processIdentifier, services: services,
+                logger: logger)
             for child in heralds {
                 let status = try await child.stop()
                 guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
@@ -219,7 +239,16 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(f(sender.run.requestsPerSecond)) requests/s, \(f(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
         let failures =
             report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
-            + mockFailures(summary, expected: workload.tokens.count + sender.sent)
+            + mockFailures(summary, expected: workload.tokens.count + sender.sent + (urgent?.progress.results ?? 0))
+        if let urgent {
+            let (idle, during) = (urgent.summary(.idle), urgent.summary(.campaign))
+            print(
+                """
+                urgent alerts (\(urgent.perSecond)/s, produce -> first result): idle herald \(idle.text); during the campaign \(during.text); \
+                p99 during / idle \(f(Double(during.p99) / Double(max(1, idle.p99)), 2))
+                """
+            )
+        }
         guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
         return Double(workload.tokens.count) / run.seconds
     }
@@ -229,6 +258,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         _ workload: Workload,
         rate: Int,
         topics: [String],
+        urgent: UrgentLoad?,
         heralds: [HeraldChild],
         mockPID: Int32,
         services: BenchServices,
@@ -236,8 +266,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
     ) async throws -> PipelineRun {
         let producer = try KafkaProducer(configuration: services.kafka, logger: logger)
         let reader = try KafkaConsumer(configuration: services.kafka, groupID: "\(topics[2]).reader", topics: [topics[2]], logger: logger)
+        // A campaign goes to the bulk topic, with the urgent alerts on push.requests.
         let messages = (0..<workload.eventCount).map {
-            KafkaOutgoingMessage(topic: topics[0], key: Array(workload.eventID($0).utf8), value: workload.eventJSON($0))
+            KafkaOutgoingMessage(topic: urgent == nil ? topics[0] : topics[7], key: Array(workload.eventID($0).utf8), value: workload.eventJSON($0))
         }
         let broker = services.brokerPIDs()
         let heraldPIDs = heralds.map(\.pid)
@@ -248,8 +279,23 @@ struct PipelineBenchmark: AsyncParsableCommand {
         let (eventKey, tokenKey, statusKey) = (Array(#""event_id":""#.utf8), Array(#""token":""#.utf8), Array(#""status":""#.utf8))
         let latencyKey = Array(#""latency_ms":"#.utf8)
         let total = workload.tokens.count
+        /// Takes a push.results record of an urgent alert; false for any other.
+        func urgentResult(_ message: KafkaMessage) -> Bool {
+            guard let urgent, let value = message.value, let id = jsonString(eventKey, in: value) else { return false }
+            return urgent.handle(eventID: id, resultAt: message.timestampMilliseconds ?? wallMilliseconds())
+        }
         return try await KafkaLoad.withClients(producer, reader) {
             try await KafkaLoad.waitUntilJoined(reader)
+            var nextUrgent = 0
+            if let urgent {
+                // The idle figure first: 10 s of alerts alone, then 2 s for the last results.
+                async let idleProduced = urgent.produce(with: producer, phase: .idle, from: 0, for: .seconds(10))
+                let idleEnd = ContinuousClock.now + .seconds(12)
+                while ContinuousClock.now < idleEnd {
+                    for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) { _ = urgentResult(message) }
+                }
+                nextUrgent = try await idleProduced
+            }
             var seen = [Bool](repeating: false, count: total)
             var unique = 0
             var run = PipelineRun(start: CPUSample.take(groups()))
@@ -259,9 +305,14 @@ struct PipelineBenchmark: AsyncParsableCommand {
             // Events a second for the asked notification rate (events carry different numbers).
             let eventsPerSecond = rate > 0 ? Double(rate) * Double(messages.count) / Double(total) : nil
             async let produced = KafkaLoad.produceAll(messages, producer: producer, perSecond: eventsPerSecond)
+            let firstCampaignAlert = nextUrgent
+            let urgentDuringCampaign = urgent.map { urgent in
+                Task { try await urgent.produce(with: producer, phase: .campaign, from: firstCampaignAlert, for: nil) }
+            }
 
             /// Counts one push.results record against the workload.
             func handle(_ message: KafkaMessage) {
+                if urgentResult(message) { return }
                 guard let value = message.value, let id = jsonString(eventKey, in: value), let token = jsonString(tokenKey, in: value),
                     let event = workload.eventIndex(id), let index = workload.tokenIndex[token].map(Int.init),
                     workload.tokenEvents[index] == event
@@ -301,9 +352,13 @@ struct PipelineBenchmark: AsyncParsableCommand {
             run.end = CPUSample.take(groups())
             run.peakKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmHWM") }.max() ?? 0
             (run.produceTimes, run.produceSeconds) = try await produced
-            // Two more seconds (outside the window) for late duplicates.
+            urgentDuringCampaign?.cancel()
+            _ = try? await urgentDuringCampaign?.value
+            // Two more seconds (outside the window) for late duplicates, longer until every urgent
+            // alert has its results (at most 15 s).
             let graceEnd = clock.now + .seconds(2)
-            while clock.now < graceEnd {
+            let urgentEnd = clock.now + .seconds(15)
+            while clock.now < graceEnd || (clock.now < urgentEnd && urgent?.progress.allAnswered == false) {
                 for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(200)) { handle(message) }
             }
             run.rssAfterKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmRSS") }.reduce(0, +)
