@@ -282,7 +282,11 @@ struct PipelineBenchmark: AsyncParsableCommand {
         /// Takes a push.results record of an urgent alert; false for any other.
         func urgentResult(_ message: KafkaMessage) -> Bool {
             guard let urgent, let value = message.value, let id = jsonString(eventKey, in: value) else { return false }
-            return urgent.handle(eventID: id, resultAt: message.timestampMilliseconds ?? wallMilliseconds())
+            return urgent.handle(
+                eventID: id,
+                resultAt: message.timestampMilliseconds ?? wallMilliseconds(),
+                heraldMilliseconds: jsonInteger(latencyKey, in: value)
+            )
         }
         return try await KafkaLoad.withClients(producer, reader) {
             try await KafkaLoad.waitUntilJoined(reader)

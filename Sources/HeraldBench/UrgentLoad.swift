@@ -22,6 +22,8 @@ final class UrgentLoad: Sendable {
         var produced: [Int: (at: Int64, phase: Phase)] = [:]
         var answered: Set<Int> = []
         var latencies: [Phase: [Int64]] = [:]
+        /// The results' `latency_ms` (Herald's poll to APNs' answer), per phase.
+        var untilAnswered: [Phase: [Int64]] = [:]
         var results = 0
     }
     private let state = Mutex(State())
@@ -54,10 +56,11 @@ final class UrgentLoad: Sendable {
 
     /// Takes a push.results record of an alert (false: not one of these); a result's time is its
     /// Kafka timestamp, and an event's latency is taken at its first result.
-    func handle(eventID: String, resultAt time: Int64) -> Bool {
+    func handle(eventID: String, resultAt time: Int64, heraldMilliseconds: Int64?) -> Bool {
         guard eventID.hasPrefix(Self.eventPrefix), let index = Int(eventID.dropFirst(Self.eventPrefix.count)) else { return false }
         state.withLock { state in
             state.results += 1
+            if let phase = state.produced[index]?.phase, let heraldMilliseconds { state.untilAnswered[phase, default: []].append(heraldMilliseconds) }
             guard let produced = state.produced[index], state.answered.insert(index).inserted else { return }
             state.latencies[produced.phase, default: []].append(time - produced.at)
         }
@@ -71,9 +74,13 @@ final class UrgentLoad: Sendable {
 
     /// "p50 / p99 / max ms (n alerts)" of a phase, and its p99.
     func summary(_ phase: Phase) -> (text: String, p99: Int64) {
-        let values = state.withLock { $0.latencies[phase] ?? [] }.sorted()
+        let (values, answered) = state.withLock { (($0.latencies[phase] ?? []).sorted(), ($0.untilAnswered[phase] ?? []).sorted()) }
         guard !values.isEmpty else { return ("no alerts", 0) }
-        func at(_ fraction: Double) -> Int64 { values[min(values.count - 1, Int(Double(values.count) * fraction))] }
-        return ("p50 \(at(0.5)) ms, p99 \(at(0.99)) ms, max \(values.last!) ms (\(values.count) alerts)", at(0.99))
+        func at(_ values: [Int64], _ fraction: Double) -> Int64 { values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * fraction))] }
+        let text = """
+            p50 \(at(values, 0.5)) ms, p99 \(at(values, 0.99)) ms, max \(values.last!) ms (\(values.count) alerts; \
+            herald's poll -> APNs answer p50 \(at(answered, 0.5)) ms, p99 \(at(answered, 0.99)) ms)
+            """
+        return (text, at(values, 0.99))
     }
 }

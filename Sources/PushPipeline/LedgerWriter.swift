@@ -9,7 +9,8 @@ import Synchronization
 /// written batch goes on as a whole, so recording and publishing cost one wake-up per batch
 /// rather than one per outcome (BENCHMARKS.md). An outcome waits for at most the write in
 /// flight and its own (while fewer than `maxBatchSize` queue): the window in which a crash
-/// repeats a push.
+/// repeats a push. Urgent outcomes (push.requests) go into the next write before any bulk one,
+/// so a campaign's queue never holds them back for more than the write in flight.
 final class LedgerWriter<Ticket: Sendable>: Sendable {
     /// One outcome to record, with the registry mark of a 410 and what its submitter needs back.
     struct Entry: Sendable {
@@ -26,6 +27,7 @@ final class LedgerWriter<Ticket: Sendable>: Sendable {
     typealias Recorded = @Sendable ([(standing: RecordedDelivery, ticket: Ticket)]) async -> Void
 
     private struct State {
+        var urgentQueue: [Entry] = []
         var queue: [Entry] = []
         /// Entries in the write in flight.
         var writing = 0
@@ -44,16 +46,22 @@ final class LedgerWriter<Ticket: Sendable>: Sendable {
 
     /// Outcomes submitted and not yet written: known to APNs and not yet to the ledger.
     var unrecordedCount: Int {
-        state.withLock { $0.queue.count + $0.writing }
+        state.withLock { $0.urgentQueue.count + $0.queue.count + $0.writing }
     }
 
-    /// Queues an outcome for the next write; false once the writer has stopped (the outcome is
-    /// then not recorded, and its message must not be acknowledged).
+    /// Queues an outcome for the next write, ahead of every bulk one when `urgent`; false once
+    /// the writer has stopped (the outcome is then not recorded, and its message must not be
+    /// acknowledged).
     @discardableResult
-    func submit(_ delivery: RecordedDelivery, marking mark: UnregisterMark?, ticket: Ticket) -> Bool {
+    func submit(_ delivery: RecordedDelivery, marking mark: UnregisterMark?, ticket: Ticket, urgent: Bool = true) -> Bool {
         let (accepted, idleWriter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             if state.stopped { return (false, nil) }
-            state.queue.append(Entry(delivery: delivery, mark: mark, ticket: ticket))
+            let entry = Entry(delivery: delivery, mark: mark, ticket: ticket)
+            if urgent {
+                state.urgentQueue.append(entry)
+            } else {
+                state.queue.append(entry)
+            }
             defer { state.idleWriter = nil }
             return (true, state.idleWriter)
         }
@@ -74,18 +82,23 @@ final class LedgerWriter<Ticket: Sendable>: Sendable {
             }
             state.withLock { state in
                 state.stopped = true
+                state.urgentQueue = []
                 state.queue = []
                 state.writing = 0
             }
         }
     }
 
-    /// The next batch, oldest first, once there is one; nil when cancelled.
+    /// The next batch, urgent outcomes first, each kind oldest first, once there is one; nil
+    /// when cancelled.
     private func nextBatch() async -> [Entry]? {
         while !Task.isCancelled {
             let batch = state.withLock { state in
-                let batch = Array(state.queue.prefix(maxBatchSize))
-                state.queue.removeFirst(batch.count)
+                var batch = Array(state.urgentQueue.prefix(maxBatchSize))
+                state.urgentQueue.removeFirst(batch.count)
+                let bulk = state.queue.prefix(maxBatchSize - batch.count)
+                batch += bulk
+                state.queue.removeFirst(bulk.count)
                 state.writing = batch.count
                 return batch
             }
@@ -93,7 +106,7 @@ final class LedgerWriter<Ticket: Sendable>: Sendable {
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let ready = state.withLock { state in
-                        if !state.queue.isEmpty || Task.isCancelled { return true }
+                        if !state.urgentQueue.isEmpty || !state.queue.isEmpty || Task.isCancelled { return true }
                         state.idleWriter = continuation
                         return false
                     }

@@ -68,7 +68,9 @@ final class RequestProcessor: Sendable {
         self.storeOperations = storeOperations
         self.deadLetters = deadLetters
         self.sender = sender
-        self.sendLimit = SendPermits(limit: configuration.maxConcurrentSends)
+        // Bulk sends may hold three quarters of the permits: the rest stay free for urgent ones
+        // (BulkLaneTests, herald-bench --campaign-urgent-rate).
+        self.sendLimit = SendPermits(limit: configuration.maxConcurrentSends, bulkShare: 0.75)
         self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.tracer = tracer
         self.metrics = metrics
@@ -366,7 +368,7 @@ final class RequestProcessor: Sendable {
         )
         var ticket = ticket
         ticket.status = outcome.status
-        ledgerWriter.submit(delivery, marking: mark, ticket: ticket)
+        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.progress.lane.priority == .urgent)
     }
 
     /// Gives up a send whose partition was revoked before its next attempt: the member that owns
@@ -375,7 +377,7 @@ final class RequestProcessor: Sendable {
     /// partition comes back), its permit is returned, and its batch stops waiting for the message.
     private func abandonFenced(_ ticket: DeliveryTicket) {
         if let claim = ticket.claim { inFlight.release(claim) }
-        sendLimit.release(1)
+        sendLimit.release(1, from: ticket.progress.lane.priority)
         metrics.recordFencedSend()
         if ticket.progress.abandon(ticket.message) {
             ticket.progress.trace(ticket.message)?.span.end()
@@ -405,9 +407,9 @@ final class RequestProcessor: Sendable {
         }
         let published = ContinuousClock.now
         metrics.recordStage(.resultPublish, since: started)
-        var permits = 0
+        var permits: [SendPermits.Lane: Int] = [:]
         for (messages, ticket) in results {
-            if ticket.claim != nil { permits += 1 }
+            if ticket.claim != nil { permits[ticket.progress.lane.priority, default: 0] += 1 }
             metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
             if let status = ticket.status {
                 metrics.recordResult(status, lane: ticket.progress.lane.priority)
@@ -422,7 +424,7 @@ final class RequestProcessor: Sendable {
                 ticket.progress.lane.tracker.finish(message)
             }
         }
-        if permits > 0 { sendLimit.release(permits) }
+        for (lane, count) in permits { sendLimit.release(count, from: lane) }
     }
 
     /// The records of a recorded outcome: its push.unregistered event, if it marked the token,

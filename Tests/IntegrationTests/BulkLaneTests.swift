@@ -45,6 +45,10 @@ struct BulkLaneTests {
             }
             try await testbed.publishUrgentEvents(ids: urgentUsers.indices.map { "urgent-\($0)" }, users: urgentUsers, producedAt: producedAt)
             try await publishing.value
+            // Bad input on the bulk lane is dead-lettered as on push.requests, naming its topic.
+            try await testbed.producer.send(
+                KafkaOutgoingMessage(topic: testbed.topics.bulkRequests, key: Array("broken".utf8), value: Array("{this is not json".utf8))
+            )
 
             let expected = campaign + 2 * urgentUsers.count
             let reader = try TopicReader(topics: [testbed.topics.results])
@@ -67,6 +71,9 @@ struct BulkLaneTests {
                 "during the campaign p50 \(during.p50) ms max \(during.max) ms;",
                 "campaign \(campaign) notifications in \(campaignEnd - campaignStart) ms"
             )
+            let deadLetters = try await TopicReader(topics: [testbed.topics.deadLetters]).read(timeout: .seconds(60)) { !$0.isEmpty }
+            #expect(deadLetters.first?.header("herald-error") == "invalid_json")
+            #expect(deadLetters.first?.header("herald-source-topic") == testbed.topics.bulkRequests)
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }

@@ -98,6 +98,23 @@ struct LedgerWriterTests {
         }
     }
 
+    @Test func urgentOutcomesGoIntoTheNextWriteAheadOfAQueuedCampaign() async throws {
+        let ledger = HeldLedgerWrites()
+        let handedOn = HandedOn()
+        let writer = LedgerWriter<Int>(maxBatchSize: 2)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
+            writer.submit(Self.outcome("b0"), marking: nil, ticket: 0, urgent: false)
+            try await Self.waitUntil { ledger.written.count == 1 }
+            for index in 1..<5 { writer.submit(Self.outcome("b\(index)"), marking: nil, ticket: index, urgent: false) }
+            writer.submit(Self.outcome("u5"), marking: nil, ticket: 5)
+            ledger.release(4)
+            try await Self.waitUntil { handedOn.received.count == 4 }
+            #expect(ledger.written.map { $0.map(\.eventID) } == [["b0"], ["u5", "b1"], ["b2", "b3"], ["b4"]])
+            group.cancelAll()
+        }
+    }
+
     @Test func aWriteTakesAtMostTheBatchSizeOldestFirst() async throws {
         let ledger = HeldLedgerWrites()
         let handedOn = HandedOn()

@@ -20,10 +20,10 @@ import Testing
             return
         }
         #expect(machine.inUse == 2)
-        let result4 = machine.release(1)
+        let result4 = machine.release(1, from: .urgent)
         #expect(result4 == [1])
         #expect(machine.inUse == 2)
-        let result5 = machine.release(2)
+        let result5 = machine.release(1, from: .urgent) + machine.release(1, from: .bulk)
         #expect(result5 == [])
         #expect(machine.inUse == 0)
     }
@@ -35,7 +35,7 @@ import Testing
         #expect(result6)
         let noneFree = !machine.tryAcquire(.urgent)
         #expect(noneFree)  // the sender sees none free...
-        let wokenByRelease = machine.release(1)
+        let wokenByRelease = machine.release(1, from: .urgent)
         #expect(wokenByRelease == [])  // ...the holder releases before it registers...
         guard case .resume(let waiter) = machine.enqueue(7, id: 1, lane: .urgent) else {
             Issue.record("the waiter was parked although a permit was free")
@@ -57,15 +57,15 @@ import Testing
         }
         #expect(machine.waiting(.urgent) == 2)
         #expect(machine.waiting(.bulk) == 2)
-        let result8 = machine.release(1)
+        let result8 = machine.release(1, from: .bulk)
         #expect(result8 == [2])
-        let result9 = machine.release(1)
+        let result9 = machine.release(1, from: .urgent)
         #expect(result9 == [4])
-        let result10 = machine.release(1)
+        let result10 = machine.release(1, from: .urgent)
         #expect(result10 == [1])
-        let result11 = machine.release(1)
+        let result11 = machine.release(1, from: .bulk)
         #expect(result11 == [3])
-        let result12 = machine.release(1)
+        let result12 = machine.release(1, from: .bulk)
         #expect(result12 == [])
         #expect(machine.inUse == 0)
     }
@@ -83,7 +83,7 @@ import Testing
         #expect(!result13)
         let result14 = machine.tryAcquire(.urgent)
         #expect(!result14)
-        let result15 = machine.release(1)
+        let result15 = machine.release(1, from: .urgent)
         #expect(result15 == [1])
     }
 
@@ -97,68 +97,93 @@ import Testing
         #expect(result17 == 1)
         let result18 = machine.cancel(id: 1)
         #expect(result18 == nil)
-        let result19 = machine.release(1)
+        let result19 = machine.release(1, from: .urgent)
         #expect(result19 == [2])
         let cancelledAfterGrant = machine.cancel(id: 2)
         #expect(cancelledAfterGrant == nil)  // already granted
     }
 
-    /// Random interleavings of acquire, enqueue, cancel and release: permits are never lost or
-    /// duplicated, and nobody waits while a permit is free.
+    /// Random interleavings of acquire, enqueue, cancel and release in both lanes, with and
+    /// without a bulk share: permits are never lost or duplicated, bulk senders never hold more
+    /// than their share, and nobody waits while a permit is free for them.
     @Test(arguments: 1...20) func randomInterleavingsKeepEveryPermit(seed: UInt64) {
         var random = SplitMix(seed: seed)
         let limit = Int(random.next() % 5) + 1
-        var machine = Machine(limit: limit)
-        var holders = 0
-        var waiting: [UInt64] = []
+        var machine = Machine(limit: limit, bulkShare: seed.isMultiple(of: 2) ? 0.5 : 1)
+        var holders: [Lane: Int] = [.urgent: 0, .bulk: 0]
+        var waiting: [UInt64: Lane] = [:]
         var nextID: UInt64 = 0
         for _ in 0..<2_000 {
             let lane: Lane = random.next() % 3 == 0 ? .bulk : .urgent
             switch random.next() % 4 {
             case 0:
-                if machine.tryAcquire(lane) { holders += 1 }
+                if machine.tryAcquire(lane) { holders[lane, default: 0] += 1 }
             case 1:
                 nextID += 1
                 switch machine.enqueue(Int(nextID), id: nextID, lane: lane) {
-                case .resume: holders += 1
-                case .wait: waiting.append(nextID)
+                case .resume: holders[lane, default: 0] += 1
+                case .wait: waiting[nextID] = lane
                 }
             case 2:
                 // Every sender still waiting can be cancelled, and hands back its own waiter.
-                guard !waiting.isEmpty else { continue }
-                let id = waiting.remove(at: Int(random.next() % UInt64(waiting.count)))
+                guard let id = waiting.keys.sorted().randomElement(using: &random) else { continue }
+                waiting[id] = nil
                 let cancelled = machine.cancel(id: id)
                 #expect(cancelled == Int(id))
             default:
-                guard holders > 0 else { continue }
-                let count = Int(random.next() % UInt64(holders)) + 1
-                holders -= count
-                let granted = machine.release(count)
-                holders += granted.count
-                waiting.removeAll { id in granted.contains(Int(id)) }
+                let releasing: Lane = holders[.bulk, default: 0] > 0 && (holders[.urgent, default: 0] == 0 || random.next() % 2 == 0) ? .bulk : .urgent
+                let held = holders[releasing, default: 0]
+                guard held > 0 else { continue }
+                let count = Int(random.next() % UInt64(held)) + 1
+                holders[releasing] = held - count
+                for granted in machine.release(count, from: releasing) {
+                    let grantedLane = waiting.removeValue(forKey: UInt64(granted))
+                    #expect(grantedLane != nil, "only a waiter is granted")
+                    holders[grantedLane ?? .urgent, default: 0] += 1
+                }
             }
-            #expect(machine.inUse == holders)
-            #expect(holders <= limit)
+            let held = holders.values.reduce(0, +)
+            #expect(machine.inUse == held)
+            #expect(held <= limit)
+            #expect(machine.heldByBulk == holders[.bulk] && machine.heldByBulk <= machine.bulkLimit)
             if machine.available > 0 {
-                #expect(machine.waiting(.urgent) + machine.waiting(.bulk) == 0)
+                #expect(machine.waiting(.urgent) == 0)
+                #expect(machine.waiting(.bulk) == 0 || machine.heldByBulk == machine.bulkLimit)
             }
         }
     }
 
+    @Test func bulkSendersLeaveTheirShareForUrgentOnes() {
+        var machine = Machine(limit: 4, bulkShare: 0.5)
+        let bulkGrants = (0..<3).map { _ in machine.tryAcquire(.bulk) }
+        #expect(bulkGrants == [true, true, false], "two of four permits for bulk")
+        guard case .wait = machine.enqueue(1, id: 1, lane: .bulk) else {
+            Issue.record("a bulk sender beyond the share waits")
+            return
+        }
+        let urgentGrants = (0..<2).map { _ in machine.tryAcquire(.urgent) }
+        #expect(urgentGrants == [true, true], "the rest are free for urgent senders")
+        let urgentReturned = machine.release(1, from: .urgent)
+        #expect(urgentReturned.isEmpty, "an urgent permit does not raise the bulk share")
+        let bulkReturned = machine.release(1, from: .bulk)
+        #expect(bulkReturned == [1], "a bulk permit goes to the bulk waiter")
+    }
+
     @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
-        let permits = SendPermits(limit: 3)
+        let permits = SendPermits(limit: 3, bulkShare: 0.5)
         let maximum = Concurrent()
         await withTaskGroup(of: Void.self) { group in
             for index in 0..<400 {
                 group.addTask {
-                    try? await permits.acquire(index.isMultiple(of: 3) ? .bulk : .urgent)
+                    let lane: Lane = index.isMultiple(of: 3) ? .bulk : .urgent
+                    try? await permits.acquire(lane)
                     maximum.state.withLock { state in
                         state.now += 1
                         state.highest = max(state.highest, state.now)
                     }
                     await Task.yield()
                     maximum.state.withLock { $0.now -= 1 }
-                    permits.release()
+                    permits.release(from: lane)
                 }
             }
         }
@@ -176,7 +201,7 @@ import Testing
             await #expect(throws: CancellationError.self) { try await group.next() }
         }
         #expect(permits.waiting(.bulk) == 0)
-        permits.release()
+        permits.release(from: .urgent)
         #expect(permits.inUse == 0)
     }
 }
@@ -189,7 +214,7 @@ private final class Concurrent: Sendable {
 }
 
 /// A small deterministic generator, so a failing interleaving can be replayed by its seed.
-private struct SplitMix {
+private struct SplitMix: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

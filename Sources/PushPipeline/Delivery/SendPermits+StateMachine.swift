@@ -19,17 +19,24 @@ extension SendPermits {
         enum EnqueueAction {
             /// A permit was free after all (released since ``tryAcquire(_:)``): resume the waiter now.
             case resume(Waiter)
-            /// Registered; a later ``release(_:)`` or ``cancel(id:)`` hands the waiter back.
+            /// Registered; a later ``release(_:from:)`` or ``cancel(id:)`` hands the waiter back.
             case wait
         }
 
         let limit: Int
+        /// The most permits bulk senders hold at once: the rest stay for urgent ones, so an
+        /// urgent send finds a permit (and an HTTP/2 stream) free while a campaign runs.
+        let bulkLimit: Int
         private(set) var available: Int
+        /// Permits bulk senders hold now.
+        private(set) var heldByBulk = 0
         private var urgent = FIFO()
         private var bulk = FIFO()
 
-        init(limit: Int) {
+        /// `bulkShare` of the permits (at least one) may go to bulk senders at once.
+        init(limit: Int, bulkShare: Double = 1) {
             self.limit = max(1, limit)
+            bulkLimit = max(1, min(self.limit, Int(Double(self.limit) * bulkShare)))
             available = self.limit
         }
 
@@ -44,7 +51,11 @@ extension SendPermits {
         /// Takes a permit when one is free and nobody waits ahead of `lane` (an urgent sender
         /// waits only behind urgent ones, a bulk sender behind everyone); false otherwise.
         mutating func tryAcquire(_ lane: Lane) -> Bool {
-            guard available > 0, urgent.isEmpty, lane == .urgent || bulk.isEmpty else { return false }
+            guard available > 0, urgent.isEmpty else { return false }
+            if lane == .bulk {
+                guard bulk.isEmpty, heldByBulk < bulkLimit else { return false }
+                heldByBulk += 1
+            }
             available -= 1
             return true
         }
@@ -65,13 +76,20 @@ extension SendPermits {
             urgent.remove(id: id) ?? bulk.remove(id: id)
         }
 
-        /// Gives `count` permits back: urgent waiters first, then bulk ones, each lane in arrival
-        /// order; returns the waiters that now hold them, to be resumed.
-        mutating func release(_ count: Int) -> [Waiter] {
+        /// Gives back `count` permits held by `lane`'s senders: urgent waiters first, then bulk
+        /// ones within the bulk share, each lane in arrival order; returns the waiters that now
+        /// hold them, to be resumed.
+        mutating func release(_ count: Int, from lane: Lane) -> [Waiter] {
             available += count
+            if lane == .bulk { heldByBulk -= count }
             var granted: [Waiter] = []
-            while available > 0, let next = urgent.popFirst() ?? bulk.popFirst() {
+            while available > 0, let next = urgent.popFirst() {
                 available -= 1
+                granted.append(next.waiter)
+            }
+            while available > 0, heldByBulk < bulkLimit, let next = bulk.popFirst() {
+                available -= 1
+                heldByBulk += 1
                 granted.append(next.waiter)
             }
             return granted

@@ -11,8 +11,9 @@ final class SendPermits: Sendable {
     private let state: Mutex<StateMachine<CheckedContinuation<Void, any Error>>>
     private let waitIDs = Atomic<UInt64>(0)
 
-    init(limit: Int) {
-        state = Mutex(StateMachine(limit: limit))
+    /// `bulkShare` of `limit` may be held by bulk senders at once (see ``StateMachine/bulkLimit``).
+    init(limit: Int, bulkShare: Double = 1) {
+        state = Mutex(StateMachine(limit: limit, bulkShare: bulkShare))
     }
 
     /// Permits held now.
@@ -27,7 +28,7 @@ final class SendPermits: Sendable {
 
     /// Takes a permit, waiting for one behind the earlier waiters of `lane` (and, for bulk,
     /// behind every urgent one); throws `CancellationError` if cancelled while waiting. Every
-    /// permit taken must be given back with ``release(_:)``.
+    /// permit taken must be given back with ``release(_:from:)``, naming the same lane.
     func acquire(_ lane: Lane = .urgent) async throws {
         if state.withLock({ $0.tryAcquire(lane) }) { return }
         let id = waitIDs.add(1, ordering: .relaxed).newValue
@@ -49,8 +50,8 @@ final class SendPermits: Sendable {
         }
     }
 
-    /// Gives `count` permits back, to the waiters first in line.
-    func release(_ count: Int = 1) {
-        for waiter in state.withLock({ $0.release(count) }) { waiter.resume() }
+    /// Gives back `count` permits that `lane`'s senders held, to the waiters first in line.
+    func release(_ count: Int = 1, from lane: Lane) {
+        for waiter in state.withLock({ $0.release(count, from: lane) }) { waiter.resume() }
     }
 }
