@@ -42,7 +42,7 @@ struct RebalanceFenceTests {
             // The second instance joins: the first drains for 15 s, cannot finish, and revokes.
             let second = try await startInstance()
             try await waitUntil("the second instance owns partitions", timeout: .seconds(90)) {
-                Self.gauge("herald_assigned_partitions", port: second.port) ?? 0 > 0
+                Self.metric("herald_assigned_partitions", ["lane": "urgent"], port: second.port) ?? 0 > 0
             }
             // Attempts the first instance had in flight at the revocation end (3 s) before APNs
             // recovers; from then on only attempts started after the revocation could succeed.
@@ -56,15 +56,15 @@ struct RebalanceFenceTests {
             try await Task.sleep(for: .seconds(5))
             let pushedTwice = devices.count { testbed.production.pushCount(token: $0.token) > 1 }
             #expect(pushedTwice == 0, "\(pushedTwice) of \(devices.count) devices pushed twice")
-            let fenced = Self.gauge("herald_sends_fenced_total", port: first.port) ?? 0
+            let fenced = Self.metric("herald_sends_fenced_total", port: first.port) ?? 0
             #expect(fenced > 0, "the first instance fenced the sends of its revoked partitions")
         }
     }
 
-    /// A sample of Herald's `/metrics` without labels, or nil when it cannot be read.
-    private static func gauge(_ name: String, port: Int) -> Double? {
+    /// A sample of Herald's `/metrics` with exactly `labels`, or nil when it cannot be read.
+    private static func metric(_ name: String, _ labels: [String: String] = [:], port: Int) -> Double? {
         guard let body = httpGet(port: port, path: "/metrics")?.body else { return nil }
-        return (try? PrometheusText(body))?.value(name)
+        return (try? PrometheusText(body))?.value(name, labels)
     }
 }
 
