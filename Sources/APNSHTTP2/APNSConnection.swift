@@ -81,7 +81,9 @@ final class APNSConnection: APNSPooledConnection {
 
             let (channel, handler, ready) = try await ClientBootstrap(group: eventLoopGroup)
                 .connectTimeout(TimeAmount(connectTimeout))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                // TCP_NODELAY is ClientBootstrap's default. Not `.socketOption(.tcp_nodelay)`: at
+                // SOL_SOCKET that number is SO_DEBUG, refused without CAP_NET_ADMIN, so every
+                // connect failed in a container (scripts/check-containers.sh found it).
                 .connect(host: endpoint.host, port: endpoint.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let ready = channel.eventLoop.makePromise(of: Int.self)

@@ -177,7 +177,8 @@ public final class MockAPNSServer: Service, Sendable {
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            // TCP_NODELAY is ServerBootstrap's default for accepted connections (not
+            // `.socketOption(.tcp_nodelay)`: that is SO_DEBUG, refused without CAP_NET_ADMIN).
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try self.configureConnection(channel, sslContext: sslContext)
