@@ -8,6 +8,9 @@ set -euo pipefail
 (cd "$(dirname "${BASH_SOURCE[0]}")/.." && PATH="/opt/swift/usr/bin:$PATH" swift-format lint --strict --recursive \
     Sources Tests Examples/Embedding/Sources Package.swift Examples/Embedding/Package.swift)
 
+# The embedded migrations match schemas/migrations/ as the generator writes them (instant).
+"$(dirname "${BASH_SOURCE[0]}")/generate-migrations.sh" --check
+
 # The deploy files under the tools that read them (seconds; installs its tools on first use).
 "$(dirname "${BASH_SOURCE[0]}")/check-deploy.sh"
 

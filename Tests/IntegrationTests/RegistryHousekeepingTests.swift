@@ -81,7 +81,8 @@ extension TokenRegistryTests {
             try await database.insertRow(topic, newer, user: "u-1", registeredAt: t(30))
 
             let applied = try await store.applyPendingTombstones()
-            #expect(applied >= 0)  // another instance may have settled them first
+            // The overtaken row at least (pending tombstones of other tests may add to the count).
+            #expect(applied >= 1)
             #expect(try await database.row(topic, overtaken)?.unregisteredAt == t(20))
             #expect(try await database.row(topic, newer)?.unregisteredAt == nil)
             #expect(try await database.tombstone(topic, overtaken) == nil)
