@@ -1,31 +1,123 @@
-/// A terminal outcome exactly as it was published, so a redelivered event republishes the same
-/// records instead of pushing again.
-public struct RecordedDelivery: Sendable, Hashable {
-    public var eventID: String
-    public var token: String
-    /// The event's bundle ID.
-    public var topic: String
-    /// The user the device belonged to when the outcome was recorded.
-    public var userID: String
-    /// The push.results value.
-    public var result: [UInt8]
-    /// The push.unregistered value, present only when this outcome marked the token unregistered.
-    public var unregisteredEvent: [UInt8]?
+public import APNSCore
 
-    public init(
-        eventID: String,
-        token: String,
-        topic: String,
-        userID: String,
-        result: [UInt8],
-        unregisteredEvent: [UInt8]? = nil
-    ) {
+/// Where an event's outcomes live in the ledger: its ID and the UTC day of the Kafka record that
+/// carried it. The record's timestamp is the same on every redelivery, so a redelivered event
+/// finds its outcomes in one day partition; the day is also what the ledger's retention counts
+/// from, as Kafka's own retention does.
+public struct LedgerEvent: Sendable, Hashable {
+    public var eventID: String
+    /// Days since 1970-01-01 (UTC) of the record's timestamp.
+    public var day: Int32
+
+    public init(eventID: String, day: Int32) {
         self.eventID = eventID
+        self.day = day
+    }
+
+    /// The event of a record with this timestamp (milliseconds since 1970).
+    public init(eventID: String, recordTimestampMilliseconds: Int64) {
+        self.init(eventID: eventID, day: Self.day(ofMilliseconds: recordTimestampMilliseconds))
+    }
+
+    /// The UTC day, counted from 1970-01-01, of an instant in milliseconds since 1970.
+    public static func day(ofMilliseconds milliseconds: Int64) -> Int32 {
+        let (quotient, remainder) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
+        return Int32(clamping: remainder < 0 ? quotient - 1 : quotient)
+    }
+}
+
+/// The `status` of a push.results record.
+public enum DeliveryStatus: String, Sendable, Hashable, CaseIterable {
+    case delivered
+    case unregistered
+    case rejected
+    case failed
+    case expired
+    case noDevices = "no_devices"
+}
+
+/// What the ledger keeps of one terminal outcome: with the event it belongs to, enough to
+/// publish its push.results record, and the push.unregistered event it caused, byte for byte
+/// as the first time, and nothing more.
+public struct RecordedDelivery: Sendable, Hashable {
+    /// What was recorded.
+    public enum Outcome: Sendable, Hashable {
+        /// An APNs send's outcome, to a device or a broadcast channel.
+        case send(SendOutcome)
+        /// A whole result message with the push.unregistered event it caused, if any: answers a
+        /// send's fields do not describe (channel management), and outcomes recorded before the
+        /// ledger kept fields.
+        case message(result: [UInt8], unregisteredEvent: [UInt8]?)
+    }
+
+    /// The outcome of a send, in the fields of its push.results record that the event does not
+    /// determine.
+    public struct SendOutcome: Sendable, Hashable {
+        /// Never `noDevices`, which is not recorded.
+        public var status: DeliveryStatus
+        public var environment: APNSEnvironment
+        public var apnsStatus: Int?
+        public var reason: String?
+        public var attempts: Int
+        public var latencyMilliseconds: Int64
+        public var completedAtMilliseconds: Int64
+        public var apnsUniqueID: String?
+        /// APNs' 410 timestamp, kept only when this outcome marked the token unregistered (its
+        /// push.unregistered event is then published with the result).
+        public var unregisteredAtMilliseconds: Int64?
+
+        public init(
+            status: DeliveryStatus,
+            environment: APNSEnvironment,
+            apnsStatus: Int?,
+            reason: String?,
+            attempts: Int,
+            latencyMilliseconds: Int64,
+            completedAtMilliseconds: Int64,
+            apnsUniqueID: String? = nil,
+            unregisteredAtMilliseconds: Int64? = nil
+        ) {
+            self.status = status
+            self.environment = environment
+            self.apnsStatus = apnsStatus
+            self.reason = reason
+            self.attempts = attempts
+            self.latencyMilliseconds = latencyMilliseconds
+            self.completedAtMilliseconds = completedAtMilliseconds
+            self.apnsUniqueID = apnsUniqueID
+            self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
+        }
+    }
+
+    public var event: LedgerEvent
+    /// The device token (lowercase hex), or the pipeline's key for a target that is not a device.
+    public var token: String
+    /// The user the device belonged to when the outcome was recorded ("" for other targets).
+    public var userID: String
+    public var outcome: Outcome
+
+    public init(event: LedgerEvent, token: String, userID: String, outcome: Outcome) {
+        self.event = event
         self.token = token
-        self.topic = topic
         self.userID = userID
-        self.result = result
-        self.unregisteredEvent = unregisteredEvent
+        self.outcome = outcome
+    }
+
+    /// The outcome of a send, nil for a recorded message.
+    public var sendOutcome: SendOutcome? {
+        if case .send(let outcome) = outcome { outcome } else { nil }
+    }
+
+    /// The 410 timestamp a send's outcome keeps (nil for a recorded message, whose setter
+    /// changes nothing).
+    public var unregisteredAtMilliseconds: Int64? {
+        get { sendOutcome?.unregisteredAtMilliseconds }
+        set {
+            if case .send(var send) = outcome {
+                send.unregisteredAtMilliseconds = newValue
+                outcome = .send(send)
+            }
+        }
     }
 }
 
@@ -43,14 +135,16 @@ public struct UnregisterMark: Sendable, Hashable {
     }
 }
 
-/// The idempotency ledger: every terminal (event, token) outcome, recorded as soon as it is known.
+/// The idempotency ledger: every terminal (event, token) outcome, recorded as soon as it is known
+/// and kept for a retention counted from the event's record day.
 public protocol DeliveryLedger: Sendable {
     /// The recorded outcomes of these events, by event ID and then token.
-    func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]]
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]]
 
     /// Records each outcome unless one is already recorded for its (event, token), and returns,
     /// in order, the one that stands for each. An outcome with a `mark` marks its token
-    /// unregistered in the same transaction as its insert and keeps its `unregisteredEvent` only
-    /// if that mark changed the row; an outcome without one keeps none.
+    /// unregistered in the same transaction as its insert and keeps its
+    /// `unregisteredAtMilliseconds` only if that mark changed the row; an outcome without one
+    /// keeps none.
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery]
 }

@@ -2,6 +2,7 @@ import APNSCore
 import APNSHTTP2
 import ArgumentParser
 import Crypto
+import DeviceTokenStore
 import Foundation
 import HeraldService
 import Logging

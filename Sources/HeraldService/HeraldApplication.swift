@@ -19,10 +19,16 @@ import UnixSignals
 
 /// Builds Herald's services from a configuration: the wiring `herald run` and the tests share.
 package enum HeraldApplication {
-    /// Applies the schema migrations and returns.
+    /// Applies the schema migrations, creates the delivery ledger's partitions for the
+    /// retention window and the days ahead, and returns.
     package static func migrate(configuration: HeraldConfiguration, logger: Logger) async throws {
         try await withTokenStore(postgresURL: configuration.postgresURL, logger: logger) { store in
             try await store.migrate()
+            let report = try await RegistryHousekeeping(configuration: configuration.housekeeping, store: store, logger: logger).maintainLedger()
+            logger.info(
+                "delivery ledger partitions ready",
+                metadata: ["push.housekeeping.ledger_partitions_created": "\(report.partitionsCreated)"]
+            )
         }
     }
 

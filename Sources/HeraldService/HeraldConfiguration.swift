@@ -112,11 +112,13 @@ package struct HeraldConfiguration: Sendable {
         pipeline.maxOutcomesPerLedgerWrite = try source.integer("HERALD_LEDGER_BATCH_SIZE", default: pipeline.maxOutcomesPerLedgerWrite, in: 1...10_000)
         pipeline.derivesCollapseID = try source.boolean("HERALD_APNS_DERIVED_COLLAPSE_ID", default: false)
         pipeline.bulkMaxRate = try source.integer("HERALD_BULK_MAX_RATE", default: 0, in: 0...1_000_000)
+        let housekeeping = try Self.housekeepingConfiguration(source)
+        pipeline.ledgerRetention = housekeeping.ledgerRetention
         self.pipeline = pipeline
 
         postgresURL = try PostgresURL(source["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
         postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
-        housekeeping = try Self.housekeepingConfiguration(source)
+        self.housekeeping = housekeeping
         apns = try Self.apnsConfiguration(source, certificateProblems: &certificateProblems)
         let broadcastProduction = try Self.endpoint(source, "HERALD_APNS_BROADCAST_PRODUCTION_URL")
         let broadcastSandbox = try Self.endpoint(source, "HERALD_APNS_BROADCAST_SANDBOX_URL")

@@ -1,25 +1,32 @@
+import APNSCore
 package import DeviceTokenStore
-package import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 extension PostgresDeviceTokenStore: DeliveryLedger {
-    package func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
-        guard !eventIDs.isEmpty else { return [:] }
+    /// One statement for the partitioned ledger: the batch's days (usually one) bound `day`, which
+    /// prunes the lookup to their partitions when it starts, generic plan included, and the
+    /// events' keys as an array make each event one probe of that partition's primary key (a
+    /// join alone lets the generic plan scan the day's whole index). While `push.deliveries`
+    /// (before migration 5) exists, it is read too.
+    package func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]] {
+        guard !events.isEmpty else { return [:] }
         var deliveries: [String: [String: RecordedDelivery]] = [:]
-        let rows = try await RecordedDeliveriesStatement(eventIDs: eventIDs).executeUnnamed { try await client.query($0, logger: logger) }
-        for try await (eventID, token, topic, userID, result, unregisteredEvent) in rows {
-            deliveries[eventID, default: [:]][token] = RecordedDelivery(
-                row: (eventID, token, topic, userID, result, unregisteredEvent)
-            )
+        let lookup = RecordedDeliveriesStatement(events: events)
+        for try await delivery in try await lookup.executeUnnamed({ try await client.query($0, logger: logger) }) {
+            deliveries[delivery.event.eventID, default: [:]][delivery.token] = delivery
+        }
+        for delivery in try await unpartitionedLedger.recordedDeliveries(of: events, client: client, logger: logger) {
+            deliveries[delivery.event.eventID, default: [:]][delivery.token] = deliveries[delivery.event.eventID]?[delivery.token] ?? delivery
         }
         return deliveries
     }
 
-    /// One prepared statement records the whole batch, so without registry marks it is one
-    /// round trip and no transaction: the batch sits between APNs' answers and their results'
-    /// publication, and its latency is the window in which a crash repeats a push. With marks,
-    /// the marks and the statement share one transaction.
+    /// One statement records the whole batch, so without registry marks it is one round trip and
+    /// no transaction: the batch sits between APNs' answers and their results' publication, and
+    /// its latency is the window in which a crash repeats a push. With marks, the marks and the
+    /// statement share one transaction.
     package func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         // One row per (event, token): the first outcome given for it stands for every copy.
         var rows: [RecordedDelivery] = []
@@ -28,7 +35,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
             if let row = rowOfKey[DeliveryKey(entry.delivery)] { return row }
             var row = entry.delivery
             // Kept only when a mark of this (event, token) changes the registry row (below).
-            row.unregisteredEvent = nil
+            row.unregisteredAtMilliseconds = nil
             rows.append(row)
             rowOfKey[DeliveryKey(row)] = rows.count - 1
             return rows.count - 1
@@ -51,7 +58,9 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
                     on: connection,
                     logger: logger
                 )
-                if marked { rows[rowOfEntry[index]].unregisteredEvent = batch[index].delivery.unregisteredEvent }
+                if marked {
+                    rows[rowOfEntry[index]].unregisteredAtMilliseconds = batch[index].delivery.unregisteredAtMilliseconds
+                }
             }
             return try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await connection.query($0, logger: logger) })
         }
@@ -79,65 +88,134 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         return try rows.map { row in
             if let earlier = recordedBefore[DeliveryKey(row)] { return earlier }
             guard inserted.contains(DeliveryKey(row)) else {
-                throw PostgresLedgerError(detail: "no outcome for \(row.eventID) after recording it")
+                throw PostgresLedgerError(detail: "no outcome for \(row.event.eventID) after recording it")
             }
             return row
         }
     }
+}
 
-    package func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
-        try await deleteInBatches { batchSize in
-            """
-            WITH deleted AS (
-                DELETE FROM push.deliveries WHERE (event_id, token) IN (
-                    SELECT event_id, token FROM push.deliveries WHERE recorded_at < \(date) LIMIT \(batchSize))
-                RETURNING 1
+/// How a row of `push.delivery_ledger` is written and read; the SQL of both statements shares it.
+enum LedgerRow {
+    /// The `status` codes, in order from 1 (migration 5).
+    static let statusCodes = "ARRAY['delivered', 'unregistered', 'rejected', 'failed', 'expired']"
+
+    /// The row's columns as the statements read them: event ID (from the batch), day, token as
+    /// text, user, status text, then the outcome's fields.
+    static let selectedColumns = """
+        l.day, CASE WHEN l.device THEN encode(l.token, 'hex') ELSE convert_from(l.token, 'UTF8') END,
+        l.user_id, (\(statusCodes))[l.status], l.sandbox, l.apns_status, l.reason, l.attempts, l.latency_ms,
+        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message
+        """
+
+    typealias Columns = (
+        String, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?
+    )
+
+    /// Whether a send's `token` is kept as the bytes its text spells (`device`): lowercase hex of
+    /// even length, as every device token is; other keys are kept as UTF-8.
+    static func isStoredAsBytes(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.count.isMultiple(of: 2)
+            && token.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
+    /// The delivery of a row read as ``selectedColumns`` after the event ID.
+    static func delivery(_ row: PostgresRow) throws -> RecordedDelivery {
+        let columns = try row.decode(Columns.self)
+        return try delivery(columns)
+    }
+
+    static func delivery(_ columns: Columns) throws -> RecordedDelivery {
+        let (eventID, day, token, userID, status, sandbox, apnsStatus, reason, attempts, latency, completedAt, uniqueID, unregisteredAt, message) =
+            columns
+        let outcome: RecordedDelivery.Outcome
+        if let message {
+            outcome = .message(result: Array(message.utf8), unregisteredEvent: nil)
+        } else {
+            guard let status = status.flatMap(DeliveryStatus.init(rawValue:)) else {
+                throw PostgresLedgerError(detail: "unknown status code for \(eventID)")
+            }
+            outcome = .send(
+                RecordedDelivery.SendOutcome(
+                    status: status,
+                    environment: sandbox ? .sandbox : .production,
+                    apnsStatus: apnsStatus.map(Int.init),
+                    reason: reason,
+                    attempts: Int(attempts),
+                    latencyMilliseconds: Int64(latency),
+                    completedAtMilliseconds: completedAt,
+                    apnsUniqueID: uniqueID,
+                    unregisteredAtMilliseconds: unregisteredAt
+                )
             )
-            SELECT count(*) FROM deleted
-            """
         }
+        return RecordedDelivery(event: LedgerEvent(eventID: eventID, day: day), token: token, userID: userID, outcome: outcome)
     }
 }
 
 /// Every recorded outcome of a batch of events, in one round trip.
 struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     static let sql = """
-        SELECT event_id, token, topic, user_id, result, unregistered_event FROM push.deliveries
-        WHERE event_id = ANY($1)
+        WITH wanted AS (SELECT e AS event_id, md5(e)::uuid AS event_key FROM unnest($2::text[]) AS e)
+        SELECT w.event_id, \(LedgerRow.selectedColumns)
+        FROM wanted AS w JOIN push.delivery_ledger AS l ON l.event_key = w.event_key
+        WHERE l.day BETWEEN $1 AND $3 AND l.event_key = ANY(ARRAY(SELECT event_key FROM wanted))
         """
-    typealias Row = (String, String, String, String, String, String?)
+    typealias Row = RecordedDelivery
 
-    var eventIDs: [String]
+    var events: [LedgerEvent]
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 1)
-        bindings.append(eventIDs)
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(events.lazy.map(\.day).min() ?? 0)
+        bindings.append(Array(Set(events.map(\.eventID))))
+        bindings.append(events.lazy.map(\.day).max() ?? 0)
         return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        try row.decode(Row.self)
+        try LedgerRow.delivery(row)
     }
 }
 
 /// Inserts each outcome unless its (event, token) has one. Returns the key of each inserted row
 /// (with no outcome: the one given stands) and each outcome recorded earlier, in full.
+///
+/// postgres-nio binds no arrays of optionals, so an absent value travels as a sentinel the
+/// statement turns into NULL: '' for text (none is empty when present), 0 for `apns_status`,
+/// `Int64.min` for `unregistered_at`.
 struct RecordDeliveriesStatement: PostgresPreparedStatement {
     static let sql = """
         WITH batch AS (
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-                AS b(event_id, token, topic, user_id, result, unregistered_event)
+            SELECT md5(b.event_id)::uuid AS event_key, b.*
+            FROM unnest($1::text[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
+                        $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],
+                        $14::bigint[], $15::text[])
+                AS b(event_id, day, token_text, device, user_id, status, sandbox, apns_status, reason, attempts,
+                     latency_ms, completed_at, apns_unique_id, unregistered_at, message)
+        ), keyed AS (
+            SELECT batch.*,
+                CASE WHEN device THEN decode(token_text, 'hex') ELSE convert_to(token_text, 'UTF8') END AS token
+            FROM batch
         ), inserted AS (
-            INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event)
-            SELECT event_id, token, topic, user_id, result, NULLIF(unregistered_event, '') FROM batch
-            ON CONFLICT (event_id, token) DO NOTHING
-            RETURNING event_id, token
+            INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, apns_status,
+                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message)
+            SELECT event_key, day, token, device, user_id,
+                coalesce(array_position(\(LedgerRow.statusCodes), status), 0), sandbox,
+                NULLIF(apns_status, 0), NULLIF(reason, ''), attempts, latency_ms, completed_at,
+                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, '')
+            FROM keyed
+            ON CONFLICT (event_key, token, day) DO NOTHING
+            RETURNING event_key, token, day
         )
-        SELECT event_id, token, NULL, NULL, NULL, NULL FROM inserted
+        SELECT false, k.event_id, k.day, k.token_text, '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint,
+            NULL, NULL::bigint, NULL
+        FROM inserted AS i JOIN keyed AS k USING (event_key, token, day)
         UNION ALL
-        SELECT d.event_id, d.token, d.topic, d.user_id, d.result, d.unregistered_event
-        FROM push.deliveries AS d JOIN batch AS b ON d.event_id = b.event_id AND d.token = b.token
-        WHERE NOT EXISTS (SELECT 1 FROM inserted AS i WHERE i.event_id = b.event_id AND i.token = b.token)
+        SELECT true, k.event_id, \(LedgerRow.selectedColumns)
+        FROM push.delivery_ledger AS l JOIN keyed AS k USING (event_key, token, day)
+        WHERE l.day BETWEEN $16 AND $17 AND l.event_key = ANY(ARRAY(SELECT event_key FROM keyed))
+          AND NOT EXISTS (SELECT 1 FROM inserted AS i WHERE (i.event_key, i.token, i.day) = (k.event_key, k.token, k.day))
         """
     /// The row's key, and the outcome recorded earlier (nil for a row this statement inserted).
     typealias Row = (DeliveryKey, RecordedDelivery?)
@@ -149,55 +227,60 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
     }
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 6)
-        bindings.append(deliveries.map(\.eventID))
+        let outcomes = deliveries.map(\.sendOutcome)
+        var bindings = PostgresBindings(capacity: 17)
+        bindings.append(deliveries.map(\.event.eventID))
+        bindings.append(deliveries.map(\.event.day))
         bindings.append(deliveries.map(\.token))
-        bindings.append(deliveries.map(\.topic))
+        bindings.append(deliveries.map { $0.sendOutcome != nil && LedgerRow.isStoredAsBytes($0.token) })
         bindings.append(deliveries.map(\.userID))
-        bindings.append(deliveries.map { String(decoding: $0.result, as: UTF8.self) })
-        // postgres-nio binds no arrays of optionals: a missing event travels as '' (an event is
-        // a JSON object, never empty).
-        bindings.append(deliveries.map { $0.unregisteredEvent.map { String(decoding: $0, as: UTF8.self) } ?? "" })
+        bindings.append(outcomes.map { $0?.status.rawValue ?? "" })
+        bindings.append(outcomes.map { $0?.environment == .sandbox })
+        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? 0) })
+        bindings.append(outcomes.map { $0?.reason ?? "" })
+        bindings.append(outcomes.map { Int16(clamping: $0?.attempts ?? 0) })
+        bindings.append(outcomes.map { Int32(clamping: $0?.latencyMilliseconds ?? 0) })
+        bindings.append(outcomes.map { $0?.completedAtMilliseconds ?? 0 })
+        bindings.append(outcomes.map { $0?.apnsUniqueID ?? "" })
+        bindings.append(outcomes.map { $0?.unregisteredAtMilliseconds ?? .min })
+        bindings.append(
+            deliveries.map {
+                if case .message(let result, _) = $0.outcome { String(decoding: result, as: UTF8.self) } else { "" }
+            }
+        )
+        // The days bound the search for earlier outcomes, so it is pruned to their partitions
+        // (the keys array makes it one probe per outcome, as in the lookup).
+        bindings.append(deliveries.lazy.map(\.event.day).min() ?? 0)
+        bindings.append(deliveries.lazy.map(\.event.day).max() ?? 0)
         return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        let (eventID, token, topic, userID, result, unregisteredEvent) = try row.decode(
-            (String, String, String?, String?, String?, String?).self
-        )
-        let key = DeliveryKey(eventID: eventID, token: token)
-        guard let topic, let userID, let result else { return (key, nil) }
-        return (key, RecordedDelivery(row: (eventID, token, topic, userID, result, unregisteredEvent)))
+        let (
+            recordedEarlier, eventID, day, token, userID, status, sandbox, apnsStatus, reason, attempts, latency, completedAt, uniqueID, unregisteredAt, message
+        ) =
+            try row.decode((Bool, String, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?).self)
+        let key = DeliveryKey(eventID: eventID, day: day, token: token)
+        guard recordedEarlier else { return (key, nil) }
+        let columns = (eventID, day, token, userID, status, sandbox, apnsStatus, reason, attempts, latency, completedAt, uniqueID, unregisteredAt, message)
+        return (key, try LedgerRow.delivery(columns))
     }
 }
 
-extension RecordedDelivery {
-    /// An outcome from a `push.deliveries` row: event ID, token, topic, user ID, result and
-    /// unregistered event, the JSON columns as text.
-    fileprivate init(row: (String, String, String, String, String, String?)) {
-        self.init(
-            eventID: row.0,
-            token: row.1,
-            topic: row.2,
-            userID: row.3,
-            result: Array(row.4.utf8),
-            unregisteredEvent: row.5.map { Array($0.utf8) }
-        )
-    }
-}
-
-/// A delivery-ledger row's primary key.
+/// A delivery-ledger row's primary key (the event's key is derived from its ID).
 struct DeliveryKey: Hashable, Sendable {
     var eventID: String
+    var day: Int32
     var token: String
 
-    init(eventID: String, token: String) {
+    init(eventID: String, day: Int32, token: String) {
         self.eventID = eventID
+        self.day = day
         self.token = token
     }
 
     init(_ delivery: RecordedDelivery) {
-        self.init(eventID: delivery.eventID, token: delivery.token)
+        self.init(eventID: delivery.event.eventID, day: delivery.event.day, token: delivery.token)
     }
 }
 

@@ -12,6 +12,8 @@ package import PostgresNIO
 package struct PostgresDeviceTokenStore: DeviceTokenStore {
     let client: PostgresClient
     let logger: Logger
+    /// The ledger table before migration 5, read until it is dropped.
+    let unpartitionedLedger = UnpartitionedLedger()
 
     package init(client: PostgresClient, logger: Logger) {
         self.client = client

@@ -3,12 +3,14 @@ package import Logging
 import PostgresNIO
 import ServiceLifecycle
 
-/// What the periodic housekeeping deletes, and how often it runs.
+/// What the periodic housekeeping keeps and deletes, and how often it runs.
 package struct HousekeepingConfiguration: Sendable, Hashable {
     /// Time between passes; the first pass runs at start-up. Default: one hour.
     package var interval: Duration = .seconds(3600)
-    /// Delivery-ledger outcomes recorded longer ago than this are deleted. Keep it above the
-    /// time a Kafka message can wait to be redelivered. Default: 168 hours.
+    /// A day partition of the delivery ledger is dropped once every record it holds is older than
+    /// this (by the Kafka record's timestamp). Keep it at least push.requests' retention
+    /// (`retention.ms`), the longest a record can wait to be redelivered. Default: 168 hours,
+    /// Kafka's default retention.
     package var ledgerRetention: Duration = .seconds(168 * 3600)
     /// When set, tokens unregistered longer ago than this are deleted. Keep it above push.tokens'
     /// retention: a purged row no longer stops a replayed older registration. Default: nil (kept).
@@ -20,10 +22,12 @@ package struct HousekeepingConfiguration: Sendable, Hashable {
     package init() {}
 }
 
-/// The deletions housekeeping runs, each batched so no single statement holds locks for long.
+/// What housekeeping runs: the ledger's partitions, and deletions batched so no single
+/// statement holds locks for long.
 package protocol RegistryHousekeepingStore: Sendable {
-    /// Deletes ledger outcomes recorded before `date`; returns how many.
-    func pruneDeliveries(recordedBefore date: Date) async throws -> Int
+    /// Brings the delivery ledger's day partitions to `window` and drops the unpartitioned
+    /// ledger once its newest row is older than `unpartitionedBefore` (milliseconds since 1970).
+    func maintainLedger(window: LedgerWindow, unpartitionedBefore: Int64) async throws -> LedgerMaintenance
     /// Deletes tokens unregistered before `date`; returns how many.
     func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int
     /// Applies tombstones whose token now has a row (written directly by an app API) to that
@@ -35,7 +39,7 @@ package protocol RegistryHousekeepingStore: Sendable {
 
 /// The counts of one housekeeping pass.
 package struct HousekeepingReport: Sendable, Hashable {
-    package var deliveriesPruned = 0
+    package var ledger = LedgerMaintenance()
     package var tokensPurged = 0
     package var tombstonesApplied = 0
     package var tombstonesPruned = 0
@@ -43,12 +47,14 @@ package struct HousekeepingReport: Sendable, Hashable {
     package init() {}
 }
 
-/// Periodic clean-up inside the service: prunes the delivery ledger by age, purges tokens
-/// unregistered long ago (when configured) and settles tombstones.
+/// Periodic clean-up inside the service: keeps the delivery ledger's day partitions (creating
+/// days ahead, dropping expired ones), purges tokens unregistered long ago (when configured) and
+/// settles tombstones.
 ///
-/// Every step is an idempotent delete or an ordering-rule update, so instances running passes
-/// at the same time only repeat each other's work; no cross-instance lock is needed. A failed
-/// pass is logged and retried at the next interval.
+/// The ledger's partitions are changed by one instance at a time (an advisory lock); every
+/// other step is an idempotent delete or an ordering-rule update, so instances running passes
+/// at the same time only repeat each other's work. A failed pass is logged and retried at the
+/// next interval.
 package final class RegistryHousekeeping: Service, Sendable {
     private let configuration: HousekeepingConfiguration
     private let store: any RegistryHousekeepingStore
@@ -77,7 +83,10 @@ package final class RegistryHousekeeping: Service, Sendable {
                     self.logger.info(
                         "housekeeping pass",
                         metadata: [
-                            "push.housekeeping.deliveries_pruned": "\(report.deliveriesPruned)",
+                            "push.housekeeping.ledger_partitions_created": "\(report.ledger.partitionsCreated)",
+                            "push.housekeeping.ledger_partitions_dropped": "\(report.ledger.partitionsDropped)",
+                            "push.housekeeping.ledger_default_rebuilt": "\(report.ledger.defaultRebuilt)",
+                            "push.housekeeping.unpartitioned_ledger_dropped": "\(report.ledger.unpartitionedDropped)",
                             "push.housekeeping.tokens_purged": "\(report.tokensPurged)",
                             "push.housekeeping.tombstones_applied": "\(report.tombstonesApplied)",
                             "push.housekeeping.tombstones_pruned": "\(report.tombstonesPruned)",
@@ -97,13 +106,22 @@ package final class RegistryHousekeeping: Service, Sendable {
         }
     }
 
-    /// One pass: every deletion once, cut-offs taken from the clock at its start.
+    /// Brings the delivery ledger's partitions to the retention window at `date` (by default
+    /// now); `herald migrate` runs it after the migrations so every day has its partition
+    /// before the first write.
+    package func maintainLedger(at date: Date? = nil) async throws -> LedgerMaintenance {
+        let nowMilliseconds = Int64((date ?? now()).timeIntervalSince1970 * 1000)
+        return try await store.maintainLedger(
+            window: LedgerWindow(nowMilliseconds: nowMilliseconds, retention: configuration.ledgerRetention),
+            unpartitionedBefore: nowMilliseconds - Int64(configuration.ledgerRetention.components.seconds) * 1000
+        )
+    }
+
+    /// One pass: every step once, cut-offs taken from the clock at its start.
     package func runPass() async throws -> HousekeepingReport {
         let start = now()
         var report = HousekeepingReport()
-        report.deliveriesPruned = try await store.pruneDeliveries(
-            recordedBefore: start.addingTimeInterval(-configuration.ledgerRetention.seconds)
-        )
+        report.ledger = try await maintainLedger(at: start)
         report.tombstonesApplied = try await store.applyPendingTombstones()
         report.tombstonesPruned = try await store.pruneTombstones(
             unregisteredBefore: start.addingTimeInterval(-configuration.tombstoneRetention.seconds)

@@ -32,6 +32,10 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// Most outcomes one delivery-ledger write records (HERALD_LEDGER_BATCH_SIZE); outcomes
     /// that arrive while a write is in flight are written together in the next.
     public var maxOutcomesPerLedgerWrite = 500
+    /// How long the ledger keeps outcomes, counted from their record's timestamp
+    /// (HERALD_LEDGER_RETENTION_HOURS); a lookup for an older record is counted in
+    /// `herald_ledger_lookups_beyond_retention_total`, since its outcomes may be gone.
+    public var ledgerRetention: Duration = .seconds(168 * 3600)
     /// Largest number of messages taken from one poll (HERALD_POLL_BATCH_SIZE); the events of
     /// one poll share one token lookup per app and one ledger lookup.
     public var pollBatchSize = 256
@@ -114,5 +118,11 @@ extension MessagePublisher {
             for await (index, error) in group { errors[index] = error }
             return errors
         }
+    }
+}
+
+extension PipelineConfiguration {
+    var ledgerRetentionMilliseconds: Int64 {
+        ledgerRetention.components.seconds * 1000 + ledgerRetention.components.attoseconds / 1_000_000_000_000_000
     }
 }

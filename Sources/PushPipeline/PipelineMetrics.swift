@@ -1,3 +1,4 @@
+import DeviceTokenStore
 import APNSCore
 public import Metrics
 import Synchronization
@@ -26,6 +27,7 @@ public final class PipelineMetrics: Sendable {
     private let consumed: [SendPermits.Lane: Counter]
     private let results: [SendPermits.Lane: [DeliveryResult.Status: Counter]]
     private let republished: Counter
+    private let lookupsBeyondRetention: Counter
     private let unregisteredPublished: Counter
     private let commits: Counter
     private let rebalances: [String: Counter]
@@ -63,6 +65,7 @@ public final class PipelineMetrics: Sendable {
             )
         }
         republished = Counter(label: "herald_results_republished_total", factory: factory)
+        lookupsBeyondRetention = Counter(label: "herald_ledger_lookups_beyond_retention_total", factory: factory)
         unregisteredPublished = Counter(label: "herald_unregistered_published_total", factory: factory)
         commits = Counter(label: "herald_offset_commits_total", factory: factory)
         rebalances = Dictionary(
@@ -113,6 +116,11 @@ public final class PipelineMetrics: Sendable {
     func recordUnregisteredPublished() { unregisteredPublished.increment() }
     func recordCommit() { commits.increment() }
     func recordRepublished() { republished.increment() }
+    /// Events looked up whose record is older than the ledger's retention: their outcomes may
+    /// have been dropped, so a redelivery of one may push again.
+    func recordLedgerLookupsBeyondRetention(_ count: Int) {
+        if count > 0 { lookupsBeyondRetention.increment(by: count) }
+    }
     func recordResult(_ status: DeliveryResult.Status, lane: SendPermits.Lane) { results[lane]?[status]?.increment() }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }

@@ -35,13 +35,13 @@ extension RequestProcessor {
         _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
         consumedAt: ContinuousClock.Instant
     ) async {
-        let eventIDs = Array(Set(deliveries.map(\.event.id)))
-        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(eventIDs: eventIDs) }) else { return }
+        let events = Array(Set(deliveries.map { ledgerEvent($0.event, of: $0.ticket.progress.message($0.ticket.message)) }))
+        guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(of: events) }) else { return }
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
                 if let outcome = recorded[event.id]?[device.token] {
-                    let republished = republishing(outcome, headers: ticket.progress.resultHeaders(ticket.message))
-                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message))]) }
+                    let republished = republishing(outcome, of: event, headers: ticket.progress.resultHeaders(ticket.message))
+                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message, event))]) }
                     continue
                 }
                 guard let key = ticket.claim else { continue }

@@ -106,7 +106,7 @@ final class RequestProcessor: Sendable {
             let traces = tracer.map { tracer in
                 events.map { EventTrace(tracer: tracer, message: $0.0, eventID: $0.1.id, users: $0.1.userIDs.count) }
             }
-            guard let resolved = try? await resolve(events.map(\.1)) else { return }
+            guard let resolved = try? await resolve(events) else { return }
             let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
             let progress = BatchProgress(
                 messages: events.map(\.0),
@@ -126,14 +126,15 @@ final class RequestProcessor: Sendable {
                     let event = events[index].1
                     let headers = progress.resultHeaders(index)
                     for result in plan.noDevices {
-                        ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, status: .noDevices)))
+                        ready.append(
+                            ([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, event, status: .noDevices)))
                     }
                     for outcome in plan.recorded {
-                        ready.append((republishing(outcome, headers: headers), DeliveryTicket(progress, index, status: nil)))
+                        ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(progress, index, event, status: nil)))
                     }
                     for device in plan.devices {
                         let key = DeliveryClaims.Deliveries.key(eventID: event.id, token: device.token)
-                        let ticket = DeliveryTicket(progress, index, claim: key)
+                        let ticket = DeliveryTicket(progress, index, event, claim: key)
                         switch inFlight.claim(key) {
                         case .claimed: sends.append((event, device, ticket))
                         case .recordedLately: recordedLately.append((event, device, ticket))
@@ -176,13 +177,16 @@ final class RequestProcessor: Sendable {
 
     /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
     /// (each on its own connection), so the batch waits for the slower one, not for both.
-    private func resolve(_ events: [NotificationEvent]) async throws(CancellationError) -> ResolvedBatch {
-        let eventIDs = Array(Set(events.map(\.id)))
+    private func resolve(_ messages: [(KafkaMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
+        let ledgerEvents = Array(Set(messages.map { ledgerEvent($0.1, of: $0.0) }))
+        let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetentionMilliseconds)
+        metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
         async let recordedLookup = try? storeOperations.run {
             let started = ContinuousClock.now
             defer { self.metrics.recordStage(.ledgerLookup, since: started) }
-            return try await self.ledger.recordedDeliveries(eventIDs: eventIDs)
+            return try await self.ledger.recordedDeliveries(of: ledgerEvents)
         }
+        let events = messages.map(\.1)
         var batch = ResolvedBatch()
         let started = ContinuousClock.now
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
@@ -226,7 +230,7 @@ final class RequestProcessor: Sendable {
             return plan
         }
         for userID in event.userIDs {
-            let outcomes = recorded.values.filter { $0.userID == userID && $0.topic == event.topic }
+            let outcomes = recorded.values.filter { $0.userID == userID }
             let devices = (tokens[userID] ?? []).filter {
                 (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
             }
@@ -239,19 +243,21 @@ final class RequestProcessor: Sendable {
         return plan
     }
 
-    /// What travels with one result until it is published: the message it belongs to, the
-    /// (event, token) claim and send permit a sent one holds, and the status to count.
+    /// What travels with one result until it is published: the message and event it belongs
+    /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
     struct DeliveryTicket: Sendable {
         var progress: BatchProgress
         var message: Int
+        var event: NotificationEvent
         /// The claim key of a sent result (it also holds a send permit).
         var claim: Int?
         /// The status of a new result, counted once published (nil: a republished one).
         var status: DeliveryResult.Status?
 
-        init(_ progress: BatchProgress, _ message: Int, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
+        init(_ progress: BatchProgress, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
             self.progress = progress
             self.message = message
+            self.event = event
             self.claim = claim
             self.status = status
         }
@@ -325,46 +331,28 @@ final class RequestProcessor: Sendable {
                 )
             }
         }
-        // "The apns-id sent": none when no request was made; a channel's goes in apns_request_id.
-        let sentID = outcome.attempts > 0 ? apnsID : nil
-        let toDevice = event.channelID == nil
-        let result = DeliveryResult(
-            eventID: event.id,
-            userID: toDevice ? device.userID : nil,
-            token: toDevice ? device.token : nil,
-            topic: event.topic,
-            environment: device.environment,
-            status: outcome.status,
-            apnsStatus: outcome.apnsStatus,
-            reason: outcome.reason,
-            apnsID: toDevice ? sentID : nil,
-            attempts: outcome.attempts,
-            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-            completedAtMilliseconds: Self.epochMilliseconds(),
-            channelID: event.channelID,
-            apnsRequestID: toDevice ? nil : sentID,
-            apnsUniqueID: outcome.apnsUniqueID
-        )
         var mark: UnregisterMark?
-        var unregisteredEvent: [UInt8]?
-        if toDevice, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
+        if event.channelID == nil, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
             mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
-            unregisteredEvent = UnregisteredTokenEvent(
-                token: device.token,
-                topic: event.topic,
-                userID: device.userID,
-                environment: device.environment,
-                unregisteredAtMilliseconds: millis,
-                eventID: event.id
-            ).json()
         }
+        // The first publication is built from what the ledger keeps, as every republication is.
         let delivery = RecordedDelivery(
-            eventID: event.id,
+            event: ledgerEvent(event, of: message),
             token: device.token,
-            topic: event.topic,
             userID: device.userID,
-            result: result.json(),
-            unregisteredEvent: unregisteredEvent
+            outcome: .send(
+                RecordedDelivery.SendOutcome(
+                    status: outcome.status,
+                    environment: device.environment,
+                    apnsStatus: outcome.apnsStatus,
+                    reason: outcome.reason,
+                    attempts: outcome.attempts,
+                    latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
+                    completedAtMilliseconds: Self.epochMilliseconds(),
+                    apnsUniqueID: outcome.apnsUniqueID,
+                    unregisteredAtMilliseconds: mark.map { _ in outcome.unregisteredAtMilliseconds } ?? nil
+                )
+            )
         )
         var ticket = ticket
         ticket.status = outcome.status
@@ -393,7 +381,9 @@ final class RequestProcessor: Sendable {
     /// that stand together, then gives the permits back and finishes the messages.
     private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         inFlight.settle(batch.compactMap(\.ticket.claim))
-        await publish(batch.map { (republishing($0.standing, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) })
+        await publish(
+            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) }
+        )
     }
 
     /// Publishes results (each with its unregistered event, if any) together; then counts them,
@@ -427,18 +417,44 @@ final class RequestProcessor: Sendable {
         for (lane, count) in permits { sendLimit.release(count, from: lane) }
     }
 
-    /// The records of a recorded outcome: its push.unregistered event, if it marked the token,
-    /// then its push.results record.
+    /// The records of a recorded outcome of `event`: its push.unregistered event, if it marked
+    /// the token, then its push.results record; the same bytes each time they are built.
     /// `headers` carry the event's trace context (none when tracing is off).
-    func republishing(_ outcome: RecordedDelivery, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
+    func republishing(_ outcome: RecordedDelivery, of event: NotificationEvent, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
+        let result: [UInt8]
+        let unregistered: [UInt8]?
+        switch outcome.outcome {
+        case .message(let recordedResult, let recordedEvent):
+            (result, unregistered) = (recordedResult, recordedEvent)
+        case .send(let send):
+            (result, unregistered) = (
+                DeliveryResult(recorded: send, of: event, token: outcome.token, userID: outcome.userID).json(),
+                send.unregisteredAtMilliseconds.map {
+                    UnregisteredTokenEvent(
+                        token: outcome.token,
+                        topic: event.topic,
+                        userID: outcome.userID,
+                        environment: send.environment,
+                        unregisteredAtMilliseconds: $0,
+                        eventID: event.id
+                    ).json()
+                }
+            )
+        }
         var messages: [KafkaOutgoingMessage] = []
-        if let unregistered = outcome.unregisteredEvent {
+        if let unregistered {
             messages.append(
                 KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered, headers: headers)
             )
         }
-        messages.append(resultMessage(outcome.result, eventID: outcome.eventID, headers: headers))
+        messages.append(resultMessage(result, eventID: event.id, headers: headers))
         return messages
+    }
+
+    /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (the
+    /// consumer's clock for a record without a timestamp, which only message format v0 lacks).
+    func ledgerEvent(_ event: NotificationEvent, of message: KafkaMessage) -> LedgerEvent {
+        LedgerEvent(eventID: event.id, recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds())
     }
 
     private func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {

@@ -1,3 +1,4 @@
+import DeviceTokenStore
 import APNSCore
 import Crypto
 import Foundation

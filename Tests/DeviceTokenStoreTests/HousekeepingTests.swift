@@ -13,7 +13,7 @@ struct Unavailable: Error {}
 /// Records the cut-offs it is asked for and answers with fixed counts.
 final class RecordingHousekeepingStore: RegistryHousekeepingStore {
     enum Call: Equatable {
-        case pruneDeliveries(Date)
+        case maintainLedger(LedgerWindow, unpartitionedBefore: Int64)
         case purgeTokens(Date)
         case applyTombstones
         case pruneTombstones(Date)
@@ -22,13 +22,15 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
     let calls = Mutex<[Call]>([])
     let failures = Atomic(0)
 
-    func pruneDeliveries(recordedBefore date: Date) async throws -> Int {
+    func maintainLedger(window: LedgerWindow, unpartitionedBefore: Int64) async throws -> LedgerMaintenance {
         if failures.load(ordering: .relaxed) > 0 {
             failures.subtract(1, ordering: .relaxed)
             throw Unavailable()
         }
-        calls.withLock { $0.append(.pruneDeliveries(date)) }
-        return 3
+        calls.withLock { $0.append(.maintainLedger(window, unpartitionedBefore: unpartitionedBefore)) }
+        var report = LedgerMaintenance()
+        report.partitionsDropped = 3
+        return report
     }
 
     func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
@@ -47,12 +49,15 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
     }
 
     var passes: Int {
-        calls.withLock { calls in calls.filter { if case .pruneDeliveries = $0 { true } else { false } }.count }
+        calls.withLock { calls in calls.filter { if case .maintainLedger = $0 { true } else { false } }.count }
     }
 }
 
 @Suite(.timeLimit(.minutes(1))) struct HousekeepingTests {
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
+    /// `now` in milliseconds, and its UTC day (days since 1970: 20,833 and a third).
+    static let nowMilliseconds: Int64 = 1_800_000_000_000
+    static let today: Int32 = 20_833
 
     @Test func passUsesRetentionsFromConfiguration() async throws {
         var configuration = HousekeepingConfiguration()
@@ -67,13 +72,16 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
             logger: Logger(label: "test")
         )
         let report = try await housekeeping.runPass()
-        #expect(report.deliveriesPruned == 3)
+        #expect(report.ledger.partitionsDropped == 3)
         #expect(report.tombstonesApplied == 1)
         #expect(report.tombstonesPruned == 4)
         #expect(report.tokensPurged == 2)
         #expect(
             store.calls.withLock { $0 } == [
-                .pruneDeliveries(Self.now.addingTimeInterval(-3600)),
+                .maintainLedger(
+                    LedgerWindow(nowMilliseconds: Self.nowMilliseconds, retention: .seconds(3600)),
+                    unpartitionedBefore: Self.nowMilliseconds - 3_600_000
+                ),
                 .applyTombstones,
                 .pruneTombstones(Self.now.addingTimeInterval(-86_400)),
                 .purgeTokens(Self.now.addingTimeInterval(-10 * 86_400)),
@@ -95,7 +103,11 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
         let report = try await housekeeping.runPass()
         #expect(report.tokensPurged == 0)
         let calls = store.calls.withLock { $0 }
-        #expect(calls.first == .pruneDeliveries(Self.now.addingTimeInterval(-168 * 3600)))
+        // A week back from a third into day 20,833 is a third into day 20,826: kept, as are the
+        // three days ahead.
+        let window = LedgerWindow(nowMilliseconds: Self.nowMilliseconds, retention: .seconds(168 * 3600))
+        #expect((window.oldestDay, window.newestDay) == (Self.today - 7, Self.today + 3))
+        #expect(calls.first == .maintainLedger(window, unpartitionedBefore: Self.nowMilliseconds - 168 * 3_600_000))
         #expect(!calls.contains { if case .purgeTokens = $0 { true } else { false } })
     }
 

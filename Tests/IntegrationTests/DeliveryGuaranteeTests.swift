@@ -3,6 +3,7 @@ import Foundation
 import HeraldService
 import KafkaTransport
 import MockAPNS
+import PostgresNIO
 import Testing
 
 /// The idempotency ledger on real parts: reading every event again must push nothing twice and
@@ -68,6 +69,56 @@ struct DeliveryGuaranteeTests {
             // The token was unregistered by the first 410 it met; its event is republished with it.
             let unregistered = records.filter { $0.topic == topics.unregistered }
             #expect(unregistered.count == 2 && Set(unregistered.map(\.value)).count == 1)
+        }
+    }
+
+    /// An upgrade from the unpartitioned ledger keeps its idempotency: outcomes recorded in
+    /// `push.deliveries` by the previous version are republished byte for byte by `herald run`,
+    /// and nothing is pushed again.
+    @Test func outcomesRecordedByThePreviousLedgerAreRepublishedNotPushedAgain() async throws {
+        let testbed = try HeraldTestbed()
+        let topics = testbed.topics
+        try await testbed.withMocks {
+            let devices = TestDevice.twoPerUser(["u-1"])
+            let eventID = "\(testbed.bundleID)-before-upgrade"
+            let results = devices.map { #"{"event_id":"\#(eventID)","token":"\#($0.token)","status":"unregistered","by":"v4"}"# }
+            let unregistered = #"{"token":"\#(devices[0].token)","event_id":"\#(eventID)"}"#
+            // The table as migration 2 made it, with the rows the previous version wrote, before
+            // Herald starts (as at an upgrade); in one transaction, so no housekeeping pass of
+            // another test's Herald sees it empty and drops it in between.
+            try await RegistryDatabase.withStore(migrate: false) { _, database in
+                try await database.withTransaction(logger: database.sqlLogger) { connection in
+                    try await connection.query(
+                        """
+                        CREATE TABLE IF NOT EXISTS push.deliveries (
+                            event_id text NOT NULL, token text NOT NULL, topic text NOT NULL, user_id text NOT NULL,
+                            result text NOT NULL, unregistered_event text NULL,
+                            recorded_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (event_id, token))
+                        """,
+                        logger: database.sqlLogger
+                    )
+                    for (index, device) in devices.enumerated() {
+                        try await connection.query(
+                            """
+                            INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event)
+                            VALUES (\(eventID), \(device.token), \(testbed.bundleID), 'u-1', \(results[index]), \(index == 0 ? unregistered : nil))
+                            """,
+                            logger: database.sqlLogger
+                        )
+                    }
+                }
+            }
+            let reader = try TopicReader(topics: [topics.results, topics.unregistered])
+            let configuration = try await testbed.heraldConfiguration(group: "herald-upgrade-\(UUID().uuidString)")
+            let records = try await withRunningServices(try HeraldApplication.makeServiceGroup(configuration: configuration, logger: testbed.logger)) {
+                try await testbed.register(devices)
+                try await testbed.waitForActiveTokens(users: ["u-1"], count: devices.count)
+                try await testbed.publishEvent(id: eventID, users: ["u-1"])
+                return try await reader.read(timeout: .seconds(60)) { $0.count >= 3 }
+            }
+            #expect(Set(records.filter { $0.topic == topics.results }.map(\.value)) == Set(results.map { Array($0.utf8) }))
+            #expect(records.filter { $0.topic == topics.unregistered }.map(\.value) == [Array(unregistered.utf8)])
+            #expect(devices.allSatisfy { testbed.pushCounts($0).right == 0 }, "recorded before the upgrade: not pushed again")
         }
     }
 }

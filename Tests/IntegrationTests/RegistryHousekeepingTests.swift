@@ -1,3 +1,4 @@
+import APNSCore
 import PostgresTokenStore
 import DeviceTokenStore
 import Foundation
@@ -16,22 +17,86 @@ extension TokenRegistryTests {
     static let year2002 = Date(timeIntervalSince1970: 1_009_843_200)
     static let year2003 = Timestamp(millisecondsSince1970: 1_041_379_200_000)
 
-    @Test func ledgerPruningDeletesOnlyOutcomesRecordedBeforeTheCutOff() async throws {
-        try await RegistryDatabase.withStore { store, database in
-            let old = (0..<3).map { "\(topic)-old-\($0)" }
-            let fresh = (0..<2).map { "\(topic)-fresh-\($0)" }
-            // Younger than Herald's default retention, so only this test prunes them.
-            let now = Date()
-            for eventID in old {
-                try await database.insertDelivery(eventID: eventID, topic: topic, recordedAt: now.addingTimeInterval(-3 * 86_400))
-            }
-            for eventID in fresh {
-                try await database.insertDelivery(eventID: eventID, topic: topic, recordedAt: now.addingTimeInterval(-1 * 86_400))
-            }
-            let pruned = try await store.pruneDeliveries(recordedBefore: now.addingTimeInterval(-2 * 86_400))
-            #expect(pruned >= old.count)
-            let left = try await store.recordedDeliveries(eventIDs: old + fresh)
-            #expect(Set(left.keys) == Set(fresh))
+    /// An outcome of `eventID` in the ledger day `day` (days since 1970).
+    static func ledgerOutcome(_ eventID: String, day: Int32, token: String = TestDevice.randomToken()) -> RecordedDelivery {
+        RecordedDelivery(
+            event: LedgerEvent(eventID: eventID, day: day),
+            token: token,
+            userID: "u-1",
+            outcome: .send(
+                RecordedDelivery.SendOutcome(
+                    status: .delivered,
+                    environment: .sandbox,
+                    apnsStatus: 200,
+                    reason: nil,
+                    attempts: 2,
+                    latencyMilliseconds: 41,
+                    completedAtMilliseconds: Int64(day) * 86_400_000 + 5
+                )
+            )
+        )
+    }
+
+    /// Partitions on a database of their own (days of 1997; 10,000 is 1997-05-19): outcomes of
+    /// days without a partition wait in the default one and move into their day when it is
+    /// created; a day before the window is dropped whole, and only its outcomes are gone.
+    @Test func ledgerMaintenanceCreatesTheWindowDropsExpiredDaysAndEmptiesTheDefaultPartition() async throws {
+        try await RegistryDatabase.withScratchDatabase { store, database in
+            let early = Self.ledgerOutcome("early", day: 10_000)
+            let late = Self.ledgerOutcome("late", day: 10_001)
+            let ahead = Self.ledgerOutcome("ahead", day: 10_010)
+            let expired = Self.ledgerOutcome("expired", day: 9_000)
+            let all = [early, late, ahead, expired]
+            #expect(try await store.record(all.map { ($0, nil) }) == all)
+            #expect(try await database.partitions(of: all) == ["push.delivery_ledger_default"])
+
+            var report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_000, newestDay: 10_002), unpartitionedBefore: 0)
+            #expect(report.defaultRebuilt && report.partitionsCreated == 3 && report.partitionsDropped == 0)
+            #expect(try await database.partitions(of: [early]) == ["push.delivery_ledger_19970519"])
+            #expect(try await database.partitions(of: [late]) == ["push.delivery_ledger_19970520"])
+            #expect(try await database.partitions(of: [ahead]) == ["push.delivery_ledger_default"], "beyond the window: stays")
+            var found = try await store.recordedDeliveries(of: all.map(\.event))
+            #expect(found["early"]?[early.token] == early && found["late"]?[late.token] == late && found["ahead"]?[ahead.token] == ahead)
+            #expect(found["expired"] == nil, "older than the window: not copied out of the default partition")
+
+            report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_001, newestDay: 10_003), unpartitionedBefore: 0)
+            #expect(!report.defaultRebuilt && report.partitionsCreated == 1 && report.partitionsDropped == 1)
+            found = try await store.recordedDeliveries(of: all.map(\.event))
+            #expect(found["early"] == nil && found["late"]?[late.token] == late && found["ahead"]?[ahead.token] == ahead)
+            let partitions = try await database.query(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'push.delivery_ledger'::regclass",
+                logger: database.sqlLogger
+            ).collect().map { try $0.decode(Int.self) }
+            #expect(partitions == [4], "10,001 to 10,003 and the default partition")
+        }
+    }
+
+    /// The ledger before migration 5 is read until its newest row is older than the retention,
+    /// then dropped; an instance that finds it gone reads the partitioned ledger alone.
+    @Test func theUnpartitionedLedgerIsReadUntilItExpiresAndThenDropped() async throws {
+        try await RegistryDatabase.withScratchDatabase { store, database in
+            let result = #"{"event_id":"before-5","status":"unregistered"}"#
+            let unregistered = #"{"token":"aa","event_id":"before-5"}"#
+            try await database.query(
+                """
+                INSERT INTO push.deliveries (event_id, token, topic, user_id, result, unregistered_event, recorded_at)
+                VALUES ('before-5', 'aa', 'com.example', 'u-1', \(result), \(unregistered), '2026-11-20T10:00:00Z')
+                """,
+                logger: database.sqlLogger
+            )
+            let event = LedgerEvent(eventID: "before-5", day: 20_777)
+            let recordedAt: Int64 = 1_795_168_800_000  // 2026-11-20T10:00:00Z
+            let window = LedgerWindow(oldestDay: 20_770, newestDay: 20_780)
+            var report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt)
+            #expect(!report.unpartitionedDropped, "its newest row is not older than the cut-off")
+            let found = try await store.recordedDeliveries(of: [event])
+            #expect(found["before-5"]?["aa"]?.outcome == .message(result: Array(result.utf8), unregisteredEvent: Array(unregistered.utf8)))
+
+            let otherInstance = PostgresDeviceTokenStore(client: database, logger: Logger(label: "test.registry"))
+            report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt + 1)
+            #expect(report.unpartitionedDropped)
+            #expect(try await store.recordedDeliveries(of: [event]).isEmpty)
+            #expect(try await otherInstance.recordedDeliveries(of: [event]).isEmpty, "gone under another instance: no error")
         }
     }
 
@@ -199,14 +264,16 @@ extension TokenRegistryTests {
 }
 
 extension PostgresClient {
-    /// Inserts a ledger row recorded at `recordedAt`.
-    func insertDelivery(eventID: String, topic: String, recordedAt: Date) async throws {
-        try await query(
+    /// The partitions holding these outcomes' rows, sorted, each named once.
+    func partitions(of deliveries: [RecordedDelivery]) async throws -> [String] {
+        let rows = try await query(
             """
-            INSERT INTO push.deliveries (event_id, token, topic, user_id, result, recorded_at)
-            VALUES (\(eventID), 'aa', \(topic), 'u-1', '{}', \(recordedAt))
+            SELECT DISTINCT tableoid::regclass::text FROM push.delivery_ledger
+            WHERE event_key = ANY(ARRAY(SELECT md5(e)::uuid FROM unnest(\(deliveries.map(\.event.eventID))::text[]) AS e))
+            ORDER BY 1
             """,
             logger: sqlLogger
         )
+        return try await rows.collect().map { try $0.decode(String.self) }
     }
 }

@@ -20,7 +20,7 @@ struct StoreFailureTests {
             let ready = try await ReadinessTests.waitForReadiness(port: httpPort) { status, _ in status == 200 }
             #expect(ready.status == 200, "\(ready.body)")
 
-            try await Self.sql("ALTER TABLE push.deliveries RENAME TO deliveries_hidden_by_test")
+            try await Self.sql("ALTER TABLE push.delivery_ledger RENAME TO delivery_ledger_hidden_by_test")
             do {
                 try await testbed.publishEvent(id: "e-during-outage", users: ["u-1"])
                 let failing = try await ReadinessTests.waitForReadiness(port: httpPort) { _, body in body.contains("postgres_failing:42P01") }
@@ -30,10 +30,10 @@ struct StoreFailureTests {
                 #expect((metrics.value("herald_postgres_permanent_errors_total", ["sqlstate": "42P01"]) ?? 0) >= 1)
                 #expect(testbed.production.pushCount(token: devices[0].token) == 0, "nothing is sent before the ledger answers")
             } catch {
-                try await Self.sql("ALTER TABLE IF EXISTS push.deliveries_hidden_by_test RENAME TO deliveries")
+                try await Self.sql("ALTER TABLE IF EXISTS push.delivery_ledger_hidden_by_test RENAME TO delivery_ledger")
                 throw error
             }
-            try await Self.sql("ALTER TABLE push.deliveries_hidden_by_test RENAME TO deliveries")
+            try await Self.sql("ALTER TABLE push.delivery_ledger_hidden_by_test RENAME TO delivery_ledger")
 
             let reader = try TopicReader(topics: [testbed.topics.results])
             let records = try await reader.read(timeout: .seconds(90)) { $0.count >= devices.count }

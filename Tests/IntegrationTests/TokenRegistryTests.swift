@@ -179,47 +179,60 @@ struct TokenRegistryTests {
             try await store.apply(register(stale, at: t(99)))
             let event = "\(topic)-event"
             let otherEvent = "\(topic)-other-event"
-            func outcome(_ token: String, event: String = event, _ status: String) -> RecordedDelivery {
-                RecordedDelivery(
-                    eventID: event,
+            // A record of 2026-11-26, 11:00 UTC.
+            let recordedAt: Int64 = 1_795_690_800_000
+            func outcome(_ token: String, event: String = event, _ status: DeliveryStatus) -> RecordedDelivery {
+                let gone = status == .unregistered
+                return RecordedDelivery(
+                    event: LedgerEvent(eventID: event, recordTimestampMilliseconds: recordedAt),
                     token: token,
-                    topic: topic,
                     userID: "u-1",
-                    result: Array(#"{"status":"\#(status)","event":"\#(event)"}"#.utf8),
-                    unregisteredEvent: status == "unregistered" ? Array(#"{"token":"\#(token)","event":"\#(event)"}"#.utf8) : nil
+                    outcome: .send(
+                        RecordedDelivery.SendOutcome(
+                            status: status,
+                            environment: .production,
+                            apnsStatus: gone ? 410 : 200,
+                            reason: gone ? "Unregistered" : nil,
+                            attempts: 1,
+                            latencyMilliseconds: 12,
+                            completedAtMilliseconds: recordedAt + 12,
+                            unregisteredAtMilliseconds: gone ? recordedAt - 1000 : nil
+                        )
+                    )
                 )
             }
-            let first = try await store.record([(outcome(recordedBefore, "delivered"), nil)])
-            #expect(first == [outcome(recordedBefore, "delivered")])
+            let first = try await store.record([(outcome(recordedBefore, .delivered), nil)])
+            #expect(first == [outcome(recordedBefore, .delivered)])
 
             let mark = { (token: String) in UnregisterMark(topic: topic, token: token, at: t(100)) }
             let batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)] = [
-                (outcome(delivered, "delivered"), nil),
-                (outcome(registeredAgain, "unregistered"), mark(registeredAgain)),
-                (outcome(stale, "unregistered"), mark(stale)),
-                (outcome(stale, event: otherEvent, "unregistered"), mark(stale)),
-                (outcome(recordedBefore, "failed"), nil),
-                (outcome(delivered, "rejected"), nil),
+                (outcome(delivered, .delivered), nil),
+                (outcome(registeredAgain, .unregistered), mark(registeredAgain)),
+                (outcome(stale, .unregistered), mark(stale)),
+                (outcome(stale, event: otherEvent, .unregistered), mark(stale)),
+                (outcome(recordedBefore, .failed), nil),
+                (outcome(delivered, .rejected), nil),
             ]
             let standing = try await store.record(batch)
             #expect(standing.count == batch.count)
-            #expect(standing[0] == outcome(delivered, "delivered"))
-            var notMarked = outcome(registeredAgain, "unregistered")
-            notMarked.unregisteredEvent = nil
+            #expect(standing[0] == outcome(delivered, .delivered))
+            var notMarked = outcome(registeredAgain, .unregistered)
+            notMarked.unregisteredAtMilliseconds = nil
             #expect(standing[1] == notMarked, "registered again after APNs' timestamp: no event")
             #expect(try await database.row(topic, registeredAgain)?.unregisteredAt == nil)
             // Two 410s of one token with the same timestamp: only the first applied marks.
             let staleOutcomes = [standing[2], standing[3]]
-            #expect(staleOutcomes.filter { $0.unregisteredEvent != nil }.count == 1)
-            #expect(staleOutcomes.map(\.result) == [outcome(stale, "unregistered").result, outcome(stale, event: otherEvent, "unregistered").result])
+            #expect(staleOutcomes.filter { $0.unregisteredAtMilliseconds != nil }.count == 1)
+            #expect(staleOutcomes.map(\.event.eventID) == [event, otherEvent])
             #expect(try await database.row(topic, stale)?.unregisteredAt == t(100))
-            #expect(standing[4] == outcome(recordedBefore, "delivered"), "recorded before: that outcome stands")
+            #expect(standing[4] == outcome(recordedBefore, .delivered), "recorded before: that outcome stands")
             #expect(standing[5] == standing[0], "the same (event, token) twice in one batch: one outcome stands")
 
-            let recorded = try await store.recordedDeliveries(eventIDs: [event, otherEvent])
+            let recorded = try await store.recordedDeliveries(
+                of: [event, otherEvent].map { LedgerEvent(eventID: $0, recordTimestampMilliseconds: recordedAt) })
             #expect(recorded[event]?.count == 4 && recorded[otherEvent]?.count == 1)
             for outcome in standing {
-                #expect(recorded[outcome.eventID]?[outcome.token] == outcome)
+                #expect(recorded[outcome.event.eventID]?[outcome.token] == outcome)
             }
             #expect(try await store.record([]).isEmpty)
         }
@@ -325,48 +338,59 @@ struct TokenRegistryTests {
     }
 
     @Test func migrationsRunTwiceAreANoOpAndRecordEveryVersion() async throws {
-        let name = "herald_migrate_\(UUID().uuidString.prefix(8).lowercased())"
-        try await RegistryDatabase.withStore { _, database in
-            // An identifier cannot be a bind parameter; `name` is generated above from [a-z0-9_].
-            _ = try await database.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: database.sqlLogger)
+        try await RegistryDatabase.withScratchDatabase(migrate: false) { store, database in
+            // Two instances starting together, then a third run: the advisory lock
+            // serialises them and the later ones find nothing to do.
+            try await withThrowingDiscardingTaskGroup { group in
+                group.addTask { try await store.migrate() }
+                group.addTask { try await store.migrate() }
+            }
+            let first = try await database.appliedMigrations()
+            try await store.migrate()
+            let second = try await database.appliedMigrations()
+            #expect(first.map(\.version) == [1, 2, 3, 4, 5])
+            #expect(
+                first.map(\.name) == [
+                    "device tokens", "delivery ledger", "token tombstones", "device tokens by user first", "partitioned delivery ledger",
+                ]
+            )
+            #expect(second == first, "a second run applies nothing: same versions, same applied_at")
+            let tables = try await database.query(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'push' ORDER BY table_name",
+                logger: database.sqlLogger
+            ).collect().map { try $0.decode(String.self) }
+            #expect(tables == ["deliveries", "delivery_ledger", "delivery_ledger_default", "device_tokens", "schema_migrations", "token_tombstones"])
+            // The migrated schema works: the registry's statements run on it.
+            #expect(try await store.apply(register(TestDevice.randomToken(), at: t(1))))
         }
+    }
+}
+
+extension RegistryDatabase {
+    /// Runs `body` with a registry on a database of its own, created for it and dropped after:
+    /// for tests that change the whole schema (partitions), which the shared one must not see.
+    static func withScratchDatabase<Result: Sendable>(
+        migrate: Bool = true,
+        _ body: (PostgresDeviceTokenStore, PostgresClient) async throws -> Result
+    ) async throws -> Result {
+        let name = "herald_scratch_\(UUID().uuidString.prefix(8).lowercased())"
+        // An identifier cannot be a bind parameter; `name` is generated above from [a-z0-9_].
+        try await run("CREATE DATABASE \(name)")
         do {
             var url = try PostgresURL(TestEnvironment.postgresURL)
             url.database = name
-            try await RegistryDatabase.withStore(url: url, migrate: false) { store, database in
-                // Two instances starting together, then a third run: the advisory lock
-                // serialises them and the later ones find nothing to do.
-                try await withThrowingDiscardingTaskGroup { group in
-                    group.addTask { try await store.migrate() }
-                    group.addTask { try await store.migrate() }
-                }
-                let first = try await database.appliedMigrations()
-                try await store.migrate()
-                let second = try await database.appliedMigrations()
-                #expect(first.map(\.version) == [1, 2, 3, 4])
-                #expect(first.map(\.name) == ["device tokens", "delivery ledger", "token tombstones", "device tokens by user first"])
-                #expect(second == first, "a second run applies nothing: same versions, same applied_at")
-                let tables = try await database.query(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'push' ORDER BY table_name",
-                    logger: database.sqlLogger
-                ).collect().map { try $0.decode(String.self) }
-                #expect(tables == ["deliveries", "device_tokens", "schema_migrations", "token_tombstones"])
-                // The migrated schema works: the registry's statements run on it.
-                #expect(try await store.apply(register(TestDevice.randomToken(), at: t(1))))
-            }
+            let result = try await withStore(url: url, migrate: migrate, body)
+            try await run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            return result
         } catch {
-            try? await dropDatabase(name)
+            try? await run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
             throw error
         }
-        try await dropDatabase(name)
     }
 
-    private func dropDatabase(_ name: String) async throws {
-        try await RegistryDatabase.withStore { _, database in
-            _ = try await database.query(
-                PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"),
-                logger: database.sqlLogger
-            )
+    private static func run(_ statement: String) async throws {
+        try await withStore(migrate: false) { _, database in
+            _ = try await database.query(PostgresQuery(unsafeSQL: statement), logger: database.sqlLogger)
         }
     }
 }

@@ -120,6 +120,24 @@ struct DeliveryHardeningTests {
         #expect(publisher.messages(on: "push.results").count == 1)
     }
 
+    /// A record older than the ledger's retention may have lost its outcomes with its day's
+    /// partition: it is delivered as an unknown event and counted, so operators see redeliveries
+    /// that outlive the retention.
+    @Test func aRecordOlderThanTheLedgerRetentionIsCountedAndDelivered() async throws {
+        let eightDaysAgo = WallClock.millisecondsSince1970() - 8 * 86_400_000
+        let source = FakeSource([
+            Fixture.request(0, Fixture.event("old", users: ["bob"]), timestamp: eightDaysAgo),
+            Fixture.request(1, Fixture.event("recent", users: ["bob"]), timestamp: eightDaysAgo + 2 * 86_400_000),
+        ])
+        let publisher = FakePublisher()
+        let metrics = PrometheusCollectorRegistry()
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS(), metrics: metrics) { _ in
+            publisher.messages(on: "push.results").count == 2
+        }
+        #expect(metrics.emitToString().contains("herald_ledger_lookups_beyond_retention_total 1"), "\(metrics.emitToString())")
+        #expect(publisher.jsonObjects(on: "push.results").allSatisfy { $0["status"] as? String == "delivered" })
+    }
+
     @Test func aPayloadWithNULEscapesIsDeliveredAsGiven() async throws {
         let event = #"{"id":"e1","user_ids":["bob"],"topic":"com.example.shop","payload":{"aps":{"alert":"a\u0000b"}}}"#
         let source = FakeSource([Fixture.request(0, event)])

@@ -185,11 +185,11 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
 }
 
 extension FakeStore {
-    func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]] {
         deliveries.withLock { deliveries in
             var result: [String: [String: RecordedDelivery]] = [:]
-            for delivery in deliveries.values where eventIDs.contains(delivery.eventID) {
-                result[delivery.eventID, default: [:]][delivery.token] = delivery
+            for delivery in deliveries.values where events.contains(delivery.event) {
+                result[delivery.event.eventID, default: [:]][delivery.token] = delivery
             }
             return result
         }
@@ -206,13 +206,13 @@ extension FakeStore {
             var stored = delivery
             if let mark {
                 let marked = try await markUnregistered(topic: mark.topic, token: mark.token, at: mark.at)
-                if !marked { stored.unregisteredEvent = nil }
+                if !marked { stored.unregisteredAtMilliseconds = nil }
             } else {
-                stored.unregisteredEvent = nil
+                stored.unregisteredAtMilliseconds = nil
             }
             standing.append(
                 deliveries.withLock { deliveries in
-                    let key = delivery.eventID + "/" + delivery.token
+                    let key = "\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
                     if let existing = deliveries[key] { return existing }
                     deliveries[key] = stored
                     return stored

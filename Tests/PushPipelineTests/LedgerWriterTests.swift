@@ -13,7 +13,7 @@ final class HeldLedgerWrites: Sendable {
     private let stored: Mutex<[String: RecordedDelivery]>
 
     init(recordedBefore: [RecordedDelivery] = []) {
-        stored = Mutex(Dictionary(uniqueKeysWithValues: recordedBefore.map { ($0.eventID + "/" + $0.token, $0) }))
+        stored = Mutex(Dictionary(uniqueKeysWithValues: recordedBefore.map { ($0.event.eventID + "/" + $0.token, $0) }))
     }
 
     /// The batches written (or being written) so far, oldest first.
@@ -32,7 +32,7 @@ final class HeldLedgerWrites: Sendable {
         }
         return stored.withLock { stored in
             batch.map { entry in
-                let key = entry.delivery.eventID + "/" + entry.delivery.token
+                let key = entry.delivery.event.eventID + "/" + entry.delivery.token
                 if let earlier = stored[key] { return earlier }
                 stored[key] = entry.delivery
                 return entry.delivery
@@ -58,14 +58,25 @@ final class HandedOn: Sendable {
 
     func receive(_ batch: [(standing: RecordedDelivery, ticket: Int)]) async {
         try? await Task.sleep(for: hold)
-        batches.withLock { $0.append(batch.map { ($0.standing.eventID, String(decoding: $0.standing.result, as: UTF8.self), $0.ticket) }) }
+        batches.withLock { $0.append(batch.map { ($0.standing.event.eventID, LedgerWriterTests.text(of: $0.standing), $0.ticket) }) }
     }
 }
 
 @Suite(.timeLimit(.minutes(1)))
 struct LedgerWriterTests {
+    /// An outcome whose result text is `status`, so the test can tell outcomes apart.
     static func outcome(_ event: String, _ token: String = "t1", status: String = "delivered") -> RecordedDelivery {
-        RecordedDelivery(eventID: event, token: token, topic: "com.example.shop", userID: "u", result: Array(status.utf8))
+        RecordedDelivery(
+            event: LedgerEvent(eventID: event, day: 20_000),
+            token: token,
+            userID: "u",
+            outcome: .message(result: Array(status.utf8), unregisteredEvent: nil)
+        )
+    }
+
+    /// The result text of an outcome made by ``outcome(_:_:status:)``.
+    static func text(of delivery: RecordedDelivery) -> String {
+        if case .message(let result, _) = delivery.outcome { String(decoding: result, as: UTF8.self) } else { "" }
     }
 
     /// Polls until `condition` holds (the test's time limit bounds it).
@@ -90,7 +101,7 @@ struct LedgerWriterTests {
 
             ledger.release(2)
             try await Self.waitUntil { handedOn.received.count == 2 }
-            #expect(ledger.written.map { $0.map(\.eventID) } == [["e1"], ["e2", "e3", "e4"]])
+            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e1"], ["e2", "e3", "e4"]])
             #expect(writer.unrecordedCount == 0)
             let received = handedOn.received.map { $0.map { "\($0.ticket):\($0.event):\($0.result)" } }
             #expect(received == [["1:e1:delivered"], ["2:e2:delivered", "3:e3:recorded by another copy", "4:e4:delivered"]])
@@ -110,7 +121,7 @@ struct LedgerWriterTests {
             writer.submit(Self.outcome("u5"), marking: nil, ticket: 5)
             ledger.release(4)
             try await Self.waitUntil { handedOn.received.count == 4 }
-            #expect(ledger.written.map { $0.map(\.eventID) } == [["b0"], ["u5", "b1"], ["b2", "b3"], ["b4"]])
+            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["b0"], ["u5", "b1"], ["b2", "b3"], ["b4"]])
             group.cancelAll()
         }
     }
@@ -126,7 +137,7 @@ struct LedgerWriterTests {
             for index in 1..<5 { writer.submit(Self.outcome("e\(index)"), marking: nil, ticket: index) }
             ledger.release(3)
             try await Self.waitUntil { handedOn.received.count == 3 }
-            #expect(ledger.written.map { $0.map(\.eventID) } == [["e0"], ["e1", "e2"], ["e3", "e4"]])
+            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e0"], ["e1", "e2"], ["e3", "e4"]])
             #expect(handedOn.received.map { $0.map(\.ticket) } == [[0], [1, 2], [3, 4]])
             group.cancelAll()
         }

@@ -14,8 +14,18 @@ struct NotificationPipelineTests {
     static let alicePad = String(repeating: "a2", count: 32)
     static let bobPhone = String(repeating: "b1", count: 32)
 
-    static func request(_ offset: Int64, _ json: String, partition: Int32 = 0) -> KafkaMessage {
-        KafkaMessage(topic: "push.requests", partition: partition, offset: offset, key: Array("k".utf8), value: Array(json.utf8))
+    /// A record of 2026-11-26, 11:00 UTC: every copy of an event shares its ledger day.
+    static let recordTimestamp: Int64 = 1_795_690_800_000
+
+    static func request(_ offset: Int64, _ json: String, partition: Int32 = 0, timestamp: Int64 = recordTimestamp) -> KafkaMessage {
+        KafkaMessage(
+            topic: "push.requests",
+            partition: partition,
+            offset: offset,
+            key: Array("k".utf8),
+            value: Array(json.utf8),
+            timestampMilliseconds: timestamp
+        )
     }
 
     static func event(_ id: String, users: [String] = ["alice", "bob", "carol"]) -> String {

@@ -1,3 +1,4 @@
+import DeviceTokenStore
 import APNSCore
 import PushPipeline
 import Synchronization

@@ -43,15 +43,22 @@ struct ChannelCommands: Sendable {
                 if Task.isCancelled { return false }
             }
             defer { claims.settle([claim]) }
-            let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(eventIDs: [key]) }
+            let ledgerEvent = LedgerEvent(eventID: key, recordTimestampMilliseconds: message.timestampMilliseconds ?? WallClock.millisecondsSince1970())
+            let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: [ledgerEvent]) }
             let answer: [UInt8]
-            if let outcome = recorded[key]?[Self.ledgerToken] {
-                answer = outcome.result
+            if let outcome = recorded[key]?[Self.ledgerToken], case .message(let result, _) = outcome.outcome {
+                answer = result
             } else {
                 let result = try await perform(command)
-                let delivery = RecordedDelivery(eventID: key, token: Self.ledgerToken, topic: command.topic, userID: "", result: result.json())
+                let delivery = RecordedDelivery(
+                    event: ledgerEvent,
+                    token: Self.ledgerToken,
+                    userID: "",
+                    outcome: .message(result: result.json(), unregisteredEvent: nil)
+                )
                 let standing = try await storeOperations.run { try await ledger.record([(delivery, nil)]) }
-                answer = standing.first?.result ?? delivery.result
+                answer =
+                    if case .message(let recordedResult, _) = standing.first?.outcome { recordedResult } else { result.json() }
                 metrics.recordChannelCommand(command.action, result.status)
                 logger.info(
                     "channel command answered",

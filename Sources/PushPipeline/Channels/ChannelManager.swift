@@ -1,3 +1,4 @@
+import DeviceTokenStore
 public import APNSCore
 
 /// Carries out channel management commands against Apple's channel management API through a

@@ -1,3 +1,4 @@
+public import DeviceTokenStore
 public import APNSCore
 import Foundation
 

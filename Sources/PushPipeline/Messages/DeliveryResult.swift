@@ -1,16 +1,10 @@
 public import APNSCore
+public import DeviceTokenStore
 
 /// One push.results message: the outcome for one device (or one user without devices), or for
 /// one event to a broadcast channel (``channelID`` set; no user, token or apns-id).
 public struct DeliveryResult: Sendable, Hashable {
-    public enum Status: String, Sendable, Hashable, CaseIterable {
-        case delivered
-        case unregistered
-        case rejected
-        case failed
-        case expired
-        case noDevices = "no_devices"
-    }
+    public typealias Status = DeliveryStatus
 
     public var eventID: String
     /// Nil for a channel's result.
@@ -92,6 +86,33 @@ public struct DeliveryResult: Sendable, Hashable {
         }
         if let apnsUniqueID { fields.append(("apns_unique_id", .string(apnsUniqueID))) }
         return JSONValue.object(fields).serialized()
+    }
+}
+
+extension DeliveryResult {
+    /// The result of a send to `token` for `event`, from what the ledger kept of it: the event
+    /// gives its ID, topic and channel, and the apns-id sent is derived again.
+    init(recorded send: RecordedDelivery.SendOutcome, of event: NotificationEvent, token: String, userID: String) {
+        // "The apns-id sent": none when no request was made; a channel's goes in apns_request_id.
+        let sentID = send.attempts > 0 ? NotificationID.derive(eventID: event.id, token: token) : nil
+        let toDevice = event.channelID == nil
+        self.init(
+            eventID: event.id,
+            userID: toDevice ? userID : nil,
+            token: toDevice ? token : nil,
+            topic: event.topic,
+            environment: send.environment,
+            status: send.status,
+            apnsStatus: send.apnsStatus,
+            reason: send.reason,
+            apnsID: toDevice ? sentID : nil,
+            attempts: send.attempts,
+            latencyMilliseconds: send.latencyMilliseconds,
+            completedAtMilliseconds: send.completedAtMilliseconds,
+            channelID: event.channelID,
+            apnsRequestID: toDevice ? nil : sentID,
+            apnsUniqueID: send.apnsUniqueID
+        )
     }
 }
 

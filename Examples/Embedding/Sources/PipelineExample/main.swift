@@ -65,15 +65,16 @@ final class InMemoryRegistry: DeviceTokenStore, DeliveryLedger {
     func apply(_ update: TokenRegistryUpdate) async throws -> Bool { false }
     func markUnregistered(topic: String, token: String, at: Timestamp) async throws -> Bool { false }
 
-    func recordedDeliveries(eventIDs: [String]) async throws -> [String: [String: RecordedDelivery]] {
-        outcomes.withLock { outcomes in outcomes.filter { eventIDs.contains($0.key) } }
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]] {
+        outcomes.withLock { outcomes in outcomes.filter { outcome in events.contains { $0.eventID == outcome.key } } }
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         outcomes.withLock { outcomes in
             batch.map { entry in
-                if let earlier = outcomes[entry.delivery.eventID]?[entry.delivery.token] { return earlier }
-                outcomes[entry.delivery.eventID, default: [:]][entry.delivery.token] = entry.delivery
+                let eventID = entry.delivery.event.eventID
+                if let earlier = outcomes[eventID]?[entry.delivery.token] { return earlier }
+                outcomes[eventID, default: [:]][entry.delivery.token] = entry.delivery
                 return entry.delivery
             }
         }

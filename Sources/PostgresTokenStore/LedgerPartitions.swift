@@ -1,0 +1,233 @@
+import DeviceTokenStore
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// The days the partitioned ledger keeps at an instant: every day that may hold an outcome
+/// younger than the retention, and a few ahead so that new days never start in the default
+/// partition.
+package struct LedgerWindow: Sendable, Hashable {
+    /// The first day kept: it holds the instant `retention` ago, so every earlier day is older.
+    package var oldestDay: Int32
+    /// The last day created ahead.
+    package var newestDay: Int32
+
+    /// Days created ahead of today.
+    package static let daysAhead: Int32 = 3
+
+    package init(oldestDay: Int32, newestDay: Int32) {
+        self.oldestDay = oldestDay
+        self.newestDay = newestDay
+    }
+
+    package init(nowMilliseconds: Int64, retention: Duration) {
+        let retentionMilliseconds = retention.components.seconds * 1000 + retention.components.attoseconds / 1_000_000_000_000_000
+        oldestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds - retentionMilliseconds)
+        newestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds) + Self.daysAhead
+    }
+}
+
+/// What one ledger maintenance pass changed.
+package struct LedgerMaintenance: Sendable, Hashable {
+    package var partitionsCreated = 0
+    package var partitionsDropped = 0
+    /// The default partition was rebuilt (it held expired rows, or rows of a day created now).
+    package var defaultRebuilt = false
+    /// `push.deliveries` (before migration 5) was dropped: its newest row had expired.
+    package var unpartitionedDropped = false
+    /// Another instance held the maintenance lock, so this pass changed nothing.
+    package var skipped = false
+
+    package init() {}
+}
+
+extension PostgresDeviceTokenStore {
+    /// Brings `push.delivery_ledger`'s partitions to `window`: drops every day before it,
+    /// creates every missing day in it, and rebuilds the default partition when it holds rows of
+    /// a day up to the window's end (expired ones are not copied). Drops `push.deliveries` once
+    /// its newest row is older than `unpartitionedBefore` (milliseconds since 1970).
+    ///
+    /// One instance at a time (a session advisory lock; others skip the pass). Every DDL runs in
+    /// a short transaction with a 2 s `lock_timeout`, so a long query in the way fails the pass
+    /// (retried at the next) instead of queueing the pipeline's statements behind the DDL's lock.
+    package func maintainLedger(window: LedgerWindow, unpartitionedBefore: Int64) async throws -> LedgerMaintenance {
+        let logger = self.logger
+        return try await client.withConnection { connection in
+            var report = LedgerMaintenance()
+            let locked = try await connection.query("SELECT pg_try_advisory_lock(7215300412)", logger: logger).decode(Bool.self)
+            guard try await locked.first(where: { _ in true }) == true else {
+                report.skipped = true
+                return report
+            }
+            do {
+                try await Self.maintain(window: window, unpartitionedBefore: unpartitionedBefore, report: &report, on: connection, logger: logger)
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: logger)
+                throw error
+            }
+            try await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: logger)
+            if report.unpartitionedDropped { unpartitionedLedger.markDropped() }
+            return report
+        }
+    }
+
+    private static func maintain(
+        window: LedgerWindow,
+        unpartitionedBefore: Int64,
+        report: inout LedgerMaintenance,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        var existing: [Int32: String] = [:]
+        for try await (name, day) in try await connection.query(
+            """
+            SELECT c.relname, substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(([-0-9]+)\\)')::integer
+            FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+            WHERE i.inhparent = 'push.delivery_ledger'::regclass
+            """,
+            logger: logger
+        ).decode((String, Int32?).self) {
+            if let day { existing[day] = name }
+        }
+        for (day, name) in existing.sorted(by: { $0.key < $1.key }) where day < window.oldestDay {
+            try await inShortTransaction(on: connection, logger: logger) {
+                try await connection.query(PostgresQuery(unsafeSQL: "DROP TABLE IF EXISTS push.\(name)"), logger: logger)
+            }
+            report.partitionsDropped += 1
+        }
+        let missing = (window.oldestDay...window.newestDay).filter { existing[$0] == nil }
+        let defaultHoldsWindowRows =
+            try await connection.query(
+                "SELECT EXISTS (SELECT 1 FROM push.delivery_ledger_default WHERE day <= \(window.newestDay))",
+                logger: logger
+            ).decode(Bool.self).first(where: { _ in true }) ?? false
+        if defaultHoldsWindowRows {
+            try await inShortTransaction(on: connection, logger: logger) {
+                try await rebuildDefault(creating: missing, keepingFrom: window.oldestDay, on: connection, logger: logger)
+            }
+            report.defaultRebuilt = true
+            report.partitionsCreated += missing.count
+        } else {
+            for day in missing {
+                try await inShortTransaction(on: connection, logger: logger) {
+                    try await createPartition(day, on: connection, logger: logger)
+                }
+                report.partitionsCreated += 1
+            }
+        }
+        report.unpartitionedDropped = try await dropUnpartitionedIfExpired(before: unpartitionedBefore, on: connection, logger: logger)
+    }
+
+    /// Moves the default partition's rows that are not expired into a new default partition or
+    /// the day partitions created here, in one transaction: lookups see every row throughout.
+    private static func rebuildDefault(
+        creating days: [Int32],
+        keepingFrom oldestDay: Int32,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        for statement in [
+            "ALTER TABLE push.delivery_ledger DETACH PARTITION push.delivery_ledger_default",
+            "ALTER TABLE push.delivery_ledger_default RENAME TO delivery_ledger_rebuilt_default",
+            "CREATE TABLE push.delivery_ledger_default PARTITION OF push.delivery_ledger DEFAULT",
+        ] {
+            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+        }
+        for day in days { try await createPartition(day, on: connection, logger: logger) }
+        try await connection.query(
+            "INSERT INTO push.delivery_ledger SELECT * FROM push.delivery_ledger_rebuilt_default WHERE day >= \(oldestDay)",
+            logger: logger
+        )
+        try await connection.query("DROP TABLE push.delivery_ledger_rebuilt_default", logger: logger)
+    }
+
+    /// Creates the partition of one day, named after its date (`delivery_ledger_20261126`).
+    private static func createPartition(_ day: Int32, on connection: PostgresConnection, logger: Logger) async throws {
+        let names = try await connection.query(
+            "SELECT to_char(date '1970-01-01' + \(day), '\"delivery_ledger_\"YYYYMMDD')",
+            logger: logger
+        ).decode(String.self)
+        guard let name = try await names.first(where: { _ in true }) else { return }
+        try await connection.query(
+            PostgresQuery(
+                unsafeSQL: "CREATE TABLE IF NOT EXISTS push.\(name) PARTITION OF push.delivery_ledger FOR VALUES FROM (\(day)) TO (\(day + 1))"
+            ),
+            logger: logger
+        )
+    }
+
+    /// Drops `push.deliveries` when it exists and its newest row is older than `before`.
+    private static func dropUnpartitionedIfExpired(before: Int64, on connection: PostgresConnection, logger: Logger) async throws -> Bool {
+        let exists =
+            try await connection.query("SELECT to_regclass('push.deliveries') IS NOT NULL", logger: logger)
+            .decode(Bool.self).first(where: { _ in true }) ?? false
+        guard exists else { return false }
+        let newest =
+            try await connection.query(
+                "SELECT (extract(epoch FROM max(recorded_at)) * 1000)::bigint FROM push.deliveries",
+                logger: logger
+            ).decode(Int64?.self).first(where: { _ in true }) ?? nil
+        if let newest, newest >= before { return false }
+        try await inShortTransaction(on: connection, logger: logger) {
+            try await connection.query("DROP TABLE IF EXISTS push.deliveries", logger: logger)
+        }
+        return true
+    }
+
+    /// Runs `body` in a transaction whose lock waits end after 2 s.
+    private static func inShortTransaction(
+        on connection: PostgresConnection,
+        logger: Logger,
+        _ body: () async throws -> Void
+    ) async throws {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await connection.query("SET LOCAL lock_timeout = '2s'", logger: logger)
+            try await body()
+            try await connection.query("COMMIT", logger: logger)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}
+
+/// `push.deliveries`, the ledger before migration 5: read beside the partitioned ledger until
+/// housekeeping drops it, so an upgrade keeps every outcome recorded before it.
+package final class UnpartitionedLedger: Sendable {
+    /// False once the table is known to be gone (dropped here, or missing on a read).
+    private let present = Atomic(true)
+
+    package init() {}
+
+    func markDropped() {
+        present.store(false, ordering: .relaxed)
+    }
+
+    /// The outcomes it holds for these events (none once it is gone).
+    func recordedDeliveries(of events: [LedgerEvent], client: PostgresClient, logger: Logger) async throws -> [RecordedDelivery] {
+        guard present.load(ordering: .relaxed) else { return [] }
+        let dayOfEvent = Dictionary(events.map { ($0.eventID, $0.day) }, uniquingKeysWith: { first, _ in first })
+        var deliveries: [RecordedDelivery] = []
+        do {
+            let rows = try await client.query(
+                "SELECT event_id, token, user_id, result, unregistered_event FROM push.deliveries WHERE event_id = ANY(\(Array(dayOfEvent.keys)))",
+                logger: logger
+            )
+            for try await (eventID, token, userID, result, unregisteredEvent) in rows.decode((String, String, String, String, String?).self) {
+                deliveries.append(
+                    RecordedDelivery(
+                        event: LedgerEvent(eventID: eventID, day: dayOfEvent[eventID] ?? 0),
+                        token: token,
+                        userID: userID,
+                        outcome: .message(result: Array(result.utf8), unregisteredEvent: unregisteredEvent.map { Array($0.utf8) })
+                    )
+                )
+            }
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P01" {
+            markDropped()  // undefined_table: another instance dropped it
+            return []
+        }
+        return deliveries
+    }
+}
