@@ -115,6 +115,7 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 "DeviceTokenStore",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

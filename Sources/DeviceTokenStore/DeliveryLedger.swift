@@ -1,22 +1,25 @@
 public import APNSCore
 
-/// Where an event's outcomes live in the ledger: its ID and the UTC day of the Kafka record that
-/// carried it. The record's timestamp is the same on every redelivery, so a redelivered event
-/// finds its outcomes in one day partition; the day is also what the ledger's retention counts
-/// from, as Kafka's own retention does.
+/// Where an event's outcomes live in the ledger: its ID within its app, and the UTC day of the
+/// Kafka record that carried it. The record's timestamp is the same on every redelivery, so a
+/// redelivered event finds its outcomes in one day partition; the day is also what the ledger's
+/// retention counts from, as Kafka's own retention does.
 public struct LedgerEvent: Sendable, Hashable {
     public var eventID: String
+    /// The event's bundle ID: two apps may use the same event IDs.
+    public var topic: String
     /// Days since 1970-01-01 (UTC) of the record's timestamp.
     public var day: Int32
 
-    public init(eventID: String, day: Int32) {
+    public init(eventID: String, topic: String, day: Int32) {
         self.eventID = eventID
+        self.topic = topic
         self.day = day
     }
 
     /// The event of a record with this timestamp (milliseconds since 1970).
-    public init(eventID: String, recordTimestampMilliseconds: Int64) {
-        self.init(eventID: eventID, day: Self.day(ofMilliseconds: recordTimestampMilliseconds))
+    public init(eventID: String, topic: String, recordTimestampMilliseconds: Int64) {
+        self.init(eventID: eventID, topic: topic, day: Self.day(ofMilliseconds: recordTimestampMilliseconds))
     }
 
     /// The UTC day, counted from 1970-01-01, of an instant in milliseconds since 1970.
@@ -138,8 +141,8 @@ public struct UnregisterMark: Sendable, Hashable {
 /// The idempotency ledger: every terminal (event, token) outcome, recorded as soon as it is known
 /// and kept for a retention counted from the event's record day.
 public protocol DeliveryLedger: Sendable {
-    /// The recorded outcomes of these events, by event ID and then token.
-    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]]
+    /// The recorded outcomes of these events, by event and then token.
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]]
 
     /// Records each outcome unless one is already recorded for its (event, token), and returns,
     /// in order, the one that stands for each. An outcome with a `mark` marks its token

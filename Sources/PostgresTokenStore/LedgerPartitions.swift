@@ -207,22 +207,30 @@ package final class UnpartitionedLedger: Sendable {
     /// The outcomes it holds for these events (none once it is gone).
     func recordedDeliveries(of events: [LedgerEvent], client: PostgresClient, logger: Logger) async throws -> [RecordedDelivery] {
         guard present.load(ordering: .relaxed) else { return [] }
-        let dayOfEvent = Dictionary(events.map { ($0.eventID, $0.day) }, uniquingKeysWith: { first, _ in first })
+        let eventsByID = Dictionary(grouping: events, by: \.eventID)
         var deliveries: [RecordedDelivery] = []
         do {
             let rows = try await client.query(
-                "SELECT event_id, token, user_id, result, unregistered_event FROM push.deliveries WHERE event_id = ANY(\(Array(dayOfEvent.keys)))",
+                """
+                SELECT event_id, topic, token, user_id, result, unregistered_event FROM push.deliveries
+                WHERE event_id = ANY(\(Array(eventsByID.keys)))
+                """,
                 logger: logger
             )
-            for try await (eventID, token, userID, result, unregisteredEvent) in rows.decode((String, String, String, String, String?).self) {
-                deliveries.append(
-                    RecordedDelivery(
-                        event: LedgerEvent(eventID: eventID, day: dayOfEvent[eventID] ?? 0),
-                        token: token,
-                        userID: userID,
-                        outcome: .message(result: Array(result.utf8), unregisteredEvent: unregisteredEvent.map { Array($0.utf8) })
+            for try await (eventID, topic, token, userID, result, unregisteredEvent) in rows.decode(
+                (String, String, String, String, String, String?).self
+            ) {
+                // The table kept no record day: the outcome stands for each copy of its event.
+                for event in eventsByID[eventID] ?? [] where event.topic == topic {
+                    deliveries.append(
+                        RecordedDelivery(
+                            event: event,
+                            token: token,
+                            userID: userID,
+                            outcome: .message(result: Array(result.utf8), unregisteredEvent: unregisteredEvent.map { Array($0.utf8) })
+                        )
                     )
-                )
+                }
             }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P01" {
             markDropped()  // undefined_table: another instance dropped it

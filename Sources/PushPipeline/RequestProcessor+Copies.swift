@@ -39,7 +39,7 @@ extension RequestProcessor {
         guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(of: events) }) else { return }
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
-                if let outcome = recorded[event.id]?[device.token] {
+                if let outcome = recorded[ledgerEvent(event, of: ticket.progress.message(ticket.message))]?[device.token] {
                     let republished = republishing(outcome, of: event, headers: ticket.progress.resultHeaders(ticket.message))
                     group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message, event))]) }
                     continue

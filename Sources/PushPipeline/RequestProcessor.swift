@@ -107,7 +107,7 @@ final class RequestProcessor: Sendable {
                 events.map { EventTrace(tracer: tracer, message: $0.0, eventID: $0.1.id, users: $0.1.userIDs.count) }
             }
             guard let resolved = try? await resolve(events) else { return }
-            let plans = events.map { plan($0.1, resolved: resolved, consumedAt: consumedAt) }
+            let plans = events.map { plan($0.1, of: $0.0, resolved: resolved, consumedAt: consumedAt) }
             let progress = BatchProgress(
                 messages: events.map(\.0),
                 results: plans.map(\.results),
@@ -172,7 +172,7 @@ final class RequestProcessor: Sendable {
         /// Active devices by app, then user.
         var tokens: [String: [String: [DeviceToken]]] = [:]
         /// Recorded outcomes by event, then token.
-        var recorded: [String: [String: RecordedDelivery]] = [:]
+        var recorded: [LedgerEvent: [String: RecordedDelivery]] = [:]
     }
 
     /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
@@ -215,9 +215,14 @@ final class RequestProcessor: Sendable {
         var results: Int { noDevices.count + recorded.count + devices.count }
     }
 
-    private func plan(_ event: NotificationEvent, resolved: ResolvedBatch, consumedAt: ContinuousClock.Instant) -> EventPlan {
+    private func plan(
+        _ event: NotificationEvent,
+        of message: KafkaMessage,
+        resolved: ResolvedBatch,
+        consumedAt: ContinuousClock.Instant
+    ) -> EventPlan {
         let tokens = resolved.tokens[event.topic] ?? [:]
-        let recorded = resolved.recorded[event.id] ?? [:]
+        let recorded = resolved.recorded[ledgerEvent(event, of: message)] ?? [:]
         var plan = EventPlan()
         if let channelID = event.channelID {
             // One result per event: the channel stands where a device would, in the ledger too.
@@ -454,7 +459,11 @@ final class RequestProcessor: Sendable {
     /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (the
     /// consumer's clock for a record without a timestamp, which only message format v0 lacks).
     func ledgerEvent(_ event: NotificationEvent, of message: KafkaMessage) -> LedgerEvent {
-        LedgerEvent(eventID: event.id, recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds())
+        LedgerEvent(
+            eventID: event.id,
+            topic: event.topic,
+            recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds()
+        )
     }
 
     private func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {

@@ -20,7 +20,7 @@ extension TokenRegistryTests {
     /// An outcome of `eventID` in the ledger day `day` (days since 1970).
     static func ledgerOutcome(_ eventID: String, day: Int32, token: String = TestDevice.randomToken()) -> RecordedDelivery {
         RecordedDelivery(
-            event: LedgerEvent(eventID: eventID, day: day),
+            event: LedgerEvent(eventID: eventID, topic: "com.example.shop", day: day),
             token: token,
             userID: "u-1",
             outcome: .send(
@@ -56,13 +56,16 @@ extension TokenRegistryTests {
             #expect(try await database.partitions(of: [late]) == ["push.delivery_ledger_19970520"])
             #expect(try await database.partitions(of: [ahead]) == ["push.delivery_ledger_default"], "beyond the window: stays")
             var found = try await store.recordedDeliveries(of: all.map(\.event))
-            #expect(found["early"]?[early.token] == early && found["late"]?[late.token] == late && found["ahead"]?[ahead.token] == ahead)
-            #expect(found["expired"] == nil, "older than the window: not copied out of the default partition")
+            #expect(found[early.event]?[early.token] == early && found[late.event]?[late.token] == late && found[ahead.event]?[ahead.token] == ahead)
+            #expect(found[expired.event] == nil, "older than the window: not copied out of the default partition")
+            var otherApp = late.event
+            otherApp.topic = "com.example.other"
+            #expect(try await store.recordedDeliveries(of: [otherApp]).isEmpty, "the same event ID in another app is another event")
 
             report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_001, newestDay: 10_003), unpartitionedBefore: 0)
             #expect(!report.defaultRebuilt && report.partitionsCreated == 1 && report.partitionsDropped == 1)
             found = try await store.recordedDeliveries(of: all.map(\.event))
-            #expect(found["early"] == nil && found["late"]?[late.token] == late && found["ahead"]?[ahead.token] == ahead)
+            #expect(found[early.event] == nil && found[late.event]?[late.token] == late && found[ahead.event]?[ahead.token] == ahead)
             let partitions = try await database.query(
                 "SELECT count(*) FROM pg_inherits WHERE inhparent = 'push.delivery_ledger'::regclass",
                 logger: database.sqlLogger
@@ -84,13 +87,13 @@ extension TokenRegistryTests {
                 """,
                 logger: database.sqlLogger
             )
-            let event = LedgerEvent(eventID: "before-5", day: 20_777)
+            let event = LedgerEvent(eventID: "before-5", topic: "com.example", day: 20_777)
             let recordedAt: Int64 = 1_795_168_800_000  // 2026-11-20T10:00:00Z
             let window = LedgerWindow(oldestDay: 20_770, newestDay: 20_780)
             var report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt)
             #expect(!report.unpartitionedDropped, "its newest row is not older than the cut-off")
             let found = try await store.recordedDeliveries(of: [event])
-            #expect(found["before-5"]?["aa"]?.outcome == .message(result: Array(result.utf8), unregisteredEvent: Array(unregistered.utf8)))
+            #expect(found[event]?["aa"]?.outcome == .message(result: Array(result.utf8), unregisteredEvent: Array(unregistered.utf8)))
 
             let otherInstance = PostgresDeviceTokenStore(client: database, logger: Logger(label: "test.registry"))
             report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt + 1)
@@ -269,7 +272,7 @@ extension PostgresClient {
         let rows = try await query(
             """
             SELECT DISTINCT tableoid::regclass::text FROM push.delivery_ledger
-            WHERE event_key = ANY(ARRAY(SELECT md5(e)::uuid FROM unnest(\(deliveries.map(\.event.eventID))::text[]) AS e))
+            WHERE event_key = ANY(ARRAY(SELECT md5(e)::uuid FROM unnest(\(deliveries.map { "\($0.event.topic)/\($0.event.eventID)" })::text[]) AS e))
             ORDER BY 1
             """,
             logger: sqlLogger

@@ -185,11 +185,11 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
 }
 
 extension FakeStore {
-    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]] {
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
         deliveries.withLock { deliveries in
-            var result: [String: [String: RecordedDelivery]] = [:]
+            var result: [LedgerEvent: [String: RecordedDelivery]] = [:]
             for delivery in deliveries.values where events.contains(delivery.event) {
-                result[delivery.event.eventID, default: [:]][delivery.token] = delivery
+                result[delivery.event, default: [:]][delivery.token] = delivery
             }
             return result
         }
@@ -212,7 +212,7 @@ extension FakeStore {
             }
             standing.append(
                 deliveries.withLock { deliveries in
-                    let key = "\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
+                    let key = "\(delivery.event.topic)/\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
                     if let existing = deliveries[key] { return existing }
                     deliveries[key] = stored
                     return stored

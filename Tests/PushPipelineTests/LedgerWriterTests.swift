@@ -67,7 +67,7 @@ struct LedgerWriterTests {
     /// An outcome whose result text is `status`, so the test can tell outcomes apart.
     static func outcome(_ event: String, _ token: String = "t1", status: String = "delivered") -> RecordedDelivery {
         RecordedDelivery(
-            event: LedgerEvent(eventID: event, day: 20_000),
+            event: LedgerEvent(eventID: event, topic: "com.example.shop", day: 20_000),
             token: token,
             userID: "u",
             outcome: .message(result: Array(status.utf8), unregisteredEvent: nil)

@@ -43,10 +43,14 @@ struct ChannelCommands: Sendable {
                 if Task.isCancelled { return false }
             }
             defer { claims.settle([claim]) }
-            let ledgerEvent = LedgerEvent(eventID: key, recordTimestampMilliseconds: message.timestampMilliseconds ?? WallClock.millisecondsSince1970())
+            let ledgerEvent = LedgerEvent(
+                eventID: key,
+                topic: command.topic,
+                recordTimestampMilliseconds: message.timestampMilliseconds ?? WallClock.millisecondsSince1970()
+            )
             let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: [ledgerEvent]) }
             let answer: [UInt8]
-            if let outcome = recorded[key]?[Self.ledgerToken], case .message(let result, _) = outcome.outcome {
+            if let outcome = recorded[ledgerEvent]?[Self.ledgerToken], case .message(let result, _) = outcome.outcome {
                 answer = result
             } else {
                 let result = try await perform(command)

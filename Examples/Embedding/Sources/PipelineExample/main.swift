@@ -47,7 +47,7 @@ final class InMemoryPublisher: MessagePublisher {
 /// Tokens by (topic, user), and the ledger's outcomes by (event, token).
 final class InMemoryRegistry: DeviceTokenStore, DeliveryLedger {
     private let tokens: [String: [DeviceToken]]
-    private let outcomes = Mutex<[String: [String: RecordedDelivery]]>([:])
+    private let outcomes = Mutex<[LedgerEvent: [String: RecordedDelivery]]>([:])
 
     init(topic: String, tokens: [DeviceToken]) {
         self.tokens = Dictionary(grouping: tokens) { "\(topic)/\($0.userID)" }
@@ -65,16 +65,16 @@ final class InMemoryRegistry: DeviceTokenStore, DeliveryLedger {
     func apply(_ update: TokenRegistryUpdate) async throws -> Bool { false }
     func markUnregistered(topic: String, token: String, at: Timestamp) async throws -> Bool { false }
 
-    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [String: [String: RecordedDelivery]] {
-        outcomes.withLock { outcomes in outcomes.filter { outcome in events.contains { $0.eventID == outcome.key } } }
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
+        outcomes.withLock { outcomes in outcomes.filter { events.contains($0.key) } }
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         outcomes.withLock { outcomes in
             batch.map { entry in
-                let eventID = entry.delivery.event.eventID
-                if let earlier = outcomes[eventID]?[entry.delivery.token] { return earlier }
-                outcomes[eventID, default: [:]][entry.delivery.token] = entry.delivery
+                let event = entry.delivery.event
+                if let earlier = outcomes[event]?[entry.delivery.token] { return earlier }
+                outcomes[event, default: [:]][entry.delivery.token] = entry.delivery
                 return entry.delivery
             }
         }
