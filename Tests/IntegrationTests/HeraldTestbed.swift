@@ -63,7 +63,7 @@ final class HeraldTestbed: Sendable {
         self.logger = logger
         production = mock("production", faults: faults)
         sandbox = mock("sandbox", uniqueIDs: sandboxUniqueIDs)
-        producer = try KafkaProducer(configuration: TestEnvironment.kafka, logger: logger)
+        producer = try KafkaProducer(configuration: try TestEnvironment.kafka, logger: logger)
     }
 
     /// Runs `body` while both mock APNs servers serve.
@@ -82,13 +82,13 @@ final class HeraldTestbed: Sendable {
         }
         try pems.joined(separator: "\n").write(toFile: bundle, atomically: true, encoding: .utf8)
         var environment = topics.environment
-        environment["HERALD_KAFKA_BROKERS"] = TestEnvironment.brokers
+        environment["HERALD_KAFKA_BROKERS"] = try TestEnvironment.brokers
         environment["HERALD_KAFKA_GROUP"] = group
         environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "6000"
         environment["HERALD_KAFKA_HEARTBEAT_INTERVAL_MS"] = "1000"
         // Tansu keeps a crashed member in the group until the rebalance timeout (this).
         environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "15000"
-        environment["HERALD_POSTGRES_URL"] = TestEnvironment.postgresURL
+        environment["HERALD_POSTGRES_URL"] = try TestEnvironment.postgresURL
         environment["HERALD_APNS_KEY_PATH"] = key.path
         environment["HERALD_APNS_KEY_ID"] = key.keyID
         environment["HERALD_APNS_TEAM_ID"] = key.teamID

@@ -18,7 +18,7 @@ import Testing
             group.addTask { await client.run() }
             defer { group.cancelAll() }
             try await HeraldApplication.migrate(
-                configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL]), logger: logger)
+                configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": try TestEnvironment.postgresURL]), logger: logger)
             return try await client.withConnection { connection in
                 var settings: [String] = []
                 for setting in ["plan_cache_mode", "enable_seqscan"] {

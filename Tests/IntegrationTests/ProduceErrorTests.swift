@@ -9,7 +9,7 @@ import Testing
 @Suite(.timeLimit(.minutes(2)))
 struct ProduceErrorTests {
     @Test func aRecordLargerThanMessageMaxBytesIsAPermanentTooLargeError() async throws {
-        var configuration = TestEnvironment.kafka
+        var configuration = try TestEnvironment.kafka
         configuration.properties["message.max.bytes"] = "2000"
         let producer = try KafkaProducer(configuration: configuration, logger: Logger(label: "test"))
         let topic = try TestTopics(partitions: 1).results
