@@ -2,7 +2,6 @@ import APNSCore
 import DeviceTokenStore
 import KafkaMessages
 import Logging
-import ServiceContextModule
 import Synchronization
 import Tracing
 
@@ -12,24 +11,24 @@ import Tracing
 /// outcomes to the ledger writer and publishes what stands; finishes each message in the
 /// offset tracker once its last result is published.
 final class RequestProcessor: Sendable {
-    private let configuration: PipelineConfiguration
-    private let publisher: ReliablePublisher
-    private let store: any DeviceTokenStore
+    let configuration: PipelineConfiguration
+    let publisher: ReliablePublisher
+    let store: any DeviceTokenStore
     let ledger: any DeliveryLedger
     let storeOperations: StoreOperations
-    private let deadLetters: DeadLetters
-    private let sender: NotificationSender
+    let deadLetters: DeadLetters
+    let sender: NotificationSender
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
     let inFlight = DeliveryClaims(recentCapacity: 100_000)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     let sendLimit: SendPermits
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
-    private let ledgerWriter: LedgerWriter<DeliveryTicket>
+    let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
-    private let tracer: (any Tracer)?
-    private let metrics: PipelineMetrics
-    private let logger: Logger
+    let tracer: (any Tracer)?
+    let metrics: PipelineMetrics
+    let logger: Logger
 
     /// Send permits held now (requests in flight until their outcome is recorded).
     var sendsInFlight: Int { sendLimit.inUse }
@@ -246,256 +245,5 @@ final class RequestProcessor: Sendable {
             plan.devices += devices
         }
         return plan
-    }
-
-    /// What travels with one result until it is published: the message and event it belongs
-    /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
-    struct DeliveryTicket: Sendable {
-        var progress: BatchProgress
-        var message: Int
-        var event: NotificationEvent
-        /// The claim key of a sent result (it also holds a send permit).
-        var claim: Int?
-        /// The status of a new result, counted once published (nil: a republished one).
-        var status: DeliveryResult.Status?
-
-        init(_ progress: BatchProgress, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
-            self.progress = progress
-            self.message = message
-            self.event = event
-            self.claim = claim
-            self.status = status
-        }
-    }
-
-    /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
-    /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
-    func send(
-        _ event: NotificationEvent,
-        to device: DeviceToken,
-        ticket: DeliveryTicket,
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
-        let request =
-            if let channelID = event.channelID {
-                APNSRequest(
-                    channelID: channelID,
-                    bundleID: event.topic,
-                    priority: event.priority,
-                    requestID: apnsID,
-                    expiration: event.expiration ?? 0,
-                    payload: event.payload
-                )
-            } else {
-                APNSRequest(
-                    deviceToken: device.token,
-                    topic: event.pushType.apnsTopic(bundleID: event.topic),
-                    pushType: event.pushType,
-                    priority: event.priority,
-                    apnsID: apnsID,
-                    expiration: event.expiration,
-                    collapseID: event.collapseID,
-                    payload: event.payload
-                )
-            }
-        let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
-        defer { trace?.end() }
-        let message = ticket.progress.message(ticket.message)
-        let outcome: DeliveryOutcome
-        do {
-            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
-                ticket.progress.lane.tracker.isRevoked(message)
-            }
-        } catch {
-            // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
-            if error == .fenced { abandonFenced(ticket) }
-            return
-        }
-        if let trace {
-            trace.attributes["herald.event_id"] = event.id
-            trace.attributes["herald.token"] = DeviceTokenText.redacted(device.token)
-            trace.attributes["herald.status"] = outcome.status.rawValue
-            trace.attributes["herald.attempts"] = outcome.attempts
-            if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
-            if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
-            if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
-        }
-        if outcome.status != .delivered {
-            // The event (and, when traced, the span) in context: the metadata providers name them.
-            var context = trace?.context ?? ServiceContext.topLevel
-            context.heraldEventID = event.id
-            ServiceContext.withValue(context) {
-                logger.info(
-                    "notification not delivered",
-                    metadata: [
-                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
-                        PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
-                        PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
-                    ]
-                )
-            }
-        }
-        var mark: UnregisterMark?
-        if event.channelID == nil, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
-        }
-        // The first publication is built from what the ledger keeps, as every republication is.
-        let delivery = RecordedDelivery(
-            event: ledgerEvent(event, of: message),
-            token: device.token,
-            userID: device.userID,
-            outcome: .send(
-                RecordedDelivery.SendOutcome(
-                    status: outcome.status,
-                    environment: device.environment,
-                    apnsStatus: outcome.apnsStatus,
-                    reason: outcome.reason,
-                    attempts: outcome.attempts,
-                    latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-                    completedAtMilliseconds: Self.epochMilliseconds(),
-                    apnsUniqueID: outcome.apnsUniqueID,
-                    unregisteredAtMilliseconds: mark.map { _ in outcome.unregisteredAtMilliseconds } ?? nil
-                )
-            )
-        )
-        var ticket = ticket
-        ticket.status = outcome.status
-        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.progress.lane.priority == .urgent)
-    }
-
-    /// Gives up a send whose partition was revoked before its next attempt: the member that owns
-    /// the partition now reads the message again and delivers it, so starting another attempt
-    /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
-    /// partition comes back), its permit is returned, and its batch stops waiting for the message.
-    private func abandonFenced(_ ticket: DeliveryTicket) {
-        if let claim = ticket.claim { inFlight.release(claim) }
-        sendLimit.release(1, from: ticket.progress.lane.priority)
-        metrics.recordFencedSend()
-        if ticket.progress.abandon(ticket.message) {
-            ticket.progress.trace(ticket.message)?.span.end()
-        }
-    }
-
-    /// The ledger's `token` for an event to a broadcast channel (device tokens are hex, so the two never meet).
-    static func ledgerKey(channelID: String) -> String {
-        "channel:" + channelID
-    }
-
-    /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
-    /// that stand together, then gives the permits back and finishes the messages.
-    private func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        inFlight.settle(batch.compactMap(\.ticket.claim))
-        await publish(
-            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) }
-        )
-    }
-
-    /// Publishes results (each with its unregistered event, if any) together; then counts them,
-    /// gives back the permits of sent ones and finishes the messages whose last result this was.
-    func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
-        let started = ContinuousClock.now
-        do {
-            try await publisher.publish(results.flatMap(\.messages))
-        } catch {
-            return  // Cancelled: the messages stay unfinished and are redelivered.
-        }
-        let published = ContinuousClock.now
-        metrics.recordStage(.resultPublish, since: started)
-        var permits: [SendPermits.Lane: Int] = [:]
-        for (messages, ticket) in results {
-            if ticket.claim != nil { permits[ticket.progress.lane.priority, default: 0] += 1 }
-            metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
-            if let status = ticket.status {
-                metrics.recordResult(status, lane: ticket.progress.lane.priority)
-                if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
-                    metrics.recordUnregisteredPublished()
-                }
-            } else {
-                metrics.recordRepublished()
-            }
-            if let message = ticket.progress.published(ticket.message) {
-                ticket.progress.trace(ticket.message)?.span.end()
-                ticket.progress.lane.tracker.finish(message)
-            }
-        }
-        for (lane, count) in permits { sendLimit.release(count, from: lane) }
-    }
-
-    /// The records of a recorded outcome of `event`: its push.unregistered event, if it marked
-    /// the token, then its push.results record; the same bytes each time they are built.
-    /// `headers` carry the event's trace context (none when tracing is off).
-    func republishing(_ outcome: RecordedDelivery, of event: NotificationEvent, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
-        let result: [UInt8]
-        let unregistered: [UInt8]?
-        switch outcome.outcome {
-        case .message(let recordedResult, let recordedEvent):
-            (result, unregistered) = (recordedResult, recordedEvent)
-        case .send(let send):
-            (result, unregistered) = (
-                DeliveryResult(recorded: send, of: event, token: outcome.token, userID: outcome.userID).json(),
-                send.unregisteredAtMilliseconds.map {
-                    UnregisteredTokenEvent(
-                        token: outcome.token,
-                        topic: event.topic,
-                        userID: outcome.userID,
-                        environment: send.environment,
-                        unregisteredAtMilliseconds: $0,
-                        eventID: event.id
-                    ).json()
-                }
-            )
-        }
-        var messages: [KafkaOutgoingMessage] = []
-        if let unregistered {
-            messages.append(
-                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered, headers: headers)
-            )
-        }
-        messages.append(resultMessage(result, eventID: event.id, headers: headers))
-        return messages
-    }
-
-    /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (the
-    /// consumer's clock for a record without a timestamp, which only message format v0 lacks).
-    func ledgerEvent(_ event: NotificationEvent, of message: KafkaMessage) -> LedgerEvent {
-        LedgerEvent(
-            eventID: event.id,
-            topic: event.topic,
-            recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds()
-        )
-    }
-
-    private func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {
-        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result, headers: headers)
-    }
-
-    private func noDevicesResult(
-        event: NotificationEvent,
-        userID: String,
-        consumedAt: ContinuousClock.Instant
-    ) -> DeliveryResult {
-        DeliveryResult(
-            eventID: event.id,
-            userID: userID,
-            token: nil,
-            topic: event.topic,
-            environment: nil,
-            status: .noDevices,
-            apnsStatus: nil,
-            reason: nil,
-            apnsID: nil,
-            attempts: 0,
-            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
-            completedAtMilliseconds: Self.epochMilliseconds()
-        )
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
-    }
-
-    private static func epochMilliseconds() -> Int64 {
-        WallClock.millisecondsSince1970()
     }
 }

@@ -1,0 +1,125 @@
+import APNSCore
+import DeviceTokenStore
+import KafkaMessages
+import Tracing
+
+/// Results: publishing what the ledger recorded (or what needs no send), rebuilding a recorded
+/// outcome's records from its event, and the ledger's key of an event.
+extension RequestProcessor {
+    /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
+    /// that stand together, then gives the permits back and finishes the messages.
+    func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
+        inFlight.settle(batch.compactMap(\.ticket.claim))
+        await publish(
+            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) }
+        )
+    }
+
+    /// Publishes results (each with its unregistered event, if any) together; then counts them,
+    /// gives back the permits of sent ones and finishes the messages whose last result this was.
+    func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
+        let started = ContinuousClock.now
+        do {
+            try await publisher.publish(results.flatMap(\.messages))
+        } catch {
+            return  // Cancelled: the messages stay unfinished and are redelivered.
+        }
+        let published = ContinuousClock.now
+        metrics.recordStage(.resultPublish, since: started)
+        var permits: [SendPermits.Lane: Int] = [:]
+        for (messages, ticket) in results {
+            if ticket.claim != nil { permits[ticket.progress.lane.priority, default: 0] += 1 }
+            metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
+            if let status = ticket.status {
+                metrics.recordResult(status, lane: ticket.progress.lane.priority)
+                if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
+                    metrics.recordUnregisteredPublished()
+                }
+            } else {
+                metrics.recordRepublished()
+            }
+            if let message = ticket.progress.published(ticket.message) {
+                ticket.progress.trace(ticket.message)?.span.end()
+                ticket.progress.lane.tracker.finish(message)
+            }
+        }
+        for (lane, count) in permits { sendLimit.release(count, from: lane) }
+    }
+
+    /// The records of a recorded outcome of `event`: its push.unregistered event, if it marked
+    /// the token, then its push.results record; the same bytes each time they are built.
+    /// `headers` carry the event's trace context (none when tracing is off).
+    func republishing(_ outcome: RecordedDelivery, of event: NotificationEvent, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
+        let result: [UInt8]
+        let unregistered: [UInt8]?
+        switch outcome.outcome {
+        case .message(let recordedResult, let recordedEvent):
+            (result, unregistered) = (recordedResult, recordedEvent)
+        case .send(let send):
+            (result, unregistered) = (
+                DeliveryResult(recorded: send, of: event, token: outcome.token, userID: outcome.userID).json(),
+                send.unregisteredAtMilliseconds.map {
+                    UnregisteredTokenEvent(
+                        token: outcome.token,
+                        topic: event.topic,
+                        userID: outcome.userID,
+                        environment: send.environment,
+                        unregisteredAtMilliseconds: $0,
+                        eventID: event.id
+                    ).json()
+                }
+            )
+        }
+        var messages: [KafkaOutgoingMessage] = []
+        if let unregistered {
+            messages.append(
+                KafkaOutgoingMessage(topic: configuration.topics.unregistered, key: Array(outcome.token.utf8), value: unregistered, headers: headers)
+            )
+        }
+        messages.append(resultMessage(result, eventID: event.id, headers: headers))
+        return messages
+    }
+
+    /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (the
+    /// consumer's clock for a record without a timestamp, which only message format v0 lacks).
+    func ledgerEvent(_ event: NotificationEvent, of message: KafkaMessage) -> LedgerEvent {
+        LedgerEvent(
+            eventID: event.id,
+            topic: event.topic,
+            recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds()
+        )
+    }
+
+    func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {
+        KafkaOutgoingMessage(topic: configuration.topics.results, key: Array(eventID.utf8), value: result, headers: headers)
+    }
+
+    func noDevicesResult(
+        event: NotificationEvent,
+        userID: String,
+        consumedAt: ContinuousClock.Instant
+    ) -> DeliveryResult {
+        DeliveryResult(
+            eventID: event.id,
+            userID: userID,
+            token: nil,
+            topic: event.topic,
+            environment: nil,
+            status: .noDevices,
+            apnsStatus: nil,
+            reason: nil,
+            apnsID: nil,
+            attempts: 0,
+            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
+            completedAtMilliseconds: Self.epochMilliseconds()
+        )
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    static func epochMilliseconds() -> Int64 {
+        WallClock.millisecondsSince1970()
+    }
+}

@@ -1,0 +1,144 @@
+import APNSCore
+import DeviceTokenStore
+import KafkaMessages
+import Logging
+import ServiceContextModule
+import Tracing
+
+/// Sending one device's notification: the ticket that travels with it, the APNs request with
+/// its trace and log line, and the hand-over of the outcome to the ledger writer.
+extension RequestProcessor {
+    /// What travels with one result until it is published: the message and event it belongs
+    /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
+    struct DeliveryTicket: Sendable {
+        var progress: BatchProgress
+        var message: Int
+        var event: NotificationEvent
+        /// The claim key of a sent result (it also holds a send permit).
+        var claim: Int?
+        /// The status of a new result, counted once published (nil: a republished one).
+        var status: DeliveryResult.Status?
+
+        init(_ progress: BatchProgress, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
+            self.progress = progress
+            self.message = message
+            self.event = event
+            self.claim = claim
+            self.status = status
+        }
+    }
+
+    /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
+    /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
+    func send(
+        _ event: NotificationEvent,
+        to device: DeviceToken,
+        ticket: DeliveryTicket,
+        consumedAt: ContinuousClock.Instant
+    ) async {
+        let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
+        let request =
+            if let channelID = event.channelID {
+                APNSRequest(
+                    channelID: channelID,
+                    bundleID: event.topic,
+                    priority: event.priority,
+                    requestID: apnsID,
+                    expiration: event.expiration ?? 0,
+                    payload: event.payload
+                )
+            } else {
+                APNSRequest(
+                    deviceToken: device.token,
+                    topic: event.pushType.apnsTopic(bundleID: event.topic),
+                    pushType: event.pushType,
+                    priority: event.priority,
+                    apnsID: apnsID,
+                    expiration: event.expiration,
+                    collapseID: event.collapseID,
+                    payload: event.payload
+                )
+            }
+        let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
+        defer { trace?.end() }
+        let message = ticket.progress.message(ticket.message)
+        let outcome: DeliveryOutcome
+        do {
+            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
+                ticket.progress.lane.tracker.isRevoked(message)
+            }
+        } catch {
+            // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
+            if error == .fenced { abandonFenced(ticket) }
+            return
+        }
+        if let trace {
+            trace.attributes["herald.event_id"] = event.id
+            trace.attributes["herald.token"] = DeviceTokenText.redacted(device.token)
+            trace.attributes["herald.status"] = outcome.status.rawValue
+            trace.attributes["herald.attempts"] = outcome.attempts
+            if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
+            if let reason = outcome.reason { trace.attributes["apns.reason"] = reason }
+            if outcome.status != .delivered { trace.setStatus(SpanStatus(code: .error, message: outcome.reason)) }
+        }
+        if outcome.status != .delivered {
+            // The event (and, when traced, the span) in context: the metadata providers name them.
+            var context = trace?.context ?? ServiceContext.topLevel
+            context.heraldEventID = event.id
+            ServiceContext.withValue(context) {
+                logger.info(
+                    "notification not delivered",
+                    metadata: [
+                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
+                        PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
+                        PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
+                    ]
+                )
+            }
+        }
+        var mark: UnregisterMark?
+        if event.channelID == nil, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
+            mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
+        }
+        // The first publication is built from what the ledger keeps, as every republication is.
+        let delivery = RecordedDelivery(
+            event: ledgerEvent(event, of: message),
+            token: device.token,
+            userID: device.userID,
+            outcome: .send(
+                RecordedDelivery.SendOutcome(
+                    status: outcome.status,
+                    environment: device.environment,
+                    apnsStatus: outcome.apnsStatus,
+                    reason: outcome.reason,
+                    attempts: outcome.attempts,
+                    latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
+                    completedAtMilliseconds: Self.epochMilliseconds(),
+                    apnsUniqueID: outcome.apnsUniqueID,
+                    unregisteredAtMilliseconds: mark.map { _ in outcome.unregisteredAtMilliseconds } ?? nil
+                )
+            )
+        )
+        var ticket = ticket
+        ticket.status = outcome.status
+        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.progress.lane.priority == .urgent)
+    }
+
+    /// Gives up a send whose partition was revoked before its next attempt: the member that owns
+    /// the partition now reads the message again and delivers it, so starting another attempt
+    /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
+    /// partition comes back), its permit is returned, and its batch stops waiting for the message.
+    func abandonFenced(_ ticket: DeliveryTicket) {
+        if let claim = ticket.claim { inFlight.release(claim) }
+        sendLimit.release(1, from: ticket.progress.lane.priority)
+        metrics.recordFencedSend()
+        if ticket.progress.abandon(ticket.message) {
+            ticket.progress.trace(ticket.message)?.span.end()
+        }
+    }
+
+    /// The ledger's `token` for an event to a broadcast channel (device tokens are hex, so the two never meet).
+    static func ledgerKey(channelID: String) -> String {
+        "channel:" + channelID
+    }
+}
