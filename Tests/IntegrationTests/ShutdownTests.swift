@@ -26,8 +26,15 @@ struct ShutdownTests {
             let first = try #require(scraper.get("/metrics"))
             #expect(first.status == 200)
             #expect(first.headers["connection"] == nil, "kept alive while Herald runs")
+            // A load balancer's probe keeps its connection too: every endpoint, an unknown path
+            // and a second scrape answered in turn on one connection, each framed by its length.
             let probe = try #require(KeepAliveHTTPConnection(port: httpPort))
-            #expect(probe.get("/health/ready")?.status == 200)
+            let answers = ["/health/ready", "/health/live", "/metrics", "/nothing-here", "/metrics", "/health/ready"].map { probe.get($0) }
+            #expect(answers.map { $0?.status } == [200, 200, 200, 404, 200, 200])
+            #expect(answers.map { $0?.body.hasPrefix("ready") } == [true, false, false, false, false, true])
+            #expect(answers[1]?.body == "live\n" && answers[3]?.body == "not found\n")
+            #expect([answers[2], answers[4]].allSatisfy { $0?.body.contains("# TYPE herald_results_total counter") == true })
+            #expect(answers.allSatisfy { $0?.headers["connection"] == nil }, "none closes the connection while Herald runs")
 
             for (index, user) in users.enumerated() {
                 try await testbed.publishEvent(id: "e-\(index)", users: [user])
