@@ -345,7 +345,7 @@ extension APNSConnectionHandler.StateMachine {
                 if stream.keepsSuccessBody { response.body = Array(body.readableBytesView) }
             } else {
                 let parsed = APNSResponseBody(parsing: body)
-                response.reason = parsed.reason.map(APNSReason.init)
+                response.reason = parsed.reason.map { APNSReason(rawValue: $0) }
                 response.timestampMilliseconds = parsed.timestampMilliseconds
             }
         }

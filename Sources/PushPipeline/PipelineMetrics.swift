@@ -201,7 +201,7 @@ public struct SenderMetrics: Sendable {
     static func reasonLabel(_ reason: String?) -> String {
         guard let reason else { return "none" }
         if transportCauses.contains(reason) { return reason }
-        if case .unknown = APNSReason(reason) { return "unknown" }
+        if !APNSReason(reason).isKnown { return "unknown" }
         return reason
     }
 

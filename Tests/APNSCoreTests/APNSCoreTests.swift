@@ -38,14 +38,30 @@ import Testing
         ] {
             let reason = APNSReason(name)
             #expect(reason.rawValue == name)
-            if case .unknown = reason { Issue.record("\(name) should be known") }
+            #expect(reason.isKnown, "\(name) should be known")
         }
         #expect(APNSReason("Unregistered") == .unregistered)
     }
 
     @Test func unknownReasonIsKeptNotFatal() {
-        #expect(APNSReason("SomethingNew") == .unknown("SomethingNew"))
-        #expect(APNSReason("SomethingNew").rawValue == "SomethingNew")
+        let reason = APNSReason("SomethingNew")
+        #expect(!reason.isKnown)
+        #expect(reason.rawValue == "SomethingNew")
+        #expect(reason != .unregistered)
+    }
+
+    /// A reason matches in a `switch` like an enum case would, and one added later falls to
+    /// `default` instead of breaking the caller's code.
+    @Test func reasonsMatchInASwitchWithADefault() {
+        func retriable(_ reason: APNSReason) -> Bool {
+            switch reason {
+            case .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown: true
+            default: false
+            }
+        }
+        #expect(retriable(APNSReason("TooManyRequests")))
+        #expect(!retriable(APNSReason("BadDeviceToken")))
+        #expect(!retriable(APNSReason("AddedByAppleLater")))
     }
 }
 
