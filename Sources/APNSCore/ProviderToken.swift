@@ -21,8 +21,8 @@ public struct ProviderTokenCredentials: Sendable {
 
     /// Signs a provider token (JWT) issued at `issuedAt` UNIX seconds.
     public func signToken(issuedAt: Int64) throws -> String {
-        let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
-        let claims = #"{"iss":"\#(teamID)","iat":\#(issuedAt)}"#
+        let header = #"{"alg":"ES256","kid":"# + JSONString.quoted(keyID) + "}"
+        let claims = #"{"iss":"# + JSONString.quoted(teamID) + #","iat":\#(issuedAt)}"#
         let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
         let signature = try privateKey.signature(for: Array(signingInput.utf8))
         return signingInput + "." + Base64URL.encode(Array(signature.rawRepresentation))

@@ -1,3 +1,4 @@
+import APNSCore
 import DeviceTokenStore
 import Foundation
 #if OTLPTracing
@@ -39,7 +40,7 @@ package struct JSONLogHandler: LogHandler {
         var line = "{"
         for (index, (key, value)) in object.enumerated() {
             if index > 0 { line += "," }
-            line += Self.quoted(key) + ":" + Self.quoted(value)
+            line += JSONString.quoted(key) + ":" + JSONString.quoted(value)
         }
         line += "}\n"
         FileHandle.standardError.write(Data(line.utf8))
@@ -47,22 +48,6 @@ package struct JSONLogHandler: LogHandler {
 
     private static func timestamp() -> String {
         RFC3339.format(Timestamp.now())
-    }
-
-    private static func quoted(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\r": result += "\\r"
-            case "\t": result += "\\t"
-            case _ where scalar.value < 0x20: result += String(format: "\\u%04x", scalar.value)
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result + "\""
     }
 }
 

@@ -158,3 +158,12 @@ final class ManualClock: Clock, Sendable {
         #expect(try await manager.currentToken() == second)
     }
 }
+
+@Suite struct JSONStringTests {
+    @Test func escapesQuotesBackslashesAndControlCharactersAndKeepsTheRest() {
+        #expect(JSONString.quoted("plain-ID_42") == #""plain-ID_42""#)
+        #expect(JSONString.quoted("a\"b\\c") == #""a\"b\\c""#)
+        #expect(JSONString.quoted("line\nfeed\r\ttab\u{0}nul\u{1F}") == #""line\nfeed\r\ttab\u0000nul\u001f""#)
+        #expect(JSONString.quoted("café ✓ \u{7F}") == "\"café ✓ \u{7F}\"", "non-ASCII and DEL are valid JSON as they are")
+    }
+}

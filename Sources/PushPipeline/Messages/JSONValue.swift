@@ -1,3 +1,5 @@
+import APNSCore
+
 /// A parsed JSON document that keeps numbers as their original text, so a payload is forwarded
 /// with exactly the numbers the producer wrote and integers can be told from fractions.
 public enum JSONValue: Sendable, Hashable {
@@ -45,7 +47,7 @@ public enum JSONValue: Sendable, Hashable {
         case .null: output.append(contentsOf: "null".utf8)
         case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
         case .number(let text): output.append(contentsOf: text.utf8)
-        case .string(let text): JSONValue.writeString(text, to: &output)
+        case .string(let text): JSONString.write(text, to: &output)
         case .array(let elements):
             output.append(UInt8(ascii: "["))
             for (index, element) in elements.enumerated() {
@@ -57,39 +59,12 @@ public enum JSONValue: Sendable, Hashable {
             output.append(UInt8(ascii: "{"))
             for (index, (key, value)) in members.enumerated() {
                 if index > 0 { output.append(UInt8(ascii: ",")) }
-                JSONValue.writeString(key, to: &output)
+                JSONString.write(key, to: &output)
                 output.append(UInt8(ascii: ":"))
                 value.write(to: &output)
             }
             output.append(UInt8(ascii: "}"))
         }
-    }
-
-    /// Writes `text` as a JSON string literal, escaping only what JSON requires.
-    static func writeString(_ text: String, to output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
-        let needsEscaping = text.utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
-        guard needsEscaping else {
-            // The common case (IDs, tokens, names): one copy instead of a check per byte.
-            output.append(contentsOf: text.utf8)
-            return output.append(UInt8(ascii: "\""))
-        }
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
-            case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
-            case 0x0A: output.append(contentsOf: #"\n"#.utf8)
-            case 0x0D: output.append(contentsOf: #"\r"#.utf8)
-            case 0x09: output.append(contentsOf: #"\t"#.utf8)
-            case 0x00..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                output.append(contentsOf: #"\u00"#.utf8)
-                output.append(hex[Int(byte >> 4)])
-                output.append(hex[Int(byte & 0xF)])
-            default: output.append(byte)
-            }
-        }
-        output.append(UInt8(ascii: "\""))
     }
 }
 
