@@ -433,9 +433,6 @@ extension NIODeadline {
     static func fromContinuousClock(_ instant: ContinuousClock.Instant) -> NIODeadline? {
         let remaining = ContinuousClock.now.duration(to: instant)
         guard remaining > .zero else { return nil }
-        let (seconds, attoseconds) = remaining.components
-        // Anything beyond ten years is "no deadline" for practical purposes; avoids overflow.
-        let nanoseconds = min(seconds, 315_360_000) * 1_000_000_000 + attoseconds / 1_000_000_000
-        return .now() + .nanoseconds(nanoseconds)
+        return .now() + .nanoseconds(remaining.wholeNanoseconds)
     }
 }

@@ -1,3 +1,4 @@
+import APNSCore
 import DeviceTokenStore
 import Logging
 import PostgresNIO
@@ -21,8 +22,7 @@ package struct LedgerWindow: Sendable, Hashable {
     }
 
     package init(nowMilliseconds: Int64, retention: Duration) {
-        let retentionMilliseconds = retention.components.seconds * 1000 + retention.components.attoseconds / 1_000_000_000_000_000
-        oldestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds - retentionMilliseconds)
+        oldestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds - retention.wholeMilliseconds)
         newestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds) + Self.daysAhead
     }
 }

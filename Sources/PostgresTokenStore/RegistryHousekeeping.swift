@@ -1,3 +1,4 @@
+import APNSCore
 package import Foundation
 package import Logging
 import PostgresNIO
@@ -113,7 +114,7 @@ package final class RegistryHousekeeping: Service, Sendable {
         let nowMilliseconds = Int64((date ?? now()).timeIntervalSince1970 * 1000)
         return try await store.maintainLedger(
             window: LedgerWindow(nowMilliseconds: nowMilliseconds, retention: configuration.ledgerRetention),
-            unpartitionedBefore: nowMilliseconds - Int64(configuration.ledgerRetention.components.seconds) * 1000
+            unpartitionedBefore: nowMilliseconds - configuration.ledgerRetention.wholeMilliseconds
         )
     }
 
@@ -136,10 +137,8 @@ package final class RegistryHousekeeping: Service, Sendable {
 }
 
 extension Duration {
-    fileprivate var seconds: TimeInterval {
-        let (seconds, attoseconds) = components
-        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
-    }
+    /// For `Date` arithmetic, which takes seconds as `TimeInterval`.
+    fileprivate var seconds: TimeInterval { TimeInterval(wholeMilliseconds) / 1000 }
 }
 
 extension PostgresDeviceTokenStore: RegistryHousekeepingStore {

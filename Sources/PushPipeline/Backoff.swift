@@ -1,3 +1,5 @@
+import APNSCore
+
 /// Exponential backoff with "full jitter": after the n-th failed attempt the wait is uniform in
 /// 0...min(initial * 2^(n-1), maximum), so callers that failed together do not retry together.
 /// Every part of the pipeline that tries again (APNs requests, token-store and ledger calls,
@@ -22,8 +24,7 @@ public struct Backoff: Sendable, Hashable {
     /// A wait after the `attempt`-th failed attempt, uniform in 0...``ceiling(afterAttempt:)``.
     public func delay(afterAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
         let ceiling = ceiling(afterAttempt: attempt)
-        let nanoseconds = ceiling.components.seconds * 1_000_000_000 + ceiling.components.attoseconds / 1_000_000_000
-        return .nanoseconds(Int64.random(in: 0...max(nanoseconds, 0), using: &generator))
+        return .nanoseconds(Int64.random(in: 0...max(ceiling.wholeNanoseconds, 0), using: &generator))
     }
 }
 

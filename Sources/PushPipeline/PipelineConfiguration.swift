@@ -120,9 +120,3 @@ extension MessagePublisher {
         }
     }
 }
-
-extension PipelineConfiguration {
-    var ledgerRetentionMilliseconds: Int64 {
-        ledgerRetention.components.seconds * 1000 + ledgerRetention.components.attoseconds / 1_000_000_000_000_000
-    }
-}

@@ -110,13 +110,9 @@ extension RequestProcessor {
             reason: nil,
             apnsID: nil,
             attempts: 0,
-            latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
+            latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
             completedAtMilliseconds: Self.epochMilliseconds()
         )
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 
     static func epochMilliseconds() -> Int64 {

@@ -112,7 +112,7 @@ extension RequestProcessor {
                     apnsStatus: outcome.apnsStatus,
                     reason: outcome.reason,
                     attempts: outcome.attempts,
-                    latencyMilliseconds: Self.milliseconds(consumedAt.duration(to: .now)),
+                    latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
                     completedAtMilliseconds: Self.epochMilliseconds(),
                     apnsUniqueID: outcome.apnsUniqueID,
                     unregisteredAtMilliseconds: mark.map { _ in outcome.unregisteredAtMilliseconds } ?? nil

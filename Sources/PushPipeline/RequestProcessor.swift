@@ -178,7 +178,7 @@ final class RequestProcessor: Sendable {
     /// (each on its own connection), so the batch waits for the slower one, not for both.
     private func resolve(_ messages: [(KafkaMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
         let ledgerEvents = Array(Set(messages.map { ledgerEvent($0.1, of: $0.0) }))
-        let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetentionMilliseconds)
+        let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
         async let recordedLookup = try? storeOperations.run {
             let started = ContinuousClock.now

@@ -167,3 +167,12 @@ final class ManualClock: Clock, Sendable {
         #expect(JSONString.quoted("café ✓ \u{7F}") == "\"café ✓ \u{7F}\"", "non-ASCII and DEL are valid JSON as they are")
     }
 }
+
+@Suite struct DurationTests {
+    @Test func wholeUnitsAreExactAndRoundTowardsZero() {
+        #expect(Duration.milliseconds(1_234).wholeMilliseconds == 1_234)
+        #expect((Duration.seconds(604_800) + .microseconds(999)).wholeMilliseconds == 604_800_000)
+        #expect(Duration.nanoseconds(1_500_000_001).wholeNanoseconds == 1_500_000_001)
+        #expect(Duration.seconds(Int64.max / 2).wholeNanoseconds == 315_360_000 * 1_000_000_000, "ten years at most")
+    }
+}

@@ -174,8 +174,7 @@ public struct NotificationSender: Sendable {
     /// expires here) will have passed `delay` from now.
     private func hasExpired(_ request: APNSRequest, inAbout delay: Duration) -> Bool {
         guard let expiration = request.expiration, expiration > 0 else { return false }
-        let delayMilliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
-        return epochMilliseconds() + delayMilliseconds >= expiration * 1000
+        return epochMilliseconds() + delay.wholeMilliseconds >= expiration * 1000
     }
 
     private enum Decision {
