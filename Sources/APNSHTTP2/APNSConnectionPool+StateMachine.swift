@@ -124,11 +124,9 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         }
     }
 
-    /// Backoff after the n-th consecutive connection failure: 100 ms doubling up to 30 s (before jitter).
+    /// The longest wait after the n-th consecutive connection failure (none before the first).
     static func backoff(afterFailures failures: Int) -> Duration {
-        guard failures > 0 else { return .zero }
-        let milliseconds = min(30_000, 100 << min(failures - 1, 20))
-        return .milliseconds(milliseconds)
+        failures > 0 ? Backoff.apnsReconnection.ceiling(afterAttempt: failures) : .zero
     }
 
     private let connectionsPerEndpoint: Int
@@ -387,4 +385,11 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
             delay: Self.backoff(afterFailures: failures)
         )
     }
+}
+
+extension Backoff {
+    /// Reconnecting to APNs after consecutive failures: 100 ms doubling up to 30 s, waiting at
+    /// least half of that (the pool plans the ceiling; the jitter is drawn where the connection
+    /// is opened).
+    static let apnsReconnection = Backoff(initial: .milliseconds(100), maximum: .seconds(30), floorPercent: 50)
 }

@@ -41,7 +41,8 @@ extension APNSHTTP2Client {
             let loggerForConnection = logger
             (connection, streamLimit) = try await cancelWhenGracefulShutdown {
                 if plan.delay > .zero {
-                    try await Task.sleep(for: plan.delay * Double.random(in: 0.5...1.0))
+                    var generator = SystemRandomNumberGenerator()
+                    try await Task.sleep(for: Backoff.apnsReconnection.jittered(plan.delay, using: &generator))
                 }
                 return try await factory.connect(
                     id: plan.connectionID,

@@ -1,3 +1,4 @@
+public import APNSCore
 public import KafkaMessages
 
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).

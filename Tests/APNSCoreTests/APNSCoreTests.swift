@@ -176,3 +176,19 @@ final class ManualClock: Clock, Sendable {
         #expect(Duration.seconds(Int64.max / 2).wholeNanoseconds == 315_360_000 * 1_000_000_000, "ten years at most")
     }
 }
+
+@Suite struct BackoffTests {
+    @Test func aFloorKeepsEveryWaitBetweenItsShareOfTheCeilingAndTheCeiling() {
+        let reconnecting = Backoff(initial: .milliseconds(100), maximum: .seconds(30), floorPercent: 50)
+        var generator = SystemRandomNumberGenerator()
+        for attempt in [1, 3, 20] {
+            let ceiling = reconnecting.ceiling(afterAttempt: attempt)
+            let delays = (0..<200).map { _ in reconnecting.delay(afterAttempt: attempt, using: &generator) }
+            #expect(delays.allSatisfy { $0 >= ceiling / 2 && $0 <= ceiling }, "attempt \(attempt), ceiling \(ceiling)")
+        }
+        #expect(reconnecting.ceiling(afterAttempt: 3) == .milliseconds(400))
+        #expect(reconnecting.ceiling(afterAttempt: 20) == .seconds(30))
+        let full = Backoff(initial: .seconds(1), maximum: .seconds(1))
+        #expect((0..<200).map { _ in full.delay(afterAttempt: 1, using: &generator) }.contains { $0 < .milliseconds(500) })
+    }
+}

@@ -1,3 +1,4 @@
+import APNSCore
 import Testing
 
 @testable import PushPipeline

@@ -1,3 +1,4 @@
+import APNSCore
 import DeviceTokenStore
 import Logging
 @testable import PushPipeline

@@ -1,3 +1,5 @@
+public import APNSCore
+
 /// How long and how often Herald tries one notification before reporting `failed`.
 public struct RetryPolicy: Sendable, Hashable {
     /// Attempts per notification, the first included (HERALD_RETRY_MAX_ATTEMPTS).
