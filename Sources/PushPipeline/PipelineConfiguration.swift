@@ -1,5 +1,4 @@
 public import APNSCore
-public import KafkaMessages
 
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).
 public struct PushTopics: Sendable, Hashable {
@@ -76,48 +75,4 @@ public struct PipelineConfiguration: Sendable, Hashable {
     public var bulkMaxRate = 0
 
     public init() {}
-}
-
-/// Where the pipeline reads messages and acknowledges them: a consumer-group member.
-public protocol MessageSource: Sendable {
-    /// Returns up to `maxMessages`, waiting at most `timeout` for the first one.
-    func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage]
-    /// Commits, per partition, the offset of the next message to read.
-    func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws
-    /// Registers who is told before partitions are revoked.
-    func setRebalanceListener(_ listener: any KafkaRebalanceListener)
-    /// Stops fetching while the pipeline's in-flight window is full.
-    func pauseAll() async throws
-    /// Fetches again once the window has room.
-    func resumeAll() async throws
-}
-
-/// Where the pipeline publishes results, unregistered-token events and dead letters.
-public protocol MessagePublisher: Sendable {
-    /// Returns once the broker has acknowledged the record.
-    func send(_ message: KafkaOutgoingMessage) async throws
-    /// Sends every message once; returns once each was acknowledged or refused, in order: nil
-    /// for an acknowledged one, the error of a refused one.
-    func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?]
-}
-
-extension MessagePublisher {
-    /// Sends the messages concurrently, one `send(_:)` each.
-    public func send(_ messages: [KafkaOutgoingMessage]) async -> [(any Error)?] {
-        await withTaskGroup(of: (Int, (any Error)?).self) { group in
-            for (index, message) in messages.enumerated() {
-                group.addTask {
-                    do {
-                        try await send(message)
-                        return (index, nil)
-                    } catch {
-                        return (index, error)
-                    }
-                }
-            }
-            var errors = [(any Error)?](repeating: nil, count: messages.count)
-            for await (index, error) in group { errors[index] = error }
-            return errors
-        }
-    }
 }
