@@ -83,8 +83,8 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     let routing: NIOLockedValueBox<(routing: Routing, phase: Phase)>
     /// Held through a whole ``replaceCredentials(default:byTopic:)``: a replacement builds on the
     /// pools in use when it starts, so two at once could revive a pool the other retired.
-    private let replacing = NIOLock()
-    private let connectionPlans: AsyncStream<PlannedConnection>
+    let replacing = NIOLock()
+    let connectionPlans: AsyncStream<PlannedConnection>
     let connectionPlanSink: AsyncStream<PlannedConnection>.Continuation
     let waiterIDs = Atomic<UInt64>(0)
     let metrics: APNSClientMetrics
@@ -137,146 +137,6 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             makeDefaultTokenSource: makeTokenSource
         )
         self.routing = NIOLockedValueBox((routing, .notStarted))
-    }
-
-    /// One pool per distinct credential (topics naming the same credential share its pool);
-    /// pools in `existing` with the same identity are kept with their connections.
-    private static func makeRouting(
-        default defaultAuthentication: APNSClientConfiguration.Authentication?,
-        byTopic: [String: APNSClientConfiguration.Authentication],
-        reusing existing: [String: CredentialPool],
-        configuration: APNSClientConfiguration,
-        eventLoopGroup: any EventLoopGroup,
-        metrics: APNSClientMetrics,
-        makeDefaultTokenSource: (@Sendable () -> any APNSProviderTokenSource)? = nil
-    ) throws -> Routing {
-        var routing = Routing()
-        func pool(for authentication: APNSClientConfiguration.Authentication, isDefault: Bool) throws -> CredentialPool {
-            let identity = try identity(of: authentication)
-            if let pool = routing.poolsByIdentity[identity] ?? existing[identity] {
-                routing.poolsByIdentity[identity] = pool
-                return pool
-            }
-            var tokenSource: (@Sendable () -> any APNSProviderTokenSource)?
-            if isDefault, let makeDefaultTokenSource {
-                tokenSource = { CountingTokenSource(makeDefaultTokenSource(), counting: metrics.providerTokens) }
-            } else if case .token(let credentials) = authentication.backing {
-                tokenSource = {
-                    CountingTokenSource(
-                        ProviderTokenManager(credentials: credentials, clock: ContinuousClock()),
-                        counting: metrics.providerTokens
-                    )
-                }
-            }
-            let factory = APNSConnection.Factory(
-                eventLoopGroup: eventLoopGroup,
-                sslContext: try makeSSLContext(configuration, authentication: authentication),
-                makeTokenSource: tokenSource,
-                connectTimeout: configuration.connectTimeout,
-                pingInterval: configuration.pingInterval,
-                pingTimeout: configuration.pingTimeout
-            )
-            let state = PoolStateMachine(
-                connectionsPerEndpoint: configuration.connectionsPerEndpoint,
-                maximumWaiters: configuration.maximumQueuedRequests,
-                requiresVerification: authentication.usesProviderTokens
-            )
-            let pool = CredentialPool(factory: factory, state: state, name: isDefault ? "default" : authentication.description)
-            routing.poolsByIdentity[identity] = pool
-            return pool
-        }
-        routing.defaultPool = try defaultAuthentication.map { try pool(for: $0, isDefault: true) }
-        for (topic, authentication) in byTopic.sorted(by: { $0.key < $1.key }) {
-            routing.poolsByTopic[topic] = try pool(for: authentication, isDefault: false)
-        }
-        return routing
-    }
-
-    /// Tells credentials apart without comparing secrets: two credentials with the same identity
-    /// share connections, and a replaced credential (a new key, or a certificate file whose
-    /// content changed) gets new ones.
-    private static func identity(of authentication: APNSClientConfiguration.Authentication) throws -> String {
-        func digest(_ path: String) throws -> String {
-            guard let contents = FileManager.default.contents(atPath: path) else {
-                throw APNSClientConfigurationError("cannot read \(path)")
-            }
-            return Data(SHA256.hash(data: contents)).base64EncodedString()
-        }
-        switch authentication.backing {
-        case .token(let credentials):
-            let publicKey = Data(SHA256.hash(data: credentials.privateKey.publicKey.rawRepresentation)).base64EncodedString()
-            return "token:\(credentials.keyID):\(credentials.teamID):\(publicKey)"
-        case .pkcs12(let path, _):
-            return "pkcs12:\(path):\(try digest(path))"
-        case .pem(let certificatePath, let privateKeyPath):
-            return "pem:\(certificatePath):\(try digest(certificatePath)):\(try digest(privateKeyPath))"
-        }
-    }
-
-    /// Replaces the credentials while the client runs: requests use the new ones from now on.
-    ///
-    /// A credential that is unchanged (same key, or same certificate file contents) keeps its
-    /// connections. A replaced or removed one is retired: its connections take no new streams
-    /// and close once their in-flight requests were answered (within
-    /// ``APNSClientConfiguration/shutdownGracePeriod``), and requests waiting for one of its
-    /// streams move to the new routing without counting an attempt. Nothing is sent twice.
-    ///
-    /// Returns false when nothing changed (same credentials for the same topics). Throws
-    /// ``APNSClientConfigurationError`` when a new credential cannot be loaded; the old ones then
-    /// stay in use.
-    @discardableResult
-    public func replaceCredentials(
-        default defaultAuthentication: APNSClientConfiguration.Authentication?,
-        byTopic: [String: APNSClientConfiguration.Authentication]
-    ) throws -> Bool {
-        guard defaultAuthentication != nil || !byTopic.isEmpty else {
-            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
-        }
-        replacing.lock()
-        defer { replacing.unlock() }
-        let current = routing.withLockedValue { $0.routing.poolsByIdentity }
-        let next = try Self.makeRouting(
-            default: defaultAuthentication,
-            byTopic: byTopic,
-            reusing: current,
-            configuration: configuration,
-            eventLoopGroup: eventLoopGroup,
-            metrics: metrics
-        )
-        let retired: [CredentialPool]? = routing.withLockedValue { state in
-            guard state.phase != .stopped, !state.routing.routesTheSame(as: next) else { return nil }
-            let retired = state.routing.poolsByIdentity.filter { next.poolsByIdentity[$0.key] == nil }.map(\.value)
-            // Marked inside the lock: no request resolves a retired pool after this.
-            for pool in retired { pool.retire() }
-            state.routing = next
-            return retired
-        }
-        guard let retired else { return false }
-        for pool in retired { stop(pool, because: "the credential was replaced") }
-        let added = next.poolsByIdentity.keys.filter { current[$0] == nil }.count
-        logger.info(
-            "APNs credentials replaced",
-            metadata: [
-                APNSLoggingKeys.credentialsKept: "\(next.poolsByIdentity.count - added)",
-                APNSLoggingKeys.credentialsAdded: "\(added)",
-                APNSLoggingKeys.credentialsRetired: "\(retired.count)",
-            ]
-        )
-        return true
-    }
-
-    /// Stops a pool: its waiters fail with `shuttingDown` (a retired pool's move on, see
-    /// ``sendOnce(_:environment:deadline:)``) and its connections close after their in-flight
-    /// streams, within ``APNSClientConfiguration/shutdownGracePeriod``.
-    private func stop(_ pool: CredentialPool, because reason: String) {
-        let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
-        timer?.cancel()
-        for waiter in waiters {
-            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown(reason))
-        }
-        for connection in connections {
-            connection.closeGracefully(within: configuration.shutdownGracePeriod)
-        }
     }
 
     // MARK: Service
@@ -412,27 +272,4 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     /// How often a request whose stream could not be opened is moved to another connection.
     private static let maximumUnopenedStreamRetries = 3
-}
-
-/// Logger metadata keys used by the APNs transport.
-enum APNSLoggingKeys {
-    static let connectionID = "apns.connection.id"
-    static let endpoint = "apns.endpoint"
-    static let maxConcurrentStreams = "apns.max_concurrent_streams"
-    static let goAwayErrorCode = "apns.goaway.error_code"
-    static let goAwayReason = "apns.goaway.reason"
-    static let credential = "apns.credential"
-    static let credentialsKept = "apns.credentials.kept"
-    static let credentialsAdded = "apns.credentials.added"
-    static let credentialsRetired = "apns.credentials.retired"
-    static let error = "error"
-}
-
-extension NIODeadline {
-    /// The NIO deadline for a `ContinuousClock` instant, or nil when it already passed.
-    static func fromContinuousClock(_ instant: ContinuousClock.Instant) -> NIODeadline? {
-        let remaining = ContinuousClock.now.duration(to: instant)
-        guard remaining > .zero else { return nil }
-        return .now() + .nanoseconds(remaining.wholeNanoseconds)
-    }
 }
