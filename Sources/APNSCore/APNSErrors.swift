@@ -69,7 +69,7 @@ public struct APNSTransportError: Error, Sendable, Hashable, CustomStringConvert
     public var isOverloaded: Bool { code == .overloaded }
 
     /// The cause a `failed` result names in `reason` when its last attempt got no APNs answer
-    /// (DESIGN.md section 2): `ConnectionFailed`, `TLSHandshakeFailed`, `Timeout` (the deadline
+    /// (README, "Topics": push.results): `ConnectionFailed`, `TLSHandshakeFailed`, `Timeout` (the deadline
     /// passed, or no stream of the connections became free in time) or `StreamReset`.
     public var resultReason: String {
         switch code {

@@ -4,11 +4,10 @@ package import PostgresTokenStore
 import Foundation
 package import KafkaTransport
 package import Logging
-package import PostgresNIO
 package import PushPipeline
 import NIOSSL
 
-/// Everything `herald` is configured with, read from HERALD_* variables (DESIGN.md section 4)
+/// Everything `herald` is configured with, read from HERALD_* variables (the README's configuration table)
 /// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
 package struct HeraldConfiguration: Sendable {
     package var kafka: KafkaConfiguration
@@ -307,103 +306,5 @@ extension HeraldConfigurationSource {
         case "0", "false", "no": return false
         default: throw ConfigurationError("\(key) must be true or false")
         }
-    }
-}
-
-/// `postgres://user:password@host:port/database`, split into what postgres-nio needs.
-package struct PostgresURL: Sendable, CustomStringConvertible {
-    package var host: String
-    package var port: Int
-    package var username: String
-    package var password: String?
-    package var database: String
-    /// TLS as libpq's `sslmode` names it (`?sslmode=…`, default `prefer`).
-    package var sslMode: SSLMode
-    /// `?sslrootcert=path`: the PEM roots `verify-ca` and `verify-full` trust (default: the
-    /// system's).
-    package var sslRootCertificatePath: String?
-
-    /// libpq's TLS modes: `disable` (plaintext), `prefer` (TLS when the server offers it,
-    /// unverified), `require` (TLS or no connection, unverified), `verify-ca` (TLS with a
-    /// certificate from a trusted CA), `verify-full` (that, and the certificate names the host).
-    package enum SSLMode: String, Sendable, CaseIterable {
-        case disable
-        case prefer
-        case require
-        case verifyCA = "verify-ca"
-        case verifyFull = "verify-full"
-    }
-
-    package init(_ text: String) throws {
-        guard let components = URLComponents(string: text),
-            components.scheme == "postgres" || components.scheme == "postgresql",
-            let host = components.host, !host.isEmpty
-        else {
-            throw ConfigurationError("HERALD_POSTGRES_URL must look like postgres://user:pass@host:port/db")
-        }
-        self.host = host
-        self.port = components.port ?? 5432
-        self.username = components.user ?? "postgres"
-        self.password = components.password
-        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
-        self.database = path.isEmpty ? "herald" : path
-        let query = Dictionary(components.queryItems?.map { ($0.name, $0.value ?? "") } ?? []) { _, last in last }
-        guard let mode = SSLMode(rawValue: query["sslmode"] ?? "prefer") else {
-            let modes = SSLMode.allCases.map(\.rawValue).joined(separator: ", ")
-            throw ConfigurationError("HERALD_POSTGRES_URL: sslmode must be one of \(modes)")
-        }
-        sslMode = mode
-        sslRootCertificatePath = query["sslrootcert"]
-        if let path = sslRootCertificatePath, !FileManager.default.isReadableFile(atPath: path) {
-            throw ConfigurationError("HERALD_POSTGRES_URL: cannot read sslrootcert=\(path)")
-        }
-    }
-
-    /// postgres-nio's TLS setting for ``sslMode``.
-    var tls: PostgresClient.Configuration.TLS {
-        var configuration = TLSConfiguration.makeClientConfiguration()
-        if let sslRootCertificatePath { configuration.trustRoots = .file(sslRootCertificatePath) }
-        switch sslMode {
-        case .disable:
-            return .disable
-        case .prefer, .require:
-            configuration.certificateVerification = .none
-            return sslMode == .prefer ? .prefer(configuration) : .require(configuration)
-        case .verifyCA:
-            configuration.certificateVerification = .noHostnameVerification
-            return .require(configuration)
-        case .verifyFull:
-            configuration.certificateVerification = .fullVerification
-            return .require(configuration)
-        }
-    }
-
-    /// The URL without its password, for logs.
-    package var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
-
-    /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
-    /// - Parameters:
-    ///   - maximumConnections: the pool's size.
-    ///   - indexLookupsOnly: for a pool whose statements are all equality lookups and batched
-    ///     writes (the pipeline's): its sessions plan generically (`plan_cache_mode =
-    ///     force_generic_plan`) and never choose a sequential scan where an index serves
-    ///     (`enable_seqscan = off`). Statistics gathered while a table was nearly empty, then a
-    ///     bulk load of tokens before the next auto-analyze, made even the generic token lookup
-    ///     a sequential scan: 692 ms for 400 users among 100,000 tokens, 1.8 ms with
-    ///     `enable_seqscan = off` (psql, EXPLAIN ANALYZE; BENCHMARKS.md).
-    package func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
-        var configuration = PostgresClient.Configuration(
-            host: host,
-            port: port,
-            username: username,
-            password: password,
-            database: database,
-            tls: tls
-        )
-        configuration.options.maximumConnections = maximumConnections
-        if indexLookupsOnly {
-            configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]
-        }
-        return configuration
     }
 }
