@@ -248,7 +248,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let (messages, assigned) = lane.tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
         metrics.recordLaneState(lane.priority, inFlightMessages: messages, assigned: assigned, paused: paused)
         metrics.recordState(
-            inFlightSends: requests.sendsInFlight,
+            inFlightSends: requests.sendPermitsHeld,
             unrecordedOutcomes: requests.unrecordedOutcomes,
             abandonedStoreOperations: storeOperations.abandoned.count
         )

@@ -15,14 +15,14 @@ extension RequestProcessor {
     ) async {
         guard let key = ticket.claim else { return }
         while true {
-            switch inFlight.deliveries.withLock({ $0.claim(key) }) {
+            switch claims.deliveries.withLock({ $0.claim(key) }) {
             case .claimed:
                 do { try await admitSend(from: ticket.progress.lane) } catch { return }
                 return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
             case .recordedLately:
                 return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
             case .busy:
-                await inFlight.waitUntilSettled(key)
+                await claims.waitUntilSettled(key)
                 if Task.isCancelled { return }
             }
         }
@@ -45,7 +45,7 @@ extension RequestProcessor {
                     continue
                 }
                 guard let key = ticket.claim else { continue }
-                switch inFlight.deliveries.withLock({ $0.claimSending(key) }) {
+                switch claims.deliveries.withLock({ $0.claimSending(key) }) {
                 case .claimed:
                     do { try await admitSend(from: ticket.progress.lane) } catch { return }
                     group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }

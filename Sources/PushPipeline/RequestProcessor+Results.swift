@@ -9,7 +9,7 @@ extension RequestProcessor {
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
     func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        inFlight.settle(batch.compactMap(\.ticket.claim))
+        claims.settle(batch.compactMap(\.ticket.claim))
         await publish(
             batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) }
         )

@@ -129,7 +129,7 @@ extension RequestProcessor {
     /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
     /// partition comes back), its permit is returned, and its batch stops waiting for the message.
     func abandonFenced(_ ticket: DeliveryTicket) {
-        if let claim = ticket.claim { inFlight.release(claim) }
+        if let claim = ticket.claim { claims.release(claim) }
         sendLimit.release(1, from: ticket.progress.lane.priority)
         metrics.recordFencedSend()
         if ticket.progress.abandon(ticket.message) {

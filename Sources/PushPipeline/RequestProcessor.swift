@@ -20,7 +20,7 @@ final class RequestProcessor: Sendable {
     let sender: NotificationSender
     /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
     /// event never pushes twice.
-    let inFlight = DeliveryClaims(recentCapacity: 100_000)
+    let claims = DeliveryClaims(recentCapacity: 100_000)
     /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
     let sendLimit: SendPermits
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
@@ -31,7 +31,7 @@ final class RequestProcessor: Sendable {
     let logger: Logger
 
     /// Send permits held now (requests in flight until their outcome is recorded).
-    var sendsInFlight: Int { sendLimit.inUse }
+    var sendPermitsHeld: Int { sendLimit.inUse }
 
     /// Outcomes APNs answered that the ledger has not recorded yet.
     var unrecordedOutcomes: Int { ledgerWriter.unrecordedCount }
@@ -120,7 +120,7 @@ final class RequestProcessor: Sendable {
             var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            inFlight.deliveries.withLock { inFlight in
+            claims.deliveries.withLock { claims in
                 for (index, plan) in plans.enumerated() {
                     let event = events[index].1
                     let headers = progress.resultHeaders(index)
@@ -134,7 +134,7 @@ final class RequestProcessor: Sendable {
                     for device in plan.devices {
                         let key = DeliveryClaims.Deliveries.key(eventID: event.id, token: device.token)
                         let ticket = DeliveryTicket(progress, index, event, claim: key)
-                        switch inFlight.claim(key) {
+                        switch claims.claim(key) {
                         case .claimed: sends.append((event, device, ticket))
                         case .recordedLately: recordedLately.append((event, device, ticket))
                         case .busy: busy.append((event, device, ticket))

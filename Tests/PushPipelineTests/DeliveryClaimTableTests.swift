@@ -1,12 +1,12 @@
 @testable import PushPipeline
 import Testing
 
-struct InFlightDeliveriesTests {
-    let first = InFlightDeliveries<String>.key(eventID: "e1", token: "aa")
-    let second = InFlightDeliveries<String>.key(eventID: "e1", token: "bb")
+struct DeliveryClaimTableTests {
+    let first = DeliveryClaimTable<String>.key(eventID: "e1", token: "aa")
+    let second = DeliveryClaimTable<String>.key(eventID: "e1", token: "bb")
 
     @Test func aClaimIsExclusiveUntilSettledAndThenPointsToTheLedger() {
-        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
         #expect(deliveries.claim(first) == .claimed)
         #expect(deliveries.claim(first) == .busy, "another copy is sending it")
         #expect(deliveries.claim(second) == .claimed, "another token is another delivery")
@@ -17,7 +17,7 @@ struct InFlightDeliveriesTests {
     }
 
     @Test func aReleasedClaimWakesItsWaitersAndIsNotRememberedAsRecorded() {
-        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
         #expect(deliveries.claim(first) == .claimed)
         let registered = deliveries.wait(for: first, id: 1, "copy")
         #expect(registered)
@@ -26,8 +26,8 @@ struct InFlightDeliveriesTests {
     }
 
     @Test func onlyTheLastRecordedDeliveriesAreRemembered() {
-        var deliveries = InFlightDeliveries<String>(recentCapacity: 2)
-        let keys = (0..<3).map { InFlightDeliveries<String>.key(eventID: "e\($0)", token: "aa") }
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 2)
+        let keys = (0..<3).map { DeliveryClaimTable<String>.key(eventID: "e\($0)", token: "aa") }
         for key in keys {
             #expect(deliveries.claim(key) == .claimed)
             _ = deliveries.settle(key)
@@ -38,12 +38,12 @@ struct InFlightDeliveriesTests {
     }
 
     @Test func theKeyTellsEventAndTokenApart() {
-        #expect(InFlightDeliveries<String>.key(eventID: "e1", token: "aa") == InFlightDeliveries<String>.key(eventID: "e1", token: "aa"))
-        #expect(InFlightDeliveries<String>.key(eventID: "e1a", token: "a") != InFlightDeliveries<String>.key(eventID: "e1", token: "aa"))
+        #expect(DeliveryClaimTable<String>.key(eventID: "e1", token: "aa") == DeliveryClaimTable<String>.key(eventID: "e1", token: "aa"))
+        #expect(DeliveryClaimTable<String>.key(eventID: "e1a", token: "a") != DeliveryClaimTable<String>.key(eventID: "e1", token: "aa"))
     }
 
     @Test func aCopyWaitsForTheClaimAndIsReturnedWhenItIsSettled() {
-        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
         let registeredBeforeAClaim = deliveries.wait(for: first, id: 1, "early")
         #expect(!registeredBeforeAClaim, "nothing to wait for: claim now")
         #expect(deliveries.claim(first) == .claimed)
@@ -58,7 +58,7 @@ struct InFlightDeliveriesTests {
     }
 
     @Test func aWaitCancelledBeforeItIsRegisteredIsRefused() {
-        var deliveries = InFlightDeliveries<String>(recentCapacity: 10)
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
         #expect(deliveries.claim(first) == .claimed)
         let cancelledEarly = deliveries.cancelWait(for: first, id: 7)
         #expect(cancelledEarly == nil)

@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// A copy that finds the delivery busy waits for its claim to be settled: `Waiter` is what the
 /// caller resumes then (a continuation in the pipeline), returned by ``settle(_:)``.
-struct InFlightDeliveries<Waiter> {
+struct DeliveryClaimTable<Waiter> {
     enum Claim: Equatable {
         /// The caller sends, and settles the claim once the outcome is recorded.
         case claimed
@@ -109,10 +109,10 @@ struct InFlightDeliveries<Waiter> {
     }
 }
 
-/// ``InFlightDeliveries`` behind a lock, with the waiting done: a caller that finds a claim busy
+/// ``DeliveryClaimTable`` behind a lock, with the waiting done: a caller that finds a claim busy
 /// awaits its settlement (cancellably) instead of polling.
 final class DeliveryClaims: Sendable {
-    typealias Deliveries = InFlightDeliveries<CheckedContinuation<Void, Never>>
+    typealias Deliveries = DeliveryClaimTable<CheckedContinuation<Void, Never>>
 
     /// The claims; lock it to claim several in one pass.
     let deliveries: Mutex<Deliveries>
