@@ -33,21 +33,11 @@ package final class KafkaProducer: Service, Sendable {
     /// gave up. A ``KafkaError`` says whether sending it again can help (``KafkaError/isRetriable``).
     /// Only a record librdkafka did not take (its local queue was full) is handed over again.
     package func send(_ message: KafkaOutgoingMessage) async throws {
-        while true {
-            do {
-                return try await withCheckedThrowingContinuation { continuation in
-                    do {
-                        try enqueue(message, report: DeliveryReport(continuation))
-                    } catch {
-                        continuation.resume(throwing: error)
-                    }
-                }
-            } catch let error as KafkaError where error.isQueueFull {
-                // librdkafka's local queue is full: give it time to drain instead of failing.
-                try await Task.sleep(for: .milliseconds(5))
-            }
-        }
+        if let error = await send([message])[0] { throw error }
     }
+
+    /// The wait before handing a record over again while librdkafka's local queue is full.
+    static let queueFullPause = Duration.milliseconds(5)
 
     /// Produces every message once and waits for all their delivery reports together; returns,
     /// in order, nil for each record the broker acknowledged and the error of each it did not.
@@ -63,9 +53,10 @@ package final class KafkaProducer: Service, Sendable {
                     try enqueue(message, report: DeliveryReport(batch, index: index))
                     break
                 } catch let error as KafkaError where error.isQueueFull {
-                    // librdkafka's local queue is full: give it time to drain instead of failing.
+                    // librdkafka's local queue is full: it drains as the broker acknowledges, so
+                    // wait a little instead of failing (a cancelled wait reports the full queue).
                     do {
-                        try await Task.sleep(for: .milliseconds(5))
+                        try await Task.sleep(for: Self.queueFullPause)
                     } catch {
                         batch.deliver(KafkaError.queueFull(), at: index)
                         break
