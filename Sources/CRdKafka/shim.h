@@ -2,6 +2,7 @@
 #define HERALD_CRDKAFKA_SHIM_H
 
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 
 /// rd_kafka_producev is variadic and so not callable from Swift; this fixed-arity wrapper
 /// copies key and value, hands the headers to librdkafka on success (the caller keeps them on

@@ -28,6 +28,26 @@ package final class KafkaProducer: Service, Sendable {
         (try? client.immediate { Int(rd_kafka_outq_len($0)) }) ?? 0
     }
 
+    /// The bootstrap servers of the mock cluster librdkafka made for this producer
+    /// (`test.mock.num.brokers`), so tests can run consumers against it; nil for a real cluster.
+    package var mockClusterBootstrapServers: String? {
+        try? client.immediate { handle -> String? in
+            guard let cluster = rd_kafka_handle_mock_cluster(handle), let servers = rd_kafka_mock_cluster_bootstraps(cluster) else {
+                return nil
+            }
+            return String(cString: servers)
+        }
+    }
+
+    /// Creates `topic` with `partitions` on this producer's mock cluster (for tests).
+    package func createMockTopic(_ topic: String, partitions: Int) throws {
+        try client.immediate { handle in
+            guard let cluster = rd_kafka_handle_mock_cluster(handle) else { throw KafkaError.subscription("no mock cluster") }
+            let error = rd_kafka_mock_topic_create(cluster, topic, Int32(partitions), 1)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError.subscription(String(cString: rd_kafka_err2str(error))) }
+        }
+    }
+
     /// Produces `message` once and waits for its delivery report, however long librdkafka
     /// retries (bounded by `message.timeout.ms`); throws if the broker refused it or librdkafka
     /// gave up. A ``KafkaError`` says whether sending it again can help (``KafkaError/isRetriable``).
