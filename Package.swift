@@ -284,7 +284,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "DeviceTokenStoreTests",
+            name: "PostgresTokenStoreTests",
             dependencies: [
                 "DeviceTokenStore",
                 "PostgresTokenStore",

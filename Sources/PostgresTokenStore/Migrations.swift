@@ -5,7 +5,8 @@
 /// is self-contained: `herald migrate` works from a copied or statically linked binary, with no
 /// resource bundle to ship or locate (SwiftPM resources would need `Bundle.module` and a
 /// `herald_DeviceTokenStore.resources` directory beside the binary in every image).
-/// `DeviceTokenStoreTests` fails whenever the generated file and `schemas/` disagree.
+/// `MigrationsTests` and `scripts/generate-migrations.sh --check` (in the test command) fail
+/// whenever the generated file and `schemas/` disagree.
 ///
 /// A migration is never edited once released: changes come as a new version.
 enum Migrations {
