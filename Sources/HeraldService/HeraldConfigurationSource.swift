@@ -29,7 +29,7 @@ struct HeraldConfigurationSource {
         ]
         var givenKeys = Set(environment.keys)
         if let path = environment["HERALD_CONFIG_FILE"], !path.isEmpty {
-            let (provider, keys) = try await Self.fileProvider(path: path)
+            let (provider, keys) = try Self.fileProvider(path: path)
             providers.append(provider)
             givenKeys.formUnion(keys)
         }
@@ -56,7 +56,7 @@ struct HeraldConfigurationSource {
 
     /// The file's provider and its keys. Its top level must be a mapping of keys to single
     /// values (strings, numbers, booleans), like the environment.
-    private static func fileProvider(path: String) async throws -> (any ConfigProvider, [String]) {
+    private static func fileProvider(path: String) throws -> (any ConfigProvider, [String]) {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
@@ -73,30 +73,24 @@ struct HeraldConfigurationSource {
         guard let mapping = parsed as? [String: Any] else {
             throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must be a mapping of keys to values (KEY: value)")
         }
-        for (key, value) in mapping.sorted(by: { $0.key < $1.key }) where !(value is String || value is Int || value is Bool || value is Double) {
-            throw ConfigurationError("HERALD_CONFIG_FILE=\(path): \(key) must be a single value (a string, number or boolean)")
+        guard path.hasSuffix(".json") || path.hasSuffix(".yaml") || path.hasSuffix(".yml") else {
+            throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must end in .yaml, .yml or .json")
         }
-        let location = ConfigReader(provider: InMemoryProvider(values: ["filePath": ConfigValue(.string(path), isSecret: false)]))
-        let provider: any ConfigProvider
-        do {
-            if path.hasSuffix(".json") {
-                provider = try await FileProvider<JSONSnapshot>(
-                    parsingOptions: .init(secretsSpecifier: .dynamic { key, _ in isSecret(key) }),
-                    config: location
-                )
-            } else if path.hasSuffix(".yaml") || path.hasSuffix(".yml") {
-                provider = try await FileProvider<YAMLSnapshot>(
-                    parsingOptions: .init(secretsSpecifier: .dynamic { key, _ in isSecret(key) }),
-                    config: location
-                )
-            } else {
-                throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must end in .yaml, .yml or .json")
+        // The one parse serves both the key list and the values (an in-memory provider), so the
+        // file is read and parsed once.
+        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        for (key, value) in mapping.sorted(by: { $0.key < $1.key }) {
+            let content: ConfigContent
+            switch value {
+            case let text as String: content = .string(text)
+            case let flag as Bool: content = .bool(flag)
+            case let number as Int: content = .int(number)
+            case let number as Double: content = .double(number)
+            default: throw ConfigurationError("HERALD_CONFIG_FILE=\(path): \(key) must be a single value (a string, number or boolean)")
             }
-        } catch let error as ConfigurationError {
-            throw error
-        } catch {
-            throw ConfigurationError("HERALD_CONFIG_FILE=\(path) cannot be read: \(error)")
+            values[AbsoluteConfigKey([key])] = ConfigValue(content, isSecret: isSecret(key))
         }
+        let provider = InMemoryProvider(name: "HERALD_CONFIG_FILE", values: values)
         return (provider, Array(mapping.keys))
     }
 }
