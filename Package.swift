@@ -221,6 +221,7 @@ let package = Package(
         .executableTarget(
             name: "HeraldDemo",
             dependencies: [
+                "APNSCore",
                 "KafkaMessages",
                 "KafkaTransport",
                 .product(name: "Crypto", package: "swift-crypto"),

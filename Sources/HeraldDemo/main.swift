@@ -1,3 +1,4 @@
+import APNSCore
 import KafkaMessages
 import ArgumentParser
 import Crypto
@@ -122,7 +123,7 @@ struct Publish: AsyncParsableCommand {
                 key: Array(requestID.utf8),
                 value: Self.json([
                     "id": "\(requestID)-goal", "channel_id": channelID, "topic": bundleID,
-                    "payload": ["aps": ["timestamp": Int(Date().timeIntervalSince1970), "event": "update", "content-state": ["home": 1, "away": 0]]],
+                    "payload": ["aps": ["timestamp": WallClock.millisecondsSince1970() / 1000, "event": "update", "content-state": ["home": 1, "away": 0]]],
                 ])
             )
         )

@@ -162,12 +162,13 @@ extension PostgresDeviceTokenStore {
             try await connection.query("SELECT to_regclass('push.deliveries') IS NOT NULL", logger: logger)
             .decode(Bool.self).first(where: { _ in true }) ?? false
         guard exists else { return false }
-        let newest =
+        // An empty table (max is NULL) has expired too.
+        let expired =
             try await connection.query(
-                "SELECT (extract(epoch FROM max(recorded_at)) * 1000)::bigint FROM push.deliveries",
+                "SELECT coalesce(max(recorded_at) < \(Timestamp(millisecondsSince1970: before)), true) FROM push.deliveries",
                 logger: logger
-            ).decode(Int64?.self).first(where: { _ in true }) ?? nil
-        if let newest, newest >= before { return false }
+            ).decode(Bool.self).first(where: { _ in true }) ?? false
+        guard expired else { return false }
         try await inShortTransaction(on: connection, logger: logger) {
             try await connection.query("DROP TABLE IF EXISTS push.deliveries", logger: logger)
         }

@@ -1,5 +1,5 @@
 import APNSCore
-package import Foundation
+package import DeviceTokenStore
 package import Logging
 import PostgresNIO
 import ServiceLifecycle
@@ -30,12 +30,12 @@ package protocol RegistryHousekeepingStore: Sendable {
     /// ledger once its newest row is older than `unpartitionedBefore` (milliseconds since 1970).
     func maintainLedger(window: LedgerWindow, unpartitionedBefore: Int64) async throws -> LedgerMaintenance
     /// Deletes tokens unregistered before `date`; returns how many.
-    func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int
+    func purgeUnregisteredTokens(unregisteredBefore date: Timestamp) async throws -> Int
     /// Applies tombstones whose token now has a row (written directly by an app API) to that
     /// row with the ordering rule, and deletes them; returns how many rows they unregistered.
     func applyPendingTombstones() async throws -> Int
     /// Deletes tombstones of unregistrations before `date`; returns how many.
-    func pruneTombstones(unregisteredBefore date: Date) async throws -> Int
+    func pruneTombstones(unregisteredBefore date: Timestamp) async throws -> Int
 }
 
 /// The counts of one housekeeping pass.
@@ -59,14 +59,14 @@ package struct HousekeepingReport: Sendable, Hashable {
 package final class RegistryHousekeeping: Service, Sendable {
     private let configuration: HousekeepingConfiguration
     private let store: any RegistryHousekeepingStore
-    private let now: @Sendable () -> Date
+    private let now: @Sendable () -> Timestamp
     private let logger: Logger
 
     /// - Parameter now: the wall clock the cut-offs are computed from (injectable for tests).
     package init(
         configuration: HousekeepingConfiguration,
         store: any RegistryHousekeepingStore,
-        now: @escaping @Sendable () -> Date = { Date() },
+        now: @escaping @Sendable () -> Timestamp = { Timestamp(microsecondsSince1970: WallClock.microsecondsSince1970()) },
         logger: Logger
     ) {
         self.configuration = configuration
@@ -110,8 +110,8 @@ package final class RegistryHousekeeping: Service, Sendable {
     /// Brings the delivery ledger's partitions to the retention window at `date` (by default
     /// now); `herald migrate` runs it after the migrations so every day has its partition
     /// before the first write.
-    package func maintainLedger(at date: Date? = nil) async throws -> LedgerMaintenance {
-        let nowMilliseconds = Int64((date ?? now()).timeIntervalSince1970 * 1000)
+    package func maintainLedger(at time: Timestamp? = nil) async throws -> LedgerMaintenance {
+        let nowMilliseconds = (time ?? now()).millisecondsSince1970
         return try await store.maintainLedger(
             window: LedgerWindow(nowMilliseconds: nowMilliseconds, retention: configuration.ledgerRetention),
             unpartitionedBefore: nowMilliseconds - configuration.ledgerRetention.wholeMilliseconds
@@ -125,24 +125,26 @@ package final class RegistryHousekeeping: Service, Sendable {
         report.ledger = try await maintainLedger(at: start)
         report.tombstonesApplied = try await store.applyPendingTombstones()
         report.tombstonesPruned = try await store.pruneTombstones(
-            unregisteredBefore: start.addingTimeInterval(-configuration.tombstoneRetention.seconds)
+            unregisteredBefore: start.before(configuration.tombstoneRetention)
         )
         if let retention = configuration.unregisteredTokenRetention {
             report.tokensPurged = try await store.purgeUnregisteredTokens(
-                unregisteredBefore: start.addingTimeInterval(-retention.seconds)
+                unregisteredBefore: start.before(retention)
             )
         }
         return report
     }
 }
 
-extension Duration {
-    /// For `Date` arithmetic, which takes seconds as `TimeInterval`.
-    fileprivate var seconds: TimeInterval { TimeInterval(wholeMilliseconds) / 1000 }
+extension Timestamp {
+    /// The instant `duration` earlier, in whole microseconds.
+    fileprivate func before(_ duration: Duration) -> Timestamp {
+        Timestamp(microsecondsSince1970: microsecondsSince1970 - duration.wholeMilliseconds * 1000)
+    }
 }
 
 extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
-    package func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
+    package func purgeUnregisteredTokens(unregisteredBefore date: Timestamp) async throws -> Int {
         // The outer condition is checked again on a row changed meanwhile, so a token
         // registered again while the batch is deleted is kept.
         try await deleteInBatches { batchSize in
@@ -184,7 +186,7 @@ extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
         return try await Self.count(rows)
     }
 
-    package func pruneTombstones(unregisteredBefore date: Date) async throws -> Int {
+    package func pruneTombstones(unregisteredBefore date: Timestamp) async throws -> Int {
         try await deleteInBatches { batchSize in
             """
             WITH deleted AS (

@@ -14,7 +14,7 @@ import Testing
 extension TokenRegistryTests {
     static let year2001 = Timestamp(millisecondsSince1970: 978_307_200_000)
     static let year2001DayBefore = Timestamp(millisecondsSince1970: 978_307_200_000 - 86_400_000)
-    static let year2002 = Date(timeIntervalSince1970: 1_009_843_200)
+    static let year2002 = Timestamp(millisecondsSince1970: 1_009_843_200_000)
     static let year2003 = Timestamp(millisecondsSince1970: 1_041_379_200_000)
 
     /// An outcome of `eventID` in the ledger day `day` (days since 1970).

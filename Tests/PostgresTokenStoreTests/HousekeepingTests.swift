@@ -14,9 +14,9 @@ struct Unavailable: Error {}
 final class RecordingHousekeepingStore: RegistryHousekeepingStore {
     enum Call: Equatable {
         case maintainLedger(LedgerWindow, unpartitionedBefore: Int64)
-        case purgeTokens(Date)
+        case purgeTokens(Timestamp)
         case applyTombstones
-        case pruneTombstones(Date)
+        case pruneTombstones(Timestamp)
     }
 
     let calls = Mutex<[Call]>([])
@@ -33,7 +33,7 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
         return report
     }
 
-    func purgeUnregisteredTokens(unregisteredBefore date: Date) async throws -> Int {
+    func purgeUnregisteredTokens(unregisteredBefore date: Timestamp) async throws -> Int {
         calls.withLock { $0.append(.purgeTokens(date)) }
         return 2
     }
@@ -43,7 +43,7 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
         return 1
     }
 
-    func pruneTombstones(unregisteredBefore date: Date) async throws -> Int {
+    func pruneTombstones(unregisteredBefore date: Timestamp) async throws -> Int {
         calls.withLock { $0.append(.pruneTombstones(date)) }
         return 4
     }
@@ -54,7 +54,7 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
 }
 
 @Suite(.timeLimit(.minutes(1))) struct HousekeepingTests {
-    static let now = Date(timeIntervalSince1970: 1_800_000_000)
+    static let now = Timestamp(millisecondsSince1970: 1_800_000_000_000)
     /// `now` in milliseconds, and its UTC day (days since 1970: 20,833 and a third).
     static let nowMilliseconds: Int64 = 1_800_000_000_000
     static let today: Int32 = 20_833
@@ -83,8 +83,8 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
                     unpartitionedBefore: Self.nowMilliseconds - 3_600_000
                 ),
                 .applyTombstones,
-                .pruneTombstones(Self.now.addingTimeInterval(-86_400)),
-                .purgeTokens(Self.now.addingTimeInterval(-10 * 86_400)),
+                .pruneTombstones(Timestamp(millisecondsSince1970: Self.nowMilliseconds - 86_400_000)),
+                .purgeTokens(Timestamp(millisecondsSince1970: Self.nowMilliseconds - 10 * 86_400_000)),
             ]
         )
     }
