@@ -115,7 +115,7 @@ extension RequestProcessor {
                     latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
                     completedAtMilliseconds: Self.epochMilliseconds(),
                     apnsUniqueID: outcome.apnsUniqueID,
-                    unregisteredAtMilliseconds: mark.map { _ in outcome.unregisteredAtMilliseconds } ?? nil
+                    unregisteredAtMilliseconds: mark?.at.millisecondsSince1970
                 )
             )
         )

@@ -54,15 +54,15 @@ struct ChannelCommands: Sendable {
                 answer = result
             } else {
                 let result = try await perform(command)
+                let message = result.json()
                 let delivery = RecordedDelivery(
                     event: ledgerEvent,
                     token: Self.ledgerToken,
                     userID: "",
-                    outcome: .message(result: result.json(), unregisteredEvent: nil)
+                    outcome: .message(result: message, unregisteredEvent: nil)
                 )
                 let standing = try await storeOperations.run { try await ledger.record([(delivery, nil)]) }
-                answer =
-                    if case .message(let recordedResult, _) = standing.first?.outcome { recordedResult } else { result.json() }
+                answer = if case .message(let recorded, _) = standing.first?.outcome { recorded } else { message }
                 metrics.recordChannelCommand(command.action, result.status)
                 logger.info(
                     "channel command answered",
