@@ -162,13 +162,24 @@ extension PostgresDeviceTokenStore {
             try await connection.query("SELECT to_regclass('push.deliveries') IS NOT NULL", logger: logger)
             .decode(Bool.self).first(where: { _ in true }) ?? false
         guard exists else { return false }
-        // An empty table (max is NULL) has expired too.
+        // Expired: its newest row (none when empty) is older than the cut-off, and no instance of
+        // a version before migration 5 can still be writing it: migration 5 was applied before
+        // the cut-off, or together with migration 2 (a new installation, where the table never
+        // had such a writer). So `herald migrate` ahead of a rollout never drops it under the
+        // instances still running.
+        let cutoff = Timestamp(millisecondsSince1970: before)
         let expired =
             try await connection.query(
-                "SELECT coalesce(max(recorded_at) < \(Timestamp(millisecondsSince1970: before)), true) FROM push.deliveries",
+                """
+                SELECT coalesce(max(recorded_at) < \(cutoff), true)
+                    AND (SELECT m5.applied_at < \(cutoff) OR m5.applied_at = m2.applied_at
+                         FROM push.schema_migrations AS m5, push.schema_migrations AS m2
+                         WHERE m5.version = 5 AND m2.version = 2)
+                FROM push.deliveries
+                """,
                 logger: logger
-            ).decode(Bool.self).first(where: { _ in true }) ?? false
-        guard expired else { return false }
+            ).decode(Bool?.self).first(where: { _ in true }) ?? nil
+        guard expired == true else { return false }
         try await inShortTransaction(on: connection, logger: logger) {
             try await connection.query("DROP TABLE IF EXISTS push.deliveries", logger: logger)
         }
