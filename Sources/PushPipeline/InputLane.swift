@@ -4,11 +4,19 @@ import Synchronization
 /// One input lane of the pipeline: push.requests (urgent, with push.tokens and push.channels) or
 /// push.requests.bulk. Each lane is its own member of the consumer group, so the two never share
 /// a fetch queue: an urgent event is never polled behind a campaign's prefetched backlog. Each
-/// has its own window of in-flight messages and its own offsets; its sends take permits in its
-/// ``SendPermits/Lane``, and the bulk lane's are paced by its ``SendPacer``.
+/// has its own window of in-flight messages and its own offsets; its sends wait for permits by its
+/// ``Priority``, and the bulk lane's are paced by its ``SendPacer``.
 final class InputLane: Sendable {
+    /// Which queue a lane's senders join for a send permit: urgent ones are served first.
+    enum Priority: Sendable, Hashable, CaseIterable {
+        /// push.requests: the messages a person is waiting for.
+        case urgent
+        /// push.requests.bulk: campaigns that use whatever capacity is left.
+        case bulk
+    }
+
     /// Which permits its sends wait for: urgent ones are served first.
-    let priority: SendPermits.Lane
+    let priority: Priority
     /// The group member that reads the lane's topics.
     let source: any MessageSource
     /// Which of the lane's messages are in flight, and which offsets may be committed.
@@ -18,7 +26,7 @@ final class InputLane: Sendable {
     /// True while the lane's consume loop runs and its last poll succeeded.
     let consuming = Atomic(false)
 
-    init(priority: SendPermits.Lane, source: any MessageSource, pacer: SendPacer? = nil) {
+    init(priority: Priority, source: any MessageSource, pacer: SendPacer? = nil) {
         self.priority = priority
         self.source = source
         self.pacer = pacer
@@ -28,7 +36,7 @@ final class InputLane: Sendable {
     var label: String { priority.label }
 }
 
-extension SendPermits.Lane {
+extension InputLane.Priority {
     /// The `lane` label of metrics: `urgent` (push.requests) or `bulk` (push.requests.bulk).
     var label: String {
         switch self {

@@ -100,10 +100,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             logger: logger
         )
         self.storeOperations = storeOperations
+        // Bulk sends may hold three quarters of the permits: the rest stay free for urgent ones
+        // (BulkLaneTests, herald-bench --campaign-urgent-rate).
+        let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: 0.75)
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.channelCommands = ChannelCommands(
             manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry, metrics: metrics.sender) },
+            coordinator: coordinator,
             ledger: ledger,
             storeOperations: storeOperations,
             publisher: reliablePublisher,
@@ -125,6 +129,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 policy: configuration.retry,
                 metrics: metrics.sender
             ),
+            coordinator: coordinator,
             tracer: tracer,
             metrics: metrics,
             logger: logger

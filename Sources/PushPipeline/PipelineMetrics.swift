@@ -24,8 +24,8 @@ public final class PipelineMetrics: Sendable {
     }
 
     let sender: SenderMetrics
-    private let consumed: [SendPermits.Lane: Counter]
-    private let results: [SendPermits.Lane: [DeliveryResult.Status: Counter]]
+    private let consumed: [InputLane.Priority: Counter]
+    private let results: [InputLane.Priority: [DeliveryResult.Status: Counter]]
     private let republished: Counter
     private let lookupsBeyondRetention: Counter
     private let unregisteredPublished: Counter
@@ -37,11 +37,11 @@ public final class PipelineMetrics: Sendable {
     private let permanentPublishErrors: LabelledCounters
     private let publishErrors: LabelledCounters
     private let channelCommands: LabelledCounters
-    private let inFlightMessages: [SendPermits.Lane: Gauge]
+    private let inFlightMessages: [InputLane.Priority: Gauge]
     private let inFlightSends: Gauge
     private let unrecordedOutcomes: Gauge
-    private let assignedPartitions: [SendPermits.Lane: Gauge]
-    private let pausedPartitions: [SendPermits.Lane: Gauge]
+    private let assignedPartitions: [InputLane.Priority: Gauge]
+    private let pausedPartitions: [InputLane.Priority: Gauge]
     private let storeErrors: Counter
     private let fencedSends: Counter
     private let permanentStoreErrors: LabelledCounters
@@ -53,8 +53,8 @@ public final class PipelineMetrics: Sendable {
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         sender = SenderMetrics(factory: factory)
         /// One metric per lane (`lane="urgent"` or `"bulk"`).
-        func perLane<Metric>(_ make: (SendPermits.Lane) -> Metric) -> [SendPermits.Lane: Metric] {
-            Dictionary(uniqueKeysWithValues: SendPermits.Lane.allCases.map { ($0, make($0)) })
+        func perLane<Metric>(_ make: (InputLane.Priority) -> Metric) -> [InputLane.Priority: Metric] {
+            Dictionary(uniqueKeysWithValues: InputLane.Priority.allCases.map { ($0, make($0)) })
         }
         consumed = perLane { Counter(label: "herald_messages_consumed_total", dimensions: [("lane", $0.label)], factory: factory) }
         results = perLane { lane in
@@ -111,7 +111,7 @@ public final class PipelineMetrics: Sendable {
         abandonedStoreOperations = Gauge(label: "herald_postgres_abandoned_operations", factory: factory)
     }
 
-    func recordConsumed(_ count: Int, lane: SendPermits.Lane) { consumed[lane]?.increment(by: count) }
+    func recordConsumed(_ count: Int, lane: InputLane.Priority) { consumed[lane]?.increment(by: count) }
     func recordDeadLetter(_ code: InputRejection.Code) { deadLetters.increment(code.rawValue) }
     func recordUnregisteredPublished() { unregisteredPublished.increment() }
     func recordCommit() { commits.increment() }
@@ -121,7 +121,7 @@ public final class PipelineMetrics: Sendable {
     func recordLedgerLookupsBeyondRetention(_ count: Int) {
         if count > 0 { lookupsBeyondRetention.increment(by: count) }
     }
-    func recordResult(_ status: DeliveryResult.Status, lane: SendPermits.Lane) { results[lane]?[status]?.increment() }
+    func recordResult(_ status: DeliveryResult.Status, lane: InputLane.Priority) { results[lane]?[status]?.increment() }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }
@@ -157,7 +157,7 @@ public final class PipelineMetrics: Sendable {
     }
 
     /// Sets the gauges of one input lane: its messages in flight, its partitions, paused or not.
-    func recordLaneState(_ lane: SendPermits.Lane, inFlightMessages messages: Int, assigned: Int, paused: Bool) {
+    func recordLaneState(_ lane: InputLane.Priority, inFlightMessages messages: Int, assigned: Int, paused: Bool) {
         inFlightMessages[lane]?.record(messages)
         assignedPartitions[lane]?.record(assigned)
         pausedPartitions[lane]?.record(paused ? assigned : 0)

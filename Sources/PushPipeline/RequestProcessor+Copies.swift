@@ -1,5 +1,4 @@
 import DeviceTokenStore
-import Synchronization
 
 /// Copies of an event (duplicates on push.requests, or a redelivery racing the first copy):
 /// a device another copy is sending to waits for that claim to be settled, and one recorded
@@ -15,14 +14,14 @@ extension RequestProcessor {
     ) async {
         guard let key = ticket.claim else { return }
         while true {
-            switch claims.deliveries.withLock({ $0.claim(key) }) {
+            switch coordinator.claim(key) {
             case .claimed:
-                do { try await admitSend(from: ticket.progress.lane) } catch { return }
+                do { try await admitSend(from: ticket.batch.lane) } catch { return }
                 return await send(event, to: device, ticket: ticket, consumedAt: consumedAt)
             case .recordedLately:
                 return await deliverRecordedLately([(event, device, ticket)], consumedAt: consumedAt)
             case .busy:
-                await claims.waitUntilSettled(key)
+                await coordinator.waitUntilSettled(key)
                 if Task.isCancelled { return }
             }
         }
@@ -35,19 +34,19 @@ extension RequestProcessor {
         _ deliveries: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)],
         consumedAt: ContinuousClock.Instant
     ) async {
-        let events = Array(Set(deliveries.map { ledgerEvent($0.event, of: $0.ticket.progress.message($0.ticket.message)) }))
+        let events = Array(Set(deliveries.map { ledgerEvent($0.event, of: $0.ticket.batch.message($0.ticket.message)) }))
         guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(of: events) }) else { return }
         await withDiscardingTaskGroup { group in
             for (event, device, ticket) in deliveries {
-                if let outcome = recorded[ledgerEvent(event, of: ticket.progress.message(ticket.message))]?[device.token] {
-                    let republished = republishing(outcome, of: event, headers: ticket.progress.resultHeaders(ticket.message))
-                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.progress, ticket.message, event))]) }
+                if let outcome = recorded[ledgerEvent(event, of: ticket.batch.message(ticket.message))]?[device.token] {
+                    let republished = republishing(outcome, of: event, headers: ticket.batch.resultHeaders(ticket.message))
+                    group.addTask { await self.publish([(republished, DeliveryTicket(ticket.batch, ticket.message, event))]) }
                     continue
                 }
                 guard let key = ticket.claim else { continue }
-                switch claims.deliveries.withLock({ $0.claimSending(key) }) {
+                switch coordinator.claimSending(key) {
                 case .claimed:
-                    do { try await admitSend(from: ticket.progress.lane) } catch { return }
+                    do { try await admitSend(from: ticket.batch.lane) } catch { return }
                     group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
                 case .recordedLately, .busy:
                     group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }

@@ -9,14 +9,14 @@ extension RequestProcessor {
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
     func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        claims.settle(batch.compactMap(\.ticket.claim))
+        coordinator.recorded(batch.compactMap(\.ticket.claim))
         await publish(
-            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.progress.resultHeaders($0.ticket.message)), $0.ticket) }
+            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.batch.resultHeaders($0.ticket.message)), $0.ticket) }
         )
     }
 
-    /// Publishes results (each with its unregistered event, if any) together; then counts them,
-    /// gives back the permits of sent ones and finishes the messages whose last result this was.
+    /// Publishes results (each with its unregistered event, if any) together; then gives back
+    /// the permits of sent ones, counts them and finishes the messages whose last result this was.
     func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
         let started = ContinuousClock.now
         do {
@@ -26,24 +26,25 @@ extension RequestProcessor {
         }
         let published = ContinuousClock.now
         metrics.recordStage(.resultPublish, since: started)
-        var permits: [SendPermits.Lane: Int] = [:]
+        let finished = coordinator.published(
+            results.map { .init(batch: $0.ticket.batch.id, message: $0.ticket.message, permit: $0.ticket.claim == nil ? nil : $0.ticket.batch.lane.priority) }
+        )
         for (messages, ticket) in results {
-            if ticket.claim != nil { permits[ticket.progress.lane.priority, default: 0] += 1 }
-            metrics.recordPublished(consumedAt: ticket.progress.consumedAt, now: published)
+            metrics.recordPublished(consumedAt: ticket.batch.consumedAt, now: published)
             if let status = ticket.status {
-                metrics.recordResult(status, lane: ticket.progress.lane.priority)
+                metrics.recordResult(status, lane: ticket.batch.lane.priority)
                 if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
                     metrics.recordUnregisteredPublished()
                 }
             } else {
                 metrics.recordRepublished()
             }
-            if let message = ticket.progress.published(ticket.message) {
-                ticket.progress.trace(ticket.message)?.span.end()
-                ticket.progress.lane.tracker.finish(message)
-            }
         }
-        for (lane, count) in permits { sendLimit.release(count, from: lane) }
+        for index in finished {
+            let ticket = results[index].ticket
+            ticket.batch.trace(ticket.message)?.span.end()
+            ticket.batch.lane.tracker.finish(ticket.batch.message(ticket.message))
+        }
     }
 
     /// The records of a recorded outcome of `event`: its push.unregistered event, if it marked

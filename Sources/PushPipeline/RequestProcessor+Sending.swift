@@ -11,7 +11,7 @@ extension RequestProcessor {
     /// What travels with one result until it is published: the message and event it belongs
     /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
     struct DeliveryTicket: Sendable {
-        var progress: BatchProgress
+        var batch: RequestBatch
         var message: Int
         var event: NotificationEvent
         /// The claim key of a sent result (it also holds a send permit).
@@ -19,8 +19,8 @@ extension RequestProcessor {
         /// The status of a new result, counted once published (nil: a republished one).
         var status: DeliveryResult.Status?
 
-        init(_ progress: BatchProgress, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
-            self.progress = progress
+        init(_ batch: RequestBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
+            self.batch = batch
             self.message = message
             self.event = event
             self.claim = claim
@@ -59,13 +59,13 @@ extension RequestProcessor {
                     payload: event.payload
                 )
             }
-        let trace = tracer.flatMap { tracer in ticket.progress.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
+        let trace = tracer.flatMap { tracer in ticket.batch.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
         defer { trace?.end() }
-        let message = ticket.progress.message(ticket.message)
+        let message = ticket.batch.message(ticket.message)
         let outcome: DeliveryOutcome
         do {
             outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
-                ticket.progress.lane.tracker.isRevoked(message)
+                ticket.batch.lane.tracker.isRevoked(message)
             }
         } catch {
             // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
@@ -121,7 +121,7 @@ extension RequestProcessor {
         )
         var ticket = ticket
         ticket.status = outcome.status
-        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.progress.lane.priority == .urgent)
+        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.batch.lane.priority == .urgent)
     }
 
     /// Gives up a send whose partition was revoked before its next attempt: the member that owns
@@ -129,11 +129,9 @@ extension RequestProcessor {
     /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
     /// partition comes back), its permit is returned, and its batch stops waiting for the message.
     func abandonFenced(_ ticket: DeliveryTicket) {
-        if let claim = ticket.claim { claims.release(claim) }
-        sendLimit.release(1, from: ticket.progress.lane.priority)
         metrics.recordFencedSend()
-        if ticket.progress.abandon(ticket.message) {
-            ticket.progress.trace(ticket.message)?.span.end()
+        if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: ticket.batch.lane.priority) {
+            ticket.batch.trace(ticket.message)?.span.end()
         }
     }
 

@@ -18,11 +18,8 @@ final class RequestProcessor: Sendable {
     let storeOperations: StoreOperations
     let deadLetters: DeadLetters
     let sender: NotificationSender
-    /// (event, token) deliveries this process is sending or recorded lately, so a duplicate
-    /// event never pushes twice.
-    let claims = DeliveryClaims(recentCapacity: 100_000)
-    /// Bounds APNs requests in flight across all events, each until its outcome is recorded.
-    let sendLimit: SendPermits
+    /// The claims, send permits and batch progress of every notification in flight.
+    let coordinator: DeliveryCoordinator
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
     let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
@@ -31,7 +28,7 @@ final class RequestProcessor: Sendable {
     let logger: Logger
 
     /// Send permits held now (requests in flight until their outcome is recorded).
-    var sendPermitsHeld: Int { sendLimit.inUse }
+    var sendPermitsHeld: Int { coordinator.permitsHeld }
 
     /// Outcomes APNs answered that the ledger has not recorded yet.
     var unrecordedOutcomes: Int { ledgerWriter.unrecordedCount }
@@ -56,6 +53,7 @@ final class RequestProcessor: Sendable {
         storeOperations: StoreOperations,
         deadLetters: DeadLetters,
         sender: NotificationSender,
+        coordinator: DeliveryCoordinator,
         tracer: (any Tracer)?,
         metrics: PipelineMetrics,
         logger: Logger
@@ -67,9 +65,7 @@ final class RequestProcessor: Sendable {
         self.storeOperations = storeOperations
         self.deadLetters = deadLetters
         self.sender = sender
-        // Bulk sends may hold three quarters of the permits: the rest stay free for urgent ones
-        // (BulkLaneTests, herald-bench --campaign-urgent-rate).
-        self.sendLimit = SendPermits(limit: configuration.maxConcurrentSends, bulkShare: 0.75)
+        self.coordinator = coordinator
         self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.tracer = tracer
         self.metrics = metrics
@@ -107,39 +103,36 @@ final class RequestProcessor: Sendable {
             }
             guard let resolved = try? await resolve(events) else { return }
             let plans = events.map { plan($0.1, of: $0.0, resolved: resolved, consumedAt: consumedAt) }
-            let progress = BatchProgress(
-                messages: events.map(\.0),
-                results: plans.map(\.results),
-                lane: lane,
-                consumedAt: consumedAt,
-                traces: traces
-            )
+            // One lock section opens the batch and claims every device, so the results known
+            // without sending go out at once.
+            let keys = plans.indices.flatMap { index in
+                plans[index].devices.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.token) }
+            }
+            let (batchID, claimed) = coordinator.openBatch(results: plans.map(\.results), claiming: keys)
+            let batch = RequestBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
 
-            // Claims first, in one pass, so the results known without sending go out at once.
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
             var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
             var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            claims.deliveries.withLock { claims in
-                for (index, plan) in plans.enumerated() {
-                    let event = events[index].1
-                    let headers = progress.resultHeaders(index)
-                    for result in plan.noDevices {
-                        ready.append(
-                            ([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(progress, index, event, status: .noDevices)))
+            var claimIndex = 0
+            for (index, plan) in plans.enumerated() {
+                let event = events[index].1
+                let headers = batch.resultHeaders(index)
+                for result in plan.noDevices {
+                    ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(batch, index, event, status: .noDevices)))
+                }
+                for outcome in plan.recorded {
+                    ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
+                }
+                for device in plan.devices {
+                    let ticket = DeliveryTicket(batch, index, event, claim: keys[claimIndex])
+                    switch claimed[claimIndex] {
+                    case .claimed: sends.append((event, device, ticket))
+                    case .recordedLately: recordedLately.append((event, device, ticket))
+                    case .busy: busy.append((event, device, ticket))
                     }
-                    for outcome in plan.recorded {
-                        ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(progress, index, event, status: nil)))
-                    }
-                    for device in plan.devices {
-                        let key = DeliveryClaims.Deliveries.key(eventID: event.id, token: device.token)
-                        let ticket = DeliveryTicket(progress, index, event, claim: key)
-                        switch claims.claim(key) {
-                        case .claimed: sends.append((event, device, ticket))
-                        case .recordedLately: recordedLately.append((event, device, ticket))
-                        case .busy: busy.append((event, device, ticket))
-                        }
-                    }
+                    claimIndex += 1
                 }
             }
             if !ready.isEmpty {
@@ -155,16 +148,16 @@ final class RequestProcessor: Sendable {
                 do { try await admitSend(from: lane) } catch { return }
                 group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
             }
-            await progress.waitUntilFinished()
+            await coordinator.waitUntilFinished(batchID)
         }
     }
 
     /// Waits for the lane's pace (the bulk lane's HERALD_BULK_MAX_RATE), then for a send permit
-    /// in the lane's queue; throws when cancelled. The permit is given back once the result is
-    /// published (or the send is fenced).
+    /// in the lane's queue; throws when cancelled. The coordinator takes the permit back once
+    /// the result is published (or the send is fenced).
     func admitSend(from lane: InputLane) async throws {
         try await lane.pacer?.waitForSlot()
-        try await sendLimit.acquire(lane.priority)
+        try await coordinator.acquirePermit(lane.priority)
     }
 
     private struct ResolvedBatch: Sendable {

@@ -1,6 +1,5 @@
 import APNSCore
 import DeviceTokenStore
-import Synchronization
 import KafkaMessages
 import Logging
 
@@ -12,6 +11,9 @@ import Logging
 struct ChannelCommands: Sendable {
     /// Performs the commands; nil when the embedder gave no channel management client.
     let manager: ChannelManager?
+    /// Holds the claims on the request ids being performed, so a copy waits for the first
+    /// instead of performing too.
+    let coordinator: DeliveryCoordinator
     let ledger: any DeliveryLedger
     let storeOperations: StoreOperations
     let publisher: ReliablePublisher
@@ -19,8 +21,6 @@ struct ChannelCommands: Sendable {
     let resultsTopic: String
     let metrics: PipelineMetrics
     let logger: Logger
-    /// The request ids being performed, so a copy waits for the first instead of performing too.
-    let claims = DeliveryClaims(recentCapacity: 1)
 
     /// The ledger's `token` for a channel command's answer (its event ID is the request ID's key).
     static let ledgerToken = "channel-management"
@@ -37,12 +37,12 @@ struct ChannelCommands: Sendable {
                 return true
             }
             let key = "channel-request:" + command.requestID
-            let claim = DeliveryClaims.Deliveries.key(eventID: key, token: Self.ledgerToken)
-            while claims.deliveries.withLock({ $0.claimSending(claim) }) != .claimed {
-                await claims.waitUntilSettled(claim)
+            let claim = DeliveryCoordinator.claimKey(eventID: key, token: Self.ledgerToken)
+            while coordinator.claimSending(claim) != .claimed {
+                await coordinator.waitUntilSettled(claim)
                 if Task.isCancelled { return false }
             }
-            defer { claims.settle([claim]) }
+            defer { coordinator.recorded([claim]) }
             let ledgerEvent = LedgerEvent(
                 eventID: key,
                 topic: command.topic,

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// The (event, token) deliveries this process is sending, and those it recorded lately: a copy
 /// of an event (a duplicate on push.requests) never pushes a device that another copy is
 /// pushing or has pushed, even when its ledger lookup ran before that outcome was recorded.
@@ -106,43 +104,5 @@ struct DeliveryClaimTable<Waiter> {
             order[oldest] = key
             oldest = (oldest + 1) % capacity
         }
-    }
-}
-
-/// ``DeliveryClaimTable`` behind a lock, with the waiting done: a caller that finds a claim busy
-/// awaits its settlement (cancellably) instead of polling.
-final class DeliveryClaims: Sendable {
-    typealias Deliveries = DeliveryClaimTable<CheckedContinuation<Void, Never>>
-
-    /// The claims; lock it to claim several in one pass.
-    let deliveries: Mutex<Deliveries>
-    /// Identifies each wait, so a cancelled wait finds its own.
-    private let waitIDs = Atomic<UInt64>(0)
-
-    init(recentCapacity: Int) {
-        deliveries = Mutex(Deliveries(recentCapacity: recentCapacity))
-    }
-
-    /// Returns once the claim on `key` was settled (or at once when it already is), or when cancelled.
-    func waitUntilSettled(_ key: Int) async {
-        let id = waitIDs.add(1, ordering: .relaxed).newValue
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                if !deliveries.withLock({ $0.wait(for: key, id: id, continuation) }) { continuation.resume() }
-            }
-        } onCancel: {
-            deliveries.withLock { $0.cancelWait(for: key, id: id) }?.resume()
-        }
-    }
-
-    /// Ends the claims on `keys` and resumes the callers that waited for them.
-    func settle(_ keys: [Int]) {
-        let waiters = deliveries.withLock { deliveries in keys.flatMap { deliveries.settle($0) } }
-        for waiter in waiters { waiter.resume() }
-    }
-
-    /// Ends the claim on `key` without an outcome and resumes the callers that waited for it.
-    func release(_ key: Int) {
-        for waiter in deliveries.withLock({ $0.release(key) }) { waiter.resume() }
     }
 }

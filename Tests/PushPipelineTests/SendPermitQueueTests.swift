@@ -1,11 +1,10 @@
 @testable import PushPipeline
-import Synchronization
 import Testing
 
-/// The send permits' state machine on its own (waiters are plain integers), then the class
-/// with real tasks.
-@Suite struct SendPermitsTests {
-    typealias Machine = SendPermits.StateMachine<Int>
+/// The send permits' queue on its own (waiters are plain integers); with real tasks in
+/// ``DeliveryCoordinatorTests``.
+@Suite struct SendPermitQueueTests {
+    typealias Machine = SendPermitQueue<Int>
 
     @Test func grantsUpToTheLimitThenQueues() {
         var machine = Machine(limit: 2)
@@ -168,53 +167,12 @@ import Testing
         let bulkReturned = machine.release(1, from: .bulk)
         #expect(bulkReturned == [1], "a bulk permit goes to the bulk waiter")
     }
-
-    @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
-        let permits = SendPermits(limit: 3, bulkShare: 0.5)
-        let maximum = Concurrent()
-        await withTaskGroup(of: Void.self) { group in
-            for index in 0..<400 {
-                group.addTask {
-                    let lane: Lane = index.isMultiple(of: 3) ? .bulk : .urgent
-                    try? await permits.acquire(lane)
-                    maximum.state.withLock { state in
-                        state.now += 1
-                        state.highest = max(state.highest, state.now)
-                    }
-                    await Task.yield()
-                    maximum.state.withLock { $0.now -= 1 }
-                    permits.release(from: lane)
-                }
-            }
-        }
-        #expect(permits.inUse == 0)
-        #expect(maximum.state.withLock { $0.highest } <= 3)
-    }
-
-    @Test func cancellingAWaitingAcquireThrowsAndKeepsThePermitCount() async throws {
-        let permits = SendPermits(limit: 1)
-        try await permits.acquire()
-        await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await permits.acquire(.bulk) }
-            while permits.waiting(.bulk) == 0 { await Task.yield() }
-            group.cancelAll()
-            await #expect(throws: CancellationError.self) { try await group.next() }
-        }
-        #expect(permits.waiting(.bulk) == 0)
-        permits.release(from: .urgent)
-        #expect(permits.inUse == 0)
-    }
 }
 
-private typealias Lane = SendPermits.Lane
-
-/// How many tasks hold a permit now, and the most that ever did at once.
-private final class Concurrent: Sendable {
-    let state = Mutex((now: 0, highest: 0))
-}
+private typealias Lane = InputLane.Priority
 
 /// A small deterministic generator, so a failing interleaving can be replayed by its seed.
-private struct SplitMix: RandomNumberGenerator {
+struct SplitMix: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

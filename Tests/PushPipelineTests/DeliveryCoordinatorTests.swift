@@ -1,0 +1,284 @@
+@testable import PushPipeline
+import Synchronization
+import Testing
+
+/// The pipeline's coordination of claims, send permits and batch progress: the state machine
+/// on its own (waiters are plain integers), including the interleavings that lose a wake-up
+/// when two lock sections decide what one should, then the coordinator with real tasks.
+@Suite(.timeLimit(.minutes(1)))
+struct DeliveryCoordinatorTests {
+    typealias Machine = DeliveryCoordination<Int>
+    typealias Published = Machine.PublishedResult
+
+    @Test func aBatchFinishesWithItsLastResultAndItsPermitsGoToTheNextSendersInTheSameStep() {
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10)
+        let batch = machine.openBatch(results: [2, 1, 0])
+        let answer1 = machine.claim(1)
+        #expect(answer1 == .claimed)
+        let answer2 = machine.claim(2)
+        #expect(answer2 == .claimed)
+        let answer3 = machine.claim(2)
+        #expect(answer3 == .busy, "a copy of the same delivery waits")
+        let granted = [machine.tryAcquirePermit(.urgent), machine.tryAcquirePermit(.urgent)]
+        #expect(granted == [true, true])
+        guard case .wait = machine.waitForPermit(50, id: 1, lane: .urgent) else {
+            Issue.record("a third sender got one of two permits")
+            return
+        }
+        let answer4 = machine.waitForBatch(batch, 99)
+        #expect(answer4)
+
+        let first = machine.published([Published(batch: batch, message: 0, permit: .urgent)])
+        #expect(first.finished == [], "message 0 has a second result")
+        #expect(first.resume == [50], "its permit goes to the waiting sender at once")
+        let answer5 = machine.recorded([1, 2])
+        #expect(answer5 == [])
+
+        let last = machine.published([
+            Published(batch: batch, message: 1, permit: .urgent),
+            Published(batch: batch, message: 0, permit: nil),
+        ])
+        #expect(last.finished == [0, 1], "both messages finished, in the order given")
+        #expect(last.resume == [99], "the batch's task wakes once, with nothing left")
+        #expect(machine.permitsHeld == 1, "the waiter holds the third permit")
+        #expect(machine.openBatches == 0)
+        let answer6 = machine.claim(1)
+        #expect(answer6 == .recordedLately)
+    }
+
+    @Test func aBatchWithNothingToPublishIsFinishedAtOnce() {
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 1)
+        let batch = machine.openBatch(results: [0, 0])
+        let answer7 = machine.waitForBatch(batch, 1)
+        #expect(!answer7)
+        #expect(machine.openBatches == 0)
+    }
+
+    @Test func aFencedSendGivesBackItsClaimPermitAndMessageAtOnce() {
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
+        let batch = machine.openBatch(results: [2, 1])
+        let answer8 = machine.claim(7)
+        #expect(answer8 == .claimed)
+        let answer9 = machine.claim(7)
+        #expect(answer9 == .busy)
+        let answer10 = machine.waitForClaim(7, id: 1, 70)
+        #expect(answer10, "a copy waits for the claim")
+        let answer11 = machine.tryAcquirePermit(.bulk)
+        #expect(answer11)
+        guard case .wait = machine.waitForPermit(80, id: 2, lane: .urgent) else {
+            Issue.record("granted while full")
+            return
+        }
+        let answer12 = machine.waitForBatch(batch, 90)
+        #expect(answer12)
+
+        let (actions, abandoned) = machine.fenced(batch: batch, message: 0, claim: 7, permit: .bulk)
+        #expect(abandoned)
+        #expect(actions.resume == [70, 80], "the copy claims again, the permit goes on")
+        #expect(actions.finished == [])
+        let answer13 = machine.claim(7)
+        #expect(answer13 == .claimed, "released, not remembered as recorded")
+        let answer14 = machine.fenced(batch: batch, message: 0, claim: nil, permit: .urgent).abandoned
+        #expect(!answer14, "given up once")
+
+        let late = machine.published([Published(batch: batch, message: 0, permit: nil)])
+        #expect(late.finished == [], "a result published after the fence finishes nothing")
+        let last = machine.published([Published(batch: batch, message: 1, permit: nil)])
+        #expect(last.finished == [0])
+        #expect(last.resume == [90])
+        #expect(machine.permitsHeld == 0)
+    }
+
+    /// The lost wake-ups: each time, what the waiter waits for happens between its "not yet"
+    /// and its registration; the registration sees it and the caller goes on at once.
+    @Test func whatHappensBetweenNotYetAndWaitingIsNeverLost() {
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
+        let batch = machine.openBatch(results: [1])
+        let answer15 = machine.claim(3)
+        #expect(answer15 == .claimed)
+        let answer16 = machine.tryAcquirePermit(.urgent)
+        #expect(answer16)
+
+        // A second sender finds no permit...
+        let answer17 = machine.tryAcquirePermit(.urgent)
+        #expect(!answer17)
+        // ...the first result is published (its permit comes back, nobody waits yet)...
+        let published = machine.published([Published(batch: batch, message: 0, permit: .urgent)])
+        #expect(published.resume == [])
+        // ...and the second sender, registering, is granted the permit.
+        guard case .resume(let sender) = machine.waitForPermit(5, id: 1, lane: .urgent) else {
+            Issue.record("the sender was parked although a permit was free")
+            return
+        }
+        #expect(sender == 5)
+        #expect(machine.permitsHeld == 1)
+
+        // The batch's task registers after its last result: it does not wait.
+        let answer18 = machine.waitForBatch(batch, 6)
+        #expect(!answer18)
+
+        // A copy finds the claim busy, the outcome is recorded, then the copy registers: refused.
+        let answer19 = machine.claim(4)
+        #expect(answer19 == .claimed)
+        let answer20 = machine.claim(4)
+        #expect(answer20 == .busy)
+        let answer21 = machine.recorded([4])
+        #expect(answer21 == [])
+        let answer22 = machine.waitForClaim(4, id: 2, 7)
+        #expect(!answer22)
+        let answer23 = machine.claim(4)
+        #expect(answer23 == .recordedLately)
+    }
+
+    /// Random interleavings of whole notifications (claim, permit, publish; some fenced) over
+    /// several batches and both lanes: no more permits than the limit are held, every waiter is
+    /// resumed exactly once, every message finishes exactly once (an abandoned one never), and
+    /// at the end every permit is back and every batch closed.
+    @Test(arguments: 1...20) func randomInterleavingsFinishEveryMessageOnceAndReturnEveryPermit(seed: UInt64) {
+        var random = SplitMix(seed: seed)
+        let limit = Int(random.next() % 4) + 1
+        var machine = Machine(permitLimit: limit, bulkShare: seed.isMultiple(of: 2) ? 0.5 : 1, recentCapacity: 100)
+
+        struct Send {
+            var batch: UInt64
+            var message: Int
+            var lane: InputLane.Priority
+        }
+        var messageResults: [UInt64: [Int]] = [:]
+        var toAdmit: [Send] = []
+        var waitingForPermit: [Int: Send] = [:]
+        var sending: [Send] = []
+        var finished: Set<[UInt64]> = []
+        var abandoned: Set<[UInt64]> = []
+        var batchWaiters: [Int: UInt64] = [:]
+        var nextWaiter = 0
+
+        for _ in 0..<6 {
+            let results = (0..<Int(random.next() % 4) + 1).map { _ in Int(random.next() % 3) + 1 }
+            let batch = machine.openBatch(results: results)
+            messageResults[batch] = results
+            let lane: InputLane.Priority = random.next() % 2 == 0 ? .urgent : .bulk
+            for (message, count) in results.enumerated() {
+                toAdmit += Array(repeating: Send(batch: batch, message: message, lane: lane), count: count)
+            }
+            nextWaiter += 1
+            if machine.waitForBatch(batch, nextWaiter) { batchWaiters[nextWaiter] = batch }
+        }
+        toAdmit.shuffle(using: &random)
+
+        func resume(_ actions: Machine.Actions, published: [Send]) {
+            for index in actions.finished {
+                let key = [published[index].batch, UInt64(published[index].message)]
+                #expect(finished.insert(key).inserted, "finished twice")
+                #expect(!abandoned.contains(key), "an abandoned message finished")
+            }
+            grant(actions.resume)
+        }
+        func grant(_ waiters: [Int]) {
+            for waiter in waiters {
+                if let send = waitingForPermit.removeValue(forKey: waiter) {
+                    sending.append(send)
+                } else {
+                    #expect(batchWaiters.removeValue(forKey: waiter) != nil, "resumed twice, or never registered")
+                }
+            }
+        }
+
+        while !toAdmit.isEmpty || !sending.isEmpty || !waitingForPermit.isEmpty {
+            if !toAdmit.isEmpty, sending.isEmpty || random.next() % 2 == 0 {
+                let send = toAdmit.removeLast()
+                if machine.tryAcquirePermit(send.lane) {
+                    sending.append(send)
+                } else {
+                    nextWaiter += 1
+                    switch machine.waitForPermit(nextWaiter, id: UInt64(nextWaiter), lane: send.lane) {
+                    case .resume: sending.append(send)
+                    case .wait: waitingForPermit[nextWaiter] = send
+                    }
+                }
+            } else if !sending.isEmpty {
+                let count = Int(random.next() % UInt64(sending.count)) + 1
+                let done = Array(sending.suffix(count))
+                sending.removeLast(count)
+                if random.next() % 10 == 0, let fenced = done.first {
+                    let (actions, first) = machine.fenced(batch: fenced.batch, message: fenced.message, claim: nil, permit: fenced.lane)
+                    if first { abandoned.insert([fenced.batch, UInt64(fenced.message)]) }
+                    resume(actions, published: [])
+                    let rest = Array(done.dropFirst())
+                    resume(machine.published(rest.map { Published(batch: $0.batch, message: $0.message, permit: $0.lane) }), published: rest)
+                } else {
+                    resume(machine.published(done.map { Published(batch: $0.batch, message: $0.message, permit: $0.lane) }), published: done)
+                }
+            } else {
+                Issue.record("senders wait while nobody sends: a lost wake-up")
+                break
+            }
+            #expect(machine.permitsHeld == sending.count)
+            #expect(machine.permitsHeld <= limit)
+        }
+        #expect(machine.permitsHeld == 0)
+        #expect(machine.openBatches == 0)
+        #expect(batchWaiters.isEmpty, "every batch's task was woken")
+        let everyMessage = Set(messageResults.flatMap { batch, results in results.indices.map { [batch, UInt64($0)] } })
+        #expect(finished.union(abandoned) == everyMessage)
+    }
+
+    @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
+        let coordinator = DeliveryCoordinator(permitLimit: 3, bulkShare: 0.5)
+        let maximum = Concurrent()
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<400 {
+                group.addTask {
+                    let lane: InputLane.Priority = index.isMultiple(of: 3) ? .bulk : .urgent
+                    try? await coordinator.acquirePermit(lane)
+                    maximum.state.withLock { state in
+                        state.now += 1
+                        state.highest = max(state.highest, state.now)
+                    }
+                    await Task.yield()
+                    maximum.state.withLock { $0.now -= 1 }
+                    _ = coordinator.published([.init(batch: 0, message: 0, permit: lane)])
+                }
+            }
+        }
+        #expect(coordinator.permitsHeld == 0)
+        #expect(maximum.state.withLock { $0.highest } <= 3)
+    }
+
+    @Test func cancellingAWaitingAcquireThrowsAndKeepsThePermitCount() async throws {
+        let coordinator = DeliveryCoordinator(permitLimit: 1)
+        try await coordinator.acquirePermit(.urgent)
+        await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await coordinator.acquirePermit(.bulk) }
+            while coordinator.waitingForPermit(.bulk) == 0 { await Task.yield() }
+            group.cancelAll()
+            await #expect(throws: CancellationError.self) { try await group.next() }
+        }
+        #expect(coordinator.waitingForPermit(.bulk) == 0)
+        _ = coordinator.published([.init(batch: 0, message: 0, permit: .urgent)])
+        #expect(coordinator.permitsHeld == 0)
+    }
+
+    @Test func aBatchTaskWakesWhenAnotherTaskPublishesItsLastResult() async {
+        let coordinator = DeliveryCoordinator(permitLimit: 4)
+        let (batch, claims) = coordinator.openBatch(results: [1, 2], claiming: [11, 12, 13])
+        #expect(claims == [.claimed, .claimed, .claimed])
+        await withTaskGroup(of: [Int].self) { group in
+            group.addTask {
+                await coordinator.waitUntilFinished(batch)
+                return []
+            }
+            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }
+            group.addTask { coordinator.published([.init(batch: batch, message: 0, permit: nil)]) }
+            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }
+            let finished = await group.reduce(0) { $0 + $1.count }
+            #expect(finished == 2)
+        }
+        #expect(coordinator.openBatches == 0)
+    }
+}
+
+/// How many tasks hold a permit now, and the most that ever did at once.
+private final class Concurrent: Sendable {
+    let state = Mutex((now: 0, highest: 0))
+}
