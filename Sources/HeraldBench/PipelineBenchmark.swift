@@ -111,9 +111,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
                     print("\n== open load: \(openRate) notifications/s (\(Int(share * 100)) % of the burst's \(fixed(burst)))/s) for \(openLoadSeconds) s")
                     let broker = try await KafkaLoad.brokerAloneAtRate(
                         services: services, perSecond: openRate, seconds: openLoadSeconds, partitions: partitions, logger: logger)
-                    print(
-                        "broker alone at \(openRate) records/s, same clients (read time - produce time, after 5 s): p50 \(broker.p50) ms, p99 \(broker.p99) ms, max \(broker.max) ms"
-                    )
+                    print("broker alone at \(openRate) records/s, same clients, after 5 s: produce -> read \(broker.read)")
+                    print("  produce -> acknowledged \(broker.acknowledged) (Herald's result publish waits for this too)")
                     _ = try await runShape(
                         shape, analyze: analyze, count: openRate * openLoadSeconds, rate: openRate, services: services, brokerRate: brokerRate,
                         plotPath: plotPath.replacingOccurrences(of: ".svg", with: "-rate\(openRate).svg"), logger: logger)
@@ -356,7 +355,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             run.seconds = (clock.now - startedAt).inSeconds
             run.end = CPUSample.take(groups())
             run.peakKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmHWM") }.max() ?? 0
-            (run.produceTimes, run.produceSeconds) = try await produced
+            (run.produceTimes, _, run.produceSeconds) = try await produced
             urgentDuringCampaign?.cancel()
             _ = try? await urgentDuringCampaign?.value
             // Two more seconds (outside the window) for late duplicates, longer until every urgent

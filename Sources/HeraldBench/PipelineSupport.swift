@@ -247,30 +247,34 @@ enum KafkaLoad {
 
     /// Produces every message as fast as librdkafka takes them, or at `perSecond` messages a
     /// second (an open load, for latency below saturation), with at most `window` awaiting
-    /// their delivery report; returns each message's produce time (ms since 1970) and the seconds
-    /// until the last report.
+    /// their delivery report; returns each message's produce time and the time of its delivery
+    /// report (ms since 1970), and the seconds until the last report.
     static func produceAll(
         _ messages: [KafkaOutgoingMessage],
         producer: KafkaProducer,
         perSecond: Double? = nil,
         window: Int = 5_000
-    ) async throws -> (times: [Int64], seconds: Double) {
+    ) async throws -> (times: [Int64], acknowledged: [Int64], seconds: Double) {
         let start = ContinuousClock.now
-        return try await withThrowingTaskGroup(of: Void.self) { group in
+        return try await withThrowingTaskGroup(of: (Int, Int64).self) { group in
             var times = [Int64](repeating: 0, count: messages.count)
+            var acknowledged = [Int64](repeating: 0, count: messages.count)
             for (index, message) in messages.enumerated() {
                 if let perSecond {
                     while Double(index) >= (ContinuousClock.now - start).inSeconds * perSecond {
                         try await Task.sleep(for: .milliseconds(2))
                     }
                 }
-                if index >= window { try await group.next() }
+                if index >= window, let (done, at) = try await group.next() { acknowledged[done] = at }
                 try Task.checkCancellation()
                 times[index] = wallMilliseconds()
-                group.addTask { try await producer.send(message) }
+                group.addTask {
+                    try await producer.send(message)
+                    return (index, wallMilliseconds())
+                }
             }
-            try await group.waitForAll()
-            return (times, (ContinuousClock.now - start).inSeconds)
+            for try await (done, at) in group { acknowledged[done] = at }
+            return (times, acknowledged, (ContinuousClock.now - start).inSeconds)
         }
     }
 
@@ -336,7 +340,7 @@ extension KafkaLoad {
         seconds: Int,
         partitions: Int,
         logger: Logger
-    ) async throws -> (p50: Int64, p99: Int64, max: Int64) {
+    ) async throws -> (read: Percentiles, acknowledged: Percentiles) {
         let topic = "hb\(UUID().uuidString.prefix(8).lowercased()).bench.broker-rate"
         try services.createTopics([topic], partitions: partitions)
         defer { services.deleteTopics([topic]) }
@@ -358,14 +362,30 @@ extension KafkaLoad {
                 count += 1
             } everySecond: {
             }
-            let times = try await produced.times
+            let (times, acknowledged, _) = try await produced
             let warmFrom = (times.first ?? 0) + Int64(PipelineRun.warmUp.components.seconds * 1000)
-            let latencies = zip(times, readAt).filter { $0.0 >= warmFrom }.map { $1 - $0 }.sorted()
-            guard !latencies.isEmpty else { return (0, 0, 0) }
-            func at(_ fraction: Double) -> Int64 { latencies[min(latencies.count - 1, Int(Double(latencies.count) * fraction))] }
-            return (at(0.5), at(0.99), latencies.last!)
+            func after(warmUp: [Int64]) -> Percentiles {
+                Percentiles(zip(times, warmUp).filter { $0.0 >= warmFrom }.map { $1 - $0 })
+            }
+            return (after(warmUp: readAt), after(warmUp: acknowledged))
         }
     }
+}
+
+/// p50, p99 and max of latencies in milliseconds (all 0 when there are none).
+struct Percentiles: CustomStringConvertible {
+    var p50: Int64 = 0
+    var p99: Int64 = 0
+    var max: Int64 = 0
+
+    init(_ latencies: [Int64]) {
+        let sorted = latencies.sorted()
+        guard let last = sorted.last else { return }
+        func at(_ fraction: Double) -> Int64 { sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))] }
+        (p50, p99, max) = (at(0.5), at(0.99), last)
+    }
+
+    var description: String { "p50 \(p50) ms, p99 \(p99) ms, max \(max) ms" }
 }
 
 /// A benchmark run that went wrong (printed as `Error: …`, exit code 1, without the usage text).

@@ -13,7 +13,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         guard !events.isEmpty else { return [:] }
         var deliveries: [LedgerEvent: [String: RecordedDelivery]] = [:]
         let lookup = RecordedDeliveriesStatement(events: events)
-        for try await delivery in try await lookup.executeUnnamed({ try await client.query($0, logger: logger) }) {
+        for try await delivery in try await client.execute(lookup, logger: logger) {
             // A row of a day the batch spans but this event's record is not from is another record's.
             if let delivery { deliveries[delivery.event, default: [:]][delivery.token] = delivery }
         }
@@ -42,7 +42,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         }
         guard !rows.isEmpty else { return [] }
         guard batch.contains(where: { $0.mark != nil }) else {
-            let standing = try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await client.query($0, logger: self.logger) })
+            let standing = try await Self.standing(rows, client.execute(RecordDeliveriesStatement(rows), logger: self.logger))
             return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger
@@ -62,7 +62,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
                     rows[rowOfEntry[index]].unregisteredAtMilliseconds = batch[index].delivery.unregisteredAtMilliseconds
                 }
             }
-            return try await Self.standing(rows, RecordDeliveriesStatement(rows).executeUnnamed { try await connection.query($0, logger: logger) })
+            return try await Self.standing(rows, connection.execute(RecordDeliveriesStatement(rows), logger: logger))
         }
         return rowOfEntry.map { standing[$0] }
     }

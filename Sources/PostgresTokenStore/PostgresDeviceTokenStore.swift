@@ -63,7 +63,7 @@ package struct PostgresDeviceTokenStore: DeviceTokenStore {
     ) async throws -> [String: [DeviceToken]] {
         let statement = ActiveTokensStatement(topic: topic, userIDs: userIDs, environment: environment?.rawValue)
         var tokens: [String: [DeviceToken]] = [:]
-        let rows = try await statement.executeUnnamed { try await client.query($0, logger: logger) }
+        let rows = try await client.execute(statement, logger: logger)
         for try await (userID, token, environmentText) in rows {
             guard let environment = APNSEnvironment(rawValue: environmentText) else { continue }
             tokens[userID, default: []].append(DeviceToken(userID: userID, token: token, environment: environment))
