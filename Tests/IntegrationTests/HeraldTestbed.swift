@@ -84,8 +84,9 @@ final class HeraldTestbed: Sendable {
         var environment = topics.environment
         environment["HERALD_KAFKA_BROKERS"] = try TestEnvironment.brokers
         environment["HERALD_KAFKA_GROUP"] = group
-        environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "6000"
-        environment["HERALD_KAFKA_HEARTBEAT_INTERVAL_MS"] = "1000"
+        for (property, value) in TestEnvironment.kafkaProperties {
+            environment["HERALD_KAFKA_" + property.uppercased().replacingOccurrences(of: ".", with: "_")] = value
+        }
         // Tansu keeps a crashed member in the group until the rebalance timeout (this).
         environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "15000"
         environment["HERALD_POSTGRES_URL"] = try TestEnvironment.postgresURL

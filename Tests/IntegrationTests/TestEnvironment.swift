@@ -23,8 +23,10 @@ enum TestEnvironment {
         return value
     }
 
-    /// Librdkafka settings for Tansu: its first group join waits half of session.timeout.ms.
-    static let kafkaProperties = ["session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"]
+    /// Librdkafka settings for Tansu, for Herald and the tests' own clients: its first group join
+    /// waits half of session.timeout.ms, so a short session makes every join (each instance,
+    /// each result reader) short.
+    static let kafkaProperties = ["session.timeout.ms": "3000", "heartbeat.interval.ms": "500"]
 
     static var kafka: KafkaConfiguration {
         get throws { KafkaConfiguration(bootstrapServers: try brokers, properties: kafkaProperties) }
