@@ -56,10 +56,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // OTLP over HTTP only: the gRPC exporter's dependencies would double the build.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
-        // Lists HERALD_CONFIG_FILE's keys; the tests read deploy/'s YAML with it.
+        // Parses HERALD_CONFIG_FILE (YAML or JSON) once, for its key list and its values; the
+        // tests read deploy/'s YAML with it.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
-        // HERALD_CONFIG_FILE in YAML or JSON beside the environment.
-        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: [.defaults, "YAML"]),
+        // The configuration readers, over the environment and the parsed file (without its own
+        // YAML trait: Herald parses the file itself).
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
     ],
     targets: [
         // C shim for Debian's librdkafka: the only place C is imported.
