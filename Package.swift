@@ -21,6 +21,9 @@ let package = Package(
         // The delivery pipeline, embeddable with your own message source, publisher, token
         // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
         .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore"]),
+        // The pipeline's parts in memory (source, publisher, registry and ledger, a scripted
+        // APNs client), to test an embedding of the pipeline without a broker or a database.
+        .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
         // A mock APNs (HTTP/2 over TLS, token and certificate authentication) for tests.
         .library(name: "MockAPNS", targets: ["MockAPNS"]),
         .executable(name: "herald", targets: ["Herald"]),
@@ -137,6 +140,11 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PushPipelineTesting",
+            dependencies: ["PushPipeline", "APNSCore", "DeviceTokenStore", "KafkaMessages"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -300,7 +308,7 @@ let package = Package(
         .testTarget(
             name: "PushPipelineTests",
             dependencies: [
-                "PushPipeline", "APNSCore", "DeviceTokenStore", "KafkaMessages",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -1,8 +1,8 @@
 // swift-tools-version:6.1
 // Depends on Herald's library products by name, as an app outside Herald would: built and run
 // by scripts/test.sh. `APNSClientExample` sends a notification to the mock APNs with the APNs
-// client; `PipelineExample` runs the pipeline with in-memory parts and links neither librdkafka
-// nor postgres-nio.
+// client; `PipelineExample` runs the pipeline with PushPipelineTesting's in-memory parts and links
+// neither librdkafka nor postgres-nio.
 import Foundation
 import PackageDescription
 
@@ -35,6 +35,7 @@ let package = Package(
             name: "PipelineExample",
             dependencies: [
                 .product(name: "PushPipeline", package: heraldPackage),
+                .product(name: "PushPipelineTesting", package: heraldPackage),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

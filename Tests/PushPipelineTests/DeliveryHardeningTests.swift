@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Prometheus
 import PushPipeline
+import PushPipelineTesting
 import ServiceLifecycle
 import ServiceLifecycleTestKit
 import Synchronization
@@ -18,10 +19,10 @@ struct DeliveryHardeningTests {
 
     /// Runs a pipeline with `configure` applied until `done` holds, then stops it gracefully.
     static func run(
-        source: FakeSource,
+        source: InMemoryMessageSource,
         publisher: FakePublisher,
         store: FakeStore,
-        apns: FakeAPNS,
+        apns: ScriptedAPNSClient,
         configure: (inout PipelineConfiguration) -> Void = { _ in },
         metrics: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
         until done: @escaping @Sendable (NotificationPipeline) -> Bool
@@ -47,7 +48,7 @@ struct DeliveryHardeningTests {
     @Test func messagesOfAPartitionRevokedDuringThePollAreNotStartedOrCommitted() async throws {
         let revoked = KafkaTopicPartition(topic: "push.requests", partition: 1)
         let kept = KafkaTopicPartition(topic: "push.requests", partition: 0)
-        let source = FakeSource(
+        let source = InMemoryMessageSource(
             [
                 Fixture.request(0, Fixture.event("kept", users: ["alice"]), partition: 0),
                 Fixture.request(7, Fixture.event("gone", users: ["bob"]), partition: 1),
@@ -55,7 +56,7 @@ struct DeliveryHardeningTests {
             revokingDuringFirstPoll: [revoked]
         )
         let publisher = FakePublisher()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: apns) { _ in
             source.committed[kept] == 1
         }
@@ -65,14 +66,14 @@ struct DeliveryHardeningTests {
     }
 
     @Test func aSlowAcknowledgementIsAwaitedNotAnsweredWithASecondCopy() async throws {
-        let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
+        let source = InMemoryMessageSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
         // Acknowledged after 600 ms, far beyond the store time-out that used to abandon publishes.
         let publisher = FakePublisher(acknowledgeFirst: 1, after: .milliseconds(600))
         try await Self.run(
             source: source,
             publisher: publisher,
             store: try await Fixture.registeredStore(),
-            apns: FakeAPNS(),
+            apns: ScriptedAPNSClient(),
             configure: { $0.storeOperationTimeout = .milliseconds(100) }
         ) { _ in
             source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
@@ -83,12 +84,12 @@ struct DeliveryHardeningTests {
 
     @Test func aDeadLetterTooLargeForTheBrokerGoesWithoutItsValue() async throws {
         let oversized = String(repeating: "x", count: 3000)
-        let source = FakeSource([Fixture.request(0, "{" + oversized)])
+        let source = InMemoryMessageSource([Fixture.request(0, "{" + oversized)])
         let publisher = FakePublisher(refusing: { message, _ in
             guard message.topic == "push.dlq", message.value != nil else { return nil }
             return FakePublishError(cause: "MSG_SIZE_TOO_LARGE", isRetriable: false, isRecordTooLarge: true)
         })
-        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS()) { _ in
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: ScriptedAPNSClient()) { _ in
             source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
         }
         let deadLetter = try #require(publisher.messages(on: "push.dlq").first)
@@ -100,14 +101,15 @@ struct DeliveryHardeningTests {
     }
 
     @Test func aPermanentPublishErrorMakesThePipelineReportItUntilItClears() async throws {
-        let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
+        let source = InMemoryMessageSource([Fixture.request(0, Fixture.event("e1", users: ["bob"]))])
         // The results topic does not exist for the first two attempts, then an operator creates it.
         let publisher = FakePublisher(refusing: { message, attempt in
             attempt <= 2 ? FakePublishError(cause: "_UNKNOWN_TOPIC", isRetriable: false) : nil
         })
         let sawBlocked = Atomic(false)
         let metrics = PrometheusCollectorRegistry()
-        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS(), metrics: metrics) { pipeline in
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: ScriptedAPNSClient(), metrics: metrics) {
+            pipeline in
             if pipeline.publishBlockedBy == ["_UNKNOWN_TOPIC"] { sawBlocked.store(true, ordering: .relaxed) }
             guard source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1 else { return false }
             #expect(pipeline.publishBlockedBy.isEmpty, "ready again once the record went through")
@@ -125,13 +127,14 @@ struct DeliveryHardeningTests {
     /// that outlive the retention.
     @Test func aRecordOlderThanTheLedgerRetentionIsCountedAndDelivered() async throws {
         let eightDaysAgo = WallClock.millisecondsSince1970() - 8 * 86_400_000
-        let source = FakeSource([
+        let source = InMemoryMessageSource([
             Fixture.request(0, Fixture.event("old", users: ["bob"]), timestamp: eightDaysAgo),
             Fixture.request(1, Fixture.event("recent", users: ["bob"]), timestamp: eightDaysAgo + 2 * 86_400_000),
         ])
         let publisher = FakePublisher()
         let metrics = PrometheusCollectorRegistry()
-        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: FakeAPNS(), metrics: metrics) { _ in
+        try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: ScriptedAPNSClient(), metrics: metrics) {
+            _ in
             publisher.messages(on: "push.results").count == 2
         }
         #expect(metrics.emitToString().contains("herald_ledger_lookups_beyond_retention_total 1"), "\(metrics.emitToString())")
@@ -140,9 +143,9 @@ struct DeliveryHardeningTests {
 
     @Test func aPayloadWithNULEscapesIsDeliveredAsGiven() async throws {
         let event = #"{"id":"e1","user_ids":["bob"],"topic":"com.example.shop","payload":{"aps":{"alert":"a\u0000b"}}}"#
-        let source = FakeSource([Fixture.request(0, event)])
+        let source = InMemoryMessageSource([Fixture.request(0, event)])
         let publisher = FakePublisher()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         try await Self.run(source: source, publisher: publisher, store: try await Fixture.registeredStore(), apns: apns) { _ in
             publisher.messages(on: "push.results").count == 1
         }
@@ -153,9 +156,9 @@ struct DeliveryHardeningTests {
     @Test func derivedCollapseIDIsSentOnlyWhenConfiguredAndTheEventHasNone() async throws {
         let ownCollapseID = #"{"id":"e2","user_ids":["bob"],"topic":"com.example.shop","collapse_id":"mine","payload":{"aps":{"alert":"x"}}}"#
         for derives in [false, true] {
-            let source = FakeSource([Fixture.request(0, Fixture.event("e1", users: ["bob"])), Fixture.request(1, ownCollapseID)])
+            let source = InMemoryMessageSource([Fixture.request(0, Fixture.event("e1", users: ["bob"])), Fixture.request(1, ownCollapseID)])
             let publisher = FakePublisher()
-            let apns = FakeAPNS()
+            let apns = ScriptedAPNSClient()
             try await Self.run(
                 source: source,
                 publisher: publisher,

@@ -3,63 +3,13 @@ import APNSCore
 import DeviceTokenStore
 import Foundation
 import PushPipeline
+import PushPipelineTesting
 import Synchronization
-
-/// Hands out a fixed list of messages once and records commits; can revoke partitions in the
-/// middle of the first poll, as librdkafka's rebalance callback may.
-final class FakeSource: MessageSource {
-    private let pending: Mutex<[KafkaMessage]>
-    private let commits = Mutex<[[KafkaTopicPartition: Int64]]>([])
-    private let listener = Mutex<(any KafkaRebalanceListener)?>(nil)
-    private let revokeDuringFirstPoll: Mutex<[KafkaTopicPartition]>
-
-    init(_ messages: [KafkaMessage], revokingDuringFirstPoll revoked: [KafkaTopicPartition] = []) {
-        pending = Mutex(messages)
-        revokeDuringFirstPoll = Mutex(revoked)
-    }
-
-    func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
-        let batch = pending.withLock { messages in
-            let batch = Array(messages.prefix(maxMessages))
-            messages.removeFirst(batch.count)
-            return batch
-        }
-        let revoked = revokeDuringFirstPoll.withLock { revoked in
-            defer { revoked = [] }
-            return revoked
-        }
-        if !revoked.isEmpty, let listener = listener.withLock({ $0 }) {
-            // The batch was gathered before the revocation, as in one rd_kafka_consumer_poll loop.
-            let offsets = listener.partitionsRevoked(revoked)
-            if !offsets.isEmpty { commits.withLock { $0.append(offsets) } }
-        }
-        if batch.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
-        return batch
-    }
-
-    func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
-        commits.withLock { $0.append(offsets) }
-    }
-
-    /// Every commit, oldest first.
-    var allCommits: [[KafkaTopicPartition: Int64]] { commits.withLock { $0 } }
-
-    func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
-        self.listener.withLock { $0 = listener }
-    }
-    func pauseAll() async throws {}
-    func resumeAll() async throws {}
-
-    /// The last committed offset per partition.
-    var committed: [KafkaTopicPartition: Int64] {
-        commits.withLock { $0.reduce(into: [:]) { merged, commit in merged.merge(commit) { _, new in new } } }
-    }
-}
 
 /// Records what was published; can refuse the first sends to exercise retries, acknowledge
 /// the first ones late, or refuse sends with a broker's error.
 final class FakePublisher: MessagePublisher {
-    private let sent = Mutex<[KafkaOutgoingMessage]>([])
+    private let records = InMemoryMessagePublisher()
     private let failuresLeft: Atomic<Int>
     private let slowSendsLeft: Atomic<Int>
     private let slowSendDelay: Duration
@@ -93,11 +43,11 @@ final class FakePublisher: MessagePublisher {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { continuation.resume() }
             }
         }
-        sent.withLock { $0.append(message) }
+        try await records.send(message)
     }
 
     func messages(on topic: String) -> [KafkaOutgoingMessage] {
-        sent.withLock { $0.filter { $0.topic == topic } }
+        records.messages(on: topic)
     }
 
     func jsonObjects(on topic: String) -> [[String: Any]] {
@@ -111,22 +61,13 @@ enum FakeError: Error {
     case unavailable
 }
 
-/// An in-memory registry and ledger following the same rules as PostgreSQL's.
+/// PushPipelineTesting's registry and ledger, whose first lookups or ledger writes fail or hang.
 final class FakeStore: DeviceTokenStore, DeliveryLedger {
-    private struct Row {
-        var userID: String
-        var environment: APNSEnvironment
-        var registeredAt: Timestamp
-        var unregisteredAt: Timestamp?
-    }
-
-    private let rows = Mutex<[String: Row]>([:])
-    private let deliveries = Mutex<[String: RecordedDelivery]>([:])
+    private let registry = InMemoryTokenRegistry()
     private let lookupFailuresLeft: Atomic<Int>
     private let lookupHangsLeft: Atomic<Int>
     private let recordFailuresLeft: Atomic<Int>
     private let recordHangsLeft: Atomic<Int>
-    private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
 
     /// The first `failures` lookups throw; the `hangs` after them never answer, even when
     /// cancelled. Likewise for ledger writes.
@@ -138,118 +79,41 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     }
 
     func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
-        if lookupFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
-        if lookupHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
-            // Like a query on a connection that died mid-transaction: never answers, deaf to cancellation.
-            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
-        }
-        return rows.withLock { rows in
-            var result: [String: [DeviceToken]] = [:]
-            for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
-                let parts = key.split(separator: "|")
-                guard String(parts[0]) == topic, userIDs.contains(row.userID),
-                    environment == nil || environment == row.environment
-                else { continue }
-                result[row.userID, default: []].append(DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment))
-            }
-            return result
-        }
+        try await Self.inject(failures: lookupFailuresLeft, hangs: lookupHangsLeft)
+        return try await registry.activeTokens(topic: topic, userIDs: userIDs, environment: environment)
     }
 
     @discardableResult
     func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
-        switch update.action {
-        case .register:
-            return rows.withLock { rows in
-                let key = "\(update.topic)|\(update.token)"
-                if let row = rows[key], !(update.timestamp > row.registeredAt && (row.unregisteredAt.map { update.timestamp > $0 } ?? true)) {
-                    return false
-                }
-                rows[key] = Row(userID: update.userID ?? "", environment: update.environment, registeredAt: update.timestamp)
-                return true
-            }
-        case .unregister:
-            return try await markUnregistered(topic: update.topic, token: update.token, at: update.timestamp)
-        }
+        try await registry.apply(update)
     }
 
     func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
-        rows.withLock { rows in
-            let key = "\(topic)|\(token)"
-            guard var row = rows[key], time > row.registeredAt, row.unregisteredAt.map({ time > $0 }) ?? true else { return false }
-            row.unregisteredAt = time
-            rows[key] = row
-            return true
-        }
+        try await registry.markUnregistered(topic: topic, token: token, at: time)
     }
-}
 
-extension FakeStore {
     func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
-        deliveries.withLock { deliveries in
-            var result: [LedgerEvent: [String: RecordedDelivery]] = [:]
-            for delivery in deliveries.values where events.contains(delivery.event) {
-                result[delivery.event, default: [:]][delivery.token] = delivery
-            }
-            return result
-        }
+        try await registry.recordedDeliveries(of: events)
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
-        if recordFailuresLeft.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
-        if recordHangsLeft.subtract(1, ordering: .relaxed).newValue >= 0 {
-            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
-        }
-        writtenBatches.withLock { $0.append(batch.map(\.delivery)) }
-        var standing: [RecordedDelivery] = []
-        for (delivery, mark) in batch {
-            var stored = delivery
-            if let mark {
-                let marked = try await markUnregistered(topic: mark.topic, token: mark.token, at: mark.at)
-                if !marked { stored.unregisteredAtMilliseconds = nil }
-            } else {
-                stored.unregisteredAtMilliseconds = nil
-            }
-            standing.append(
-                deliveries.withLock { deliveries in
-                    let key = "\(delivery.event.topic)/\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
-                    if let existing = deliveries[key] { return existing }
-                    deliveries[key] = stored
-                    return stored
-                }
-            )
-        }
-        return standing
+        try await Self.inject(failures: recordFailuresLeft, hangs: recordHangsLeft)
+        return try await registry.record(batch)
     }
 
-    var recordedCount: Int { deliveries.withLock { $0.count } }
+    var recordedCount: Int { registry.recordedCount }
 
     /// Every batch the ledger wrote, oldest first.
-    var recordedBatches: [[RecordedDelivery]] { writtenBatches.withLock { $0 } }
-}
+    var recordedBatches: [[RecordedDelivery]] { registry.recordedBatches }
 
-/// Answers from a script per token and records every request.
-final class FakeAPNS: APNSClientProtocol {
-    private let scripts: Mutex<[String: [APNSResponse]]>
-    private let requests = Mutex<[(APNSRequest, APNSEnvironment)]>([])
-
-    /// `scripts[token]` is the sequence of answers; after it runs out, 200.
-    init(scripts: [String: [APNSResponse]] = [:]) {
-        self.scripts = Mutex(scripts)
-    }
-
-    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
-        requests.withLock { $0.append((request, environment)) }
-        let scripted = scripts.withLock { scripts -> APNSResponse? in
-            guard var answers = scripts[request.deviceToken], !answers.isEmpty else { return nil }
-            let answer = answers.removeFirst()
-            scripts[request.deviceToken] = answers
-            return answer
+    /// Throws while `failures` last, then never returns while `hangs` last.
+    private static func inject(failures: borrowing Atomic<Int>, hangs: borrowing Atomic<Int>) async throws {
+        if failures.subtract(1, ordering: .relaxed).newValue >= 0 { throw FakeError.unavailable }
+        if hangs.subtract(1, ordering: .relaxed).newValue >= 0 {
+            // Like a query on a connection that died mid-transaction: never answers, deaf to cancellation.
+            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
         }
-        return scripted ?? APNSResponse(status: 200, apnsID: request.apnsID)
     }
-
-    var sent: [(APNSRequest, APNSEnvironment)] { requests.withLock { $0 } }
 }
 
 /// A publisher's error as a broker client reports it: whether a retry can succeed, and why.

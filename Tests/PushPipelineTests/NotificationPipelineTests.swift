@@ -4,6 +4,7 @@ import DeviceTokenStore
 import Foundation
 import Logging
 import PushPipeline
+import PushPipelineTesting
 import ServiceLifecycle
 import ServiceLifecycleTestKit
 import Testing
@@ -60,10 +61,10 @@ struct NotificationPipelineTests {
 
     /// Runs the pipeline until `done` holds, then shuts it down gracefully.
     static func run(
-        source: FakeSource,
+        source: InMemoryMessageSource,
         publisher: FakePublisher,
         store: FakeStore,
-        apns: FakeAPNS,
+        apns: ScriptedAPNSClient,
         storeOperationTimeout: Duration = .seconds(10),
         until done: @escaping @Sendable () -> Bool
     ) async throws {
@@ -85,9 +86,9 @@ struct NotificationPipelineTests {
     }
 
     @Test func oneResultPerDeviceAndNoDevicesPerUserWithout() async throws {
-        let source = FakeSource([Self.request(0, Self.event("e1")), Self.request(1, Self.event("e2"))])
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1")), Self.request(1, Self.event("e2"))])
         let publisher = FakePublisher()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(), apns: apns) {
             publisher.messages(on: "push.results").count == 8 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 2
         }
@@ -103,9 +104,9 @@ struct NotificationPipelineTests {
 
     @Test func aLookupThatNeverAnswersIsCancelledAndRetried() async throws {
         let store = try await Self.registeredStore(hangFirstLookups: 1)
-        let source = FakeSource([Self.request(0, Self.event("e1"))])
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1"))])
         let publisher = FakePublisher()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         try await Self.run(source: source, publisher: publisher, store: store, apns: apns, storeOperationTimeout: .milliseconds(200)) {
             publisher.messages(on: "push.results").count == 4 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
         }
@@ -114,9 +115,9 @@ struct NotificationPipelineTests {
 
     @Test func aLedgerWriteThatFailsOrNeverAnswersIsRetriedAndNothingIsPushedTwice() async throws {
         let store = try await Self.registeredStore(failFirstRecords: 2, hangFirstRecords: 1)
-        let source = FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
         let publisher = FakePublisher()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         try await Self.run(source: source, publisher: publisher, store: store, apns: apns, storeOperationTimeout: .milliseconds(200)) {
             publisher.messages(on: "push.results").count == 3 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
         }
@@ -128,10 +129,10 @@ struct NotificationPipelineTests {
 
     @Test func redeliveredAndDuplicatedEventsRepublishTheRecordedOutcomeWithoutPushingAgain() async throws {
         let store = try await Self.registeredStore()
-        let apns = FakeAPNS(scripts: [Self.bobPhone: [APNSResponse(status: 410, reason: .unregistered, timestampMilliseconds: 1_800_000_000_000)]])
+        let apns = ScriptedAPNSClient(scripts: [Self.bobPhone: [.status(410, .unregistered, timestamp: 1_800_000_000_000)]])
         let first = FakePublisher()
         try await Self.run(
-            source: FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))]), publisher: first,
+            source: InMemoryMessageSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))]), publisher: first,
             store: store, apns: apns
         ) {
             first.messages(on: "push.results").count == 3
@@ -140,7 +141,7 @@ struct NotificationPipelineTests {
         // The same event again (a redelivery after a crash), twice in one batch.
         let again = FakePublisher()
         let copies = [Self.request(5, Self.event("e1", users: ["alice", "bob"])), Self.request(6, Self.event("e1", users: ["alice", "bob"]))]
-        try await Self.run(source: FakeSource(copies), publisher: again, store: store, apns: apns) {
+        try await Self.run(source: InMemoryMessageSource(copies), publisher: again, store: store, apns: apns) {
             again.messages(on: "push.results").count == 6
         }
         #expect(apns.sent.count == 3, "no second push")
@@ -151,12 +152,12 @@ struct NotificationPipelineTests {
 
     @Test func copiesOfANewEventInOnePollPushEachDeviceOnceAndPublishTheSameResults() async throws {
         let store = try await Self.registeredStore()
-        let apns = FakeAPNS()
+        let apns = ScriptedAPNSClient()
         let publisher = FakePublisher()
         // Three copies in one poll: the first claims each device, the others find it being sent,
         // wait, and republish what the ledger recorded for it.
         let copies = (0..<3).map { Self.request(Int64($0), Self.event("e1", users: ["alice", "bob"])) }
-        try await Self.run(source: FakeSource(copies), publisher: publisher, store: store, apns: apns) {
+        try await Self.run(source: InMemoryMessageSource(copies), publisher: publisher, store: store, apns: apns) {
             publisher.messages(on: "push.results").count == 9
         }
         #expect(apns.sent.count == 3, "each device pushed once")
@@ -165,12 +166,12 @@ struct NotificationPipelineTests {
     }
 
     @Test func retriesOn503And429ThenDeliversAndRejectsBadDeviceToken() async throws {
-        let apns = FakeAPNS(scripts: [
-            Self.alicePhone: [APNSResponse(status: 503, reason: .serviceUnavailable), APNSResponse(status: 429, reason: .tooManyRequests)],
-            Self.bobPhone: [APNSResponse(status: 400, reason: .badDeviceToken)],
-            Self.alicePad: Array(repeating: APNSResponse(status: 500, reason: .internalServerError), count: 5),
+        let apns = ScriptedAPNSClient(scripts: [
+            Self.alicePhone: [.status(503, .serviceUnavailable), .status(429, .tooManyRequests)],
+            Self.bobPhone: [.status(400, .badDeviceToken)],
+            Self.alicePad: Array(repeating: .status(500, .internalServerError), count: 5),
         ])
-        let source = FakeSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1", users: ["alice", "bob"]))])
         let publisher = FakePublisher()
         try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(), apns: apns) {
             publisher.messages(on: "push.results").count == 3
@@ -187,9 +188,9 @@ struct NotificationPipelineTests {
     }
 
     @Test func unregisteredMarksTheTokenOnceAndPublishesTheEvent() async throws {
-        let apns = FakeAPNS(scripts: [Self.bobPhone: [APNSResponse(status: 410, reason: .unregistered, timestampMilliseconds: 1_800_000_000_000)]])
+        let apns = ScriptedAPNSClient(scripts: [Self.bobPhone: [.status(410, .unregistered, timestamp: 1_800_000_000_000)]])
         let store = try await Self.registeredStore()
-        let source = FakeSource([Self.request(0, Self.event("e1", users: ["bob"]))])
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1", users: ["bob"]))])
         let publisher = FakePublisher()
         try await Self.run(source: source, publisher: publisher, store: store, apns: apns) {
             publisher.messages(on: "push.results").count == 1 && publisher.messages(on: "push.unregistered").count == 1
@@ -203,7 +204,7 @@ struct NotificationPipelineTests {
     }
 
     @Test func badMessagesAreDeadLetteredWithHeadersAndDoNotStopTheRest() async throws {
-        let source = FakeSource([
+        let source = InMemoryMessageSource([
             Self.request(0, "{oops"),
             Self.request(1, Self.event("e1", users: ["carol"])),
             KafkaMessage(
@@ -211,7 +212,7 @@ struct NotificationPipelineTests {
                 value: Array(#"{"action":"register","user_id":"u","token":"zz","topic":"t","timestamp":"2026-11-21T10:00:00Z"}"#.utf8)),
         ])
         let publisher = FakePublisher(failFirst: 2)
-        try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(failFirstLookups: 2), apns: FakeAPNS()) {
+        try await Self.run(source: source, publisher: publisher, store: try await Self.registeredStore(failFirstLookups: 2), apns: ScriptedAPNSClient()) {
             publisher.messages(on: "push.dlq").count == 2 && publisher.messages(on: "push.results").count == 1
                 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 2
                 && source.committed[KafkaTopicPartition(topic: "push.tokens", partition: 0)] == 1

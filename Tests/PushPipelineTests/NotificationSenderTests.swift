@@ -1,47 +1,9 @@
 import DeviceTokenStore
 import APNSCore
 import PushPipeline
+import PushPipelineTesting
 import Synchronization
 import Testing
-
-/// Answers each device token from its own script; the last entry repeats. Records every call.
-final class ScriptedAPNSClient: APNSClientProtocol {
-    enum Step: Sendable {
-        case status(Int, APNSReason? = nil, timestamp: Int64? = nil)
-        case transport(APNSTransportError)
-    }
-
-    private let scripts: Mutex<[String: [Step]]>
-    private let calls = Mutex<[(token: String, at: ContinuousClock.Instant)]>([])
-
-    init(_ scripts: [String: [Step]]) {
-        self.scripts = Mutex(scripts)
-    }
-
-    func send(
-        _ request: APNSRequest,
-        environment: APNSEnvironment,
-        deadline: ContinuousClock.Instant
-    ) async throws -> APNSResponse {
-        calls.withLock { $0.append((request.deviceToken, .now)) }
-        let step = scripts.withLock { scripts -> Step in
-            var script = scripts[request.deviceToken] ?? [.status(200)]
-            let step = script.count > 1 ? script.removeFirst() : script[0]
-            scripts[request.deviceToken] = script
-            return step
-        }
-        switch step {
-        case .status(let status, let reason, let timestamp):
-            return APNSResponse(status: status, apnsID: request.apnsID, reason: reason, timestampMilliseconds: timestamp)
-        case .transport(let error):
-            throw error
-        }
-    }
-
-    func callCount(_ token: String) -> Int {
-        calls.withLock { $0.filter { $0.token == token }.count }
-    }
-}
 
 @Suite(.timeLimit(.minutes(1)))
 struct NotificationSenderTests {
@@ -67,20 +29,22 @@ struct NotificationSenderTests {
     )
 
     @Test func retriesUntilDeliveredAndReportsAttempts() async throws {
-        let client = ScriptedAPNSClient([
-            "aa": [.status(503, .serviceUnavailable), .status(429, .tooManyRequests), .status(500), .status(200)]
-        ])
+        let client = ScriptedAPNSClient(
+            scripts: [
+                "aa": [.status(503, .serviceUnavailable), .status(429, .tooManyRequests), .status(500), .status(200)]
+            ], afterwards: .repeatLast)
         let sender = NotificationSender(client: client, policy: Self.fastPolicy)
         let outcome = try await sender.deliver(Self.request("aa"), environment: .production, consumedAt: .now)
         #expect(outcome == DeliveryOutcome(status: .delivered, apnsStatus: 200, reason: nil, attempts: 4))
     }
 
     @Test func finalAnswersAreNotRetried() async throws {
-        let client = ScriptedAPNSClient([
-            "bad": [.status(400, .badDeviceToken)],
-            "gone": [.status(410, .unregistered, timestamp: 1_700_000_000_123)],
-            "big": [.status(413, .payloadTooLarge)],
-        ])
+        let client = ScriptedAPNSClient(
+            scripts: [
+                "bad": [.status(400, .badDeviceToken)],
+                "gone": [.status(410, .unregistered, timestamp: 1_700_000_000_123)],
+                "big": [.status(413, .payloadTooLarge)],
+            ], afterwards: .repeatLast)
         let sender = NotificationSender(client: client, policy: Self.fastPolicy)
         let bad = try await sender.deliver(Self.request("bad"), environment: .production, consumedAt: .now)
         #expect(bad == DeliveryOutcome(status: .rejected, apnsStatus: 400, reason: "BadDeviceToken", attempts: 1))
@@ -93,7 +57,7 @@ struct NotificationSenderTests {
     }
 
     @Test func attemptsAreBounded() async throws {
-        let client = ScriptedAPNSClient(["busy": [.status(503, .serviceUnavailable)]])
+        let client = ScriptedAPNSClient(scripts: ["busy": [.status(503, .serviceUnavailable)]], afterwards: .repeatLast)
         let sender = NotificationSender(client: client, policy: Self.fastPolicy)
         let outcome = try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now)
         #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: 503, reason: "ServiceUnavailable", attempts: 5))
@@ -101,7 +65,7 @@ struct NotificationSenderTests {
     }
 
     @Test func aClosedFenceStopsTheNextAttemptAndTheFirst() async throws {
-        let client = ScriptedAPNSClient(["busy": [.status(503, .serviceUnavailable)], "late": [.status(200)]])
+        let client = ScriptedAPNSClient(scripts: ["busy": [.status(503, .serviceUnavailable)], "late": [.status(200)]], afterwards: .repeatLast)
         let sender = NotificationSender(client: client, policy: Self.fastPolicy)
         let fenceChecks = Mutex(0)
         // Open for the first two attempts, closed before the third.
@@ -121,7 +85,7 @@ struct NotificationSenderTests {
     }
 
     @Test func timeIsBoundedByTheDeliveryDeadline() async throws {
-        let client = ScriptedAPNSClient(["slow": [.transport(.connectionFailed("refused"))]])
+        let client = ScriptedAPNSClient(scripts: ["slow": [.transport(.connectionFailed("refused"))]], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.maxAttempts = 1000
         policy.deliveryDeadline = .milliseconds(300)
@@ -155,7 +119,7 @@ struct NotificationSenderTests {
         policy.maxAttempts = 2
         for (error, reason) in causes {
             // An APNs answer first, then no answer: the result names the last attempt's cause.
-            let client = ScriptedAPNSClient(["aa": [.status(503, .serviceUnavailable), .transport(error)]])
+            let client = ScriptedAPNSClient(scripts: ["aa": [.status(503, .serviceUnavailable), .transport(error)]], afterwards: .repeatLast)
             let outcome = try await NotificationSender(client: client, policy: policy)
                 .deliver(Self.request("aa"), environment: .production, consumedAt: .now)
             #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: nil, reason: reason, attempts: 2))
@@ -170,7 +134,7 @@ struct NotificationSenderTests {
             let elapsed = started.duration(to: .now).components
             return nowMillis + elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000
         }
-        let client = ScriptedAPNSClient(["aa": [.status(503, .serviceUnavailable)]])
+        let client = ScriptedAPNSClient(scripts: ["aa": [.status(503, .serviceUnavailable)]], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.maxAttempts = 12
         policy.initialBackoff = .seconds(5)
@@ -198,14 +162,14 @@ struct NotificationSenderTests {
         #expect(soon.attempts >= 1)
 
         // Expiration 0 means "deliver once, do not store": it never expires in Herald.
-        let client200 = ScriptedAPNSClient([:])
+        let client200 = ScriptedAPNSClient(scripts: [:], afterwards: .repeatLast)
         let zero = try await NotificationSender(client: client200, policy: policy, epochMilliseconds: epochMilliseconds)
             .deliver(Self.request("bb", expiration: 0), environment: .production, consumedAt: .now)
         #expect(zero.status == .delivered)
     }
 
     @Test func tooManyRequestsForOneTokenDoesNotSlowOthers() async throws {
-        let client = ScriptedAPNSClient(["hot": [.status(429, .tooManyRequests)]])
+        let client = ScriptedAPNSClient(scripts: ["hot": [.status(429, .tooManyRequests)]], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.maxAttempts = 4
         policy.initialBackoff = .milliseconds(200)
@@ -229,7 +193,7 @@ struct NotificationSenderTests {
     }
 
     @Test func serviceUnavailableSlowsTheWholeSender() async throws {
-        let client = ScriptedAPNSClient(["sick": [.status(503, .serviceUnavailable), .status(200)]])
+        let client = ScriptedAPNSClient(scripts: ["sick": [.status(503, .serviceUnavailable), .status(200)]], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.loadShedding = LoadSheddingPolicy(
             initialPause: .milliseconds(400),
@@ -250,10 +214,11 @@ struct NotificationSenderTests {
     }
 
     @Test func lostConnectionsSlowTheSenderButRefusedStreamsDoNot() async throws {
-        let client = ScriptedAPNSClient([
-            "refused": [.transport(.streamReset("GOAWAY")), .status(200)],
-            "lost": [.transport(.connectionFailed("reset by peer")), .status(200)],
-        ])
+        let client = ScriptedAPNSClient(
+            scripts: [
+                "refused": [.transport(.streamReset("GOAWAY")), .status(200)],
+                "lost": [.transport(.connectionFailed("reset by peer")), .status(200)],
+            ], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.loadShedding = LoadSheddingPolicy(initialPause: .milliseconds(100), halfLife: .seconds(30))
         let sender = NotificationSender(client: client, policy: policy)
@@ -270,7 +235,7 @@ struct NotificationSenderTests {
     }
 
     @Test func cancellationThrows() async throws {
-        let client = ScriptedAPNSClient(["busy": [.status(503)]])
+        let client = ScriptedAPNSClient(scripts: ["busy": [.status(503)]], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.initialBackoff = .seconds(10)
         policy.maximumBackoff = .seconds(10)

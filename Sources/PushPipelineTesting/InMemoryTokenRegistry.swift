@@ -1,0 +1,118 @@
+public import APNSCore
+public import DeviceTokenStore
+import Synchronization
+
+/// A ``DeviceTokenStore`` and ``DeliveryLedger`` in memory, following the rules of Herald's
+/// PostgreSQL ones: a registration or unregistration counts only when it is newer than what the
+/// registry holds; the ledger keeps the first outcome of each (event, token), and a 410's mark
+/// is kept with an outcome only when it changed the registry.
+public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
+    private struct Row {
+        var userID: String
+        var environment: APNSEnvironment
+        var registeredAt: Timestamp
+        var unregisteredAt: Timestamp?
+    }
+
+    private let rows = Mutex<[String: Row]>([:])
+    private let deliveries = Mutex<[String: RecordedDelivery]>([:])
+    private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
+
+    public init() {}
+
+    /// Registers `device` for the app `topic` at `time` (as a push.tokens `register` would).
+    public func register(_ device: DeviceToken, topic: String, at time: Timestamp = Timestamp(millisecondsSince1970: 1)) {
+        let update = TokenRegistryUpdate(
+            action: .register,
+            userID: device.userID,
+            token: device.token,
+            topic: topic,
+            environment: device.environment,
+            timestamp: time
+        )
+        _ = apply(newer: update)
+    }
+
+    public func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
+        rows.withLock { rows in
+            var result: [String: [DeviceToken]] = [:]
+            for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
+                let parts = key.split(separator: "|")
+                guard String(parts[0]) == topic, userIDs.contains(row.userID),
+                    environment == nil || environment == row.environment
+                else { continue }
+                result[row.userID, default: []].append(DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment))
+            }
+            return result
+        }
+    }
+
+    @discardableResult
+    public func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
+        apply(newer: update)
+    }
+
+    public func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
+        unregister(topic: topic, token: token, at: time)
+    }
+
+    public func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
+        deliveries.withLock { deliveries in
+            var result: [LedgerEvent: [String: RecordedDelivery]] = [:]
+            for delivery in deliveries.values where events.contains(delivery.event) {
+                result[delivery.event, default: [:]][delivery.token] = delivery
+            }
+            return result
+        }
+    }
+
+    public func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        writtenBatches.withLock { $0.append(batch.map(\.delivery)) }
+        return batch.map { delivery, mark in
+            var stored = delivery
+            if let mark, unregister(topic: mark.topic, token: mark.token, at: mark.at) {
+                // The outcome keeps the mark's timestamp: it unregistered the token.
+            } else {
+                stored.unregisteredAtMilliseconds = nil
+            }
+            return deliveries.withLock { deliveries in
+                let key = "\(delivery.event.topic)/\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
+                if let existing = deliveries[key] { return existing }
+                deliveries[key] = stored
+                return stored
+            }
+        }
+    }
+
+    /// Outcomes the ledger holds.
+    public var recordedCount: Int { deliveries.withLock { $0.count } }
+
+    /// Every batch the ledger was asked to write, oldest first.
+    public var recordedBatches: [[RecordedDelivery]] { writtenBatches.withLock { $0 } }
+
+    private func apply(newer update: TokenRegistryUpdate) -> Bool {
+        switch update.action {
+        case .register:
+            return rows.withLock { rows in
+                let key = "\(update.topic)|\(update.token)"
+                if let row = rows[key], !(update.timestamp > row.registeredAt && (row.unregisteredAt.map { update.timestamp > $0 } ?? true)) {
+                    return false
+                }
+                rows[key] = Row(userID: update.userID ?? "", environment: update.environment, registeredAt: update.timestamp)
+                return true
+            }
+        case .unregister:
+            return unregister(topic: update.topic, token: update.token, at: update.timestamp)
+        }
+    }
+
+    private func unregister(topic: String, token: String, at time: Timestamp) -> Bool {
+        rows.withLock { rows in
+            let key = "\(topic)|\(token)"
+            guard var row = rows[key], time > row.registeredAt, row.unregisteredAt.map({ time > $0 }) ?? true else { return false }
+            row.unregisteredAt = time
+            rows[key] = row
+            return true
+        }
+    }
+}
