@@ -5,8 +5,9 @@ import Logging
 import ServiceContextModule
 import Tracing
 
-/// Sending one device's notification: the ticket that travels with it, the APNs request with
-/// its trace and log line, and the hand-over of the outcome to the ledger writer.
+/// Sending one notification to one destination (a device or a channel): the ticket that
+/// travels with it, the APNs request with its trace and log line, and the hand-over of the
+/// outcome to the ledger writer.
 extension RequestProcessor {
     /// What travels with one result until it is published: the message and event it belongs
     /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
@@ -28,17 +29,21 @@ extension RequestProcessor {
         }
     }
 
-    /// Sends to one device (its claim and a send permit held) and hands the outcome, and a
-    /// 410's registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
-    func send(
-        _ event: NotificationEvent,
-        to device: DeviceToken,
-        ticket: DeliveryTicket,
-        consumedAt: ContinuousClock.Instant
-    ) async {
-        let apnsID = NotificationID.derive(eventID: event.id, token: device.token)
+    /// One event to one destination, with the ticket of its result.
+    struct Delivery: Sendable {
+        var event: NotificationEvent
+        var destination: Destination
+        var ticket: DeliveryTicket
+    }
+
+    /// Sends one delivery (its claim and a send permit held) and hands the outcome, and a 410's
+    /// registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
+    func send(_ delivery: Delivery, consumedAt: ContinuousClock.Instant) async {
+        let (event, destination, ticket) = (delivery.event, delivery.destination, delivery.ticket)
+        let apnsID = NotificationID.derive(eventID: event.id, token: destination.ledgerToken)
         let request =
-            if let channelID = event.channelID {
+            switch destination {
+            case .channel(let channelID, _):
                 APNSRequest(
                     channelID: channelID,
                     bundleID: event.topic,
@@ -47,7 +52,7 @@ extension RequestProcessor {
                     expiration: event.expiration ?? 0,
                     payload: event.payload
                 )
-            } else {
+            case .device(let device):
                 APNSRequest(
                     deviceToken: device.token,
                     topic: event.pushType.apnsTopic(bundleID: event.topic),
@@ -64,7 +69,7 @@ extension RequestProcessor {
         let message = ticket.batch.message(ticket.message)
         let outcome: DeliveryOutcome
         do {
-            outcome = try await sender.deliver(request, environment: device.environment, consumedAt: consumedAt) {
+            outcome = try await sender.deliver(request, environment: destination.environment, consumedAt: consumedAt) {
                 ticket.batch.lane.tracker.isRevoked(message)
             }
         } catch {
@@ -74,7 +79,7 @@ extension RequestProcessor {
         }
         if let trace {
             trace.attributes["herald.event_id"] = event.id
-            trace.attributes["herald.token"] = DeviceTokenText.redacted(device.token)
+            trace.attributes["herald.token"] = DeviceTokenText.redacted(destination.ledgerToken)
             trace.attributes["herald.status"] = outcome.status.rawValue
             trace.attributes["herald.attempts"] = outcome.attempts
             if let status = outcome.apnsStatus { trace.attributes["apns.status"] = status }
@@ -89,7 +94,7 @@ extension RequestProcessor {
                 logger.info(
                     "notification not delivered",
                     metadata: [
-                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(device.token))",
+                        PipelineLoggingKeys.token: "\(DeviceTokenText.redacted(destination.ledgerToken))",
                         PipelineLoggingKeys.status: "\(outcome.status.rawValue)",
                         PipelineLoggingKeys.apnsReason: "\(outcome.reason ?? "none")",
                     ]
@@ -97,18 +102,18 @@ extension RequestProcessor {
             }
         }
         var mark: UnregisterMark?
-        if event.channelID == nil, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
+        if case .device(let device) = destination, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
             mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
         }
         // The first publication is built from what the ledger keeps, as every republication is.
-        let delivery = RecordedDelivery(
+        let recorded = RecordedDelivery(
             event: ledgerEvent(event, of: message),
-            token: device.token,
-            userID: device.userID,
+            token: destination.ledgerToken,
+            userID: destination.userID,
             outcome: .send(
                 RecordedDelivery.SendOutcome(
                     status: outcome.status,
-                    environment: device.environment,
+                    environment: destination.environment,
                     apnsStatus: outcome.apnsStatus,
                     reason: outcome.reason,
                     attempts: outcome.attempts,
@@ -119,9 +124,9 @@ extension RequestProcessor {
                 )
             )
         )
-        var ticket = ticket
-        ticket.status = outcome.status
-        ledgerWriter.submit(delivery, marking: mark, ticket: ticket, urgent: ticket.batch.lane.priority == .urgent)
+        var counted = ticket
+        counted.status = outcome.status
+        ledgerWriter.submit(recorded, marking: mark, ticket: counted, urgent: ticket.batch.lane.priority == .urgent)
     }
 
     /// Gives up a send whose partition was revoked before its next attempt: the member that owns
@@ -133,10 +138,5 @@ extension RequestProcessor {
         if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: ticket.batch.lane.priority) {
             ticket.batch.trace(ticket.message)?.span.end()
         }
-    }
-
-    /// The ledger's `token` for an event to a broadcast channel (device tokens are hex, so the two never meet).
-    static func ledgerKey(channelID: String) -> String {
-        "channel:" + channelID
     }
 }

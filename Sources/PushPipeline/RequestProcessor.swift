@@ -7,7 +7,8 @@ import Tracing
 
 /// Turns poll batches of push.requests messages into results: validates the events (dead
 /// letters for bad ones), resolves their users' devices and recorded outcomes, claims each
-/// (event, device) so no copy pushes twice, sends through the ``NotificationSender``, hands
+/// (event, ``Destination``: a device, or the channel of a broadcast) so no copy pushes twice,
+/// sends through the ``NotificationSender``, hands
 /// outcomes to the ledger writer and publishes what stands; finishes each message in the
 /// offset tracker once its last result is published.
 final class RequestProcessor: Sendable {
@@ -106,15 +107,15 @@ final class RequestProcessor: Sendable {
             // One lock section opens the batch and claims every device, so the results known
             // without sending go out at once.
             let keys = plans.indices.flatMap { index in
-                plans[index].devices.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.token) }
+                plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.ledgerToken) }
             }
             let (batchID, claimed) = coordinator.openBatch(results: plans.map(\.results), claiming: keys)
             let batch = RequestBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
 
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
-            var sends: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            var busy: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
-            var recordedLately: [(event: NotificationEvent, device: DeviceToken, ticket: DeliveryTicket)] = []
+            var sends: [Delivery] = []
+            var busy: [Delivery] = []
+            var recordedLately: [Delivery] = []
             var claimIndex = 0
             for (index, plan) in plans.enumerated() {
                 let event = events[index].1
@@ -125,12 +126,12 @@ final class RequestProcessor: Sendable {
                 for outcome in plan.recorded {
                     ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
                 }
-                for device in plan.devices {
-                    let ticket = DeliveryTicket(batch, index, event, claim: keys[claimIndex])
+                for destination in plan.destinations {
+                    let delivery = Delivery(event: event, destination: destination, ticket: DeliveryTicket(batch, index, event, claim: keys[claimIndex]))
                     switch claimed[claimIndex] {
-                    case .claimed: sends.append((event, device, ticket))
-                    case .recordedLately: recordedLately.append((event, device, ticket))
-                    case .busy: busy.append((event, device, ticket))
+                    case .claimed: sends.append(delivery)
+                    case .recordedLately: recordedLately.append(delivery)
+                    case .busy: busy.append(delivery)
                     }
                     claimIndex += 1
                 }
@@ -141,12 +142,12 @@ final class RequestProcessor: Sendable {
             if !recordedLately.isEmpty {
                 group.addTask { await self.deliverRecordedLately(recordedLately, consumedAt: consumedAt) }
             }
-            for (event, device, ticket) in busy {
-                group.addTask { await self.deliverWhenUnclaimed(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+            for delivery in busy {
+                group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
             }
-            for (event, device, ticket) in sends {
+            for delivery in sends {
                 do { try await admitSend(from: lane) } catch { return }
-                group.addTask { await self.send(event, to: device, ticket: ticket, consumedAt: consumedAt) }
+                group.addTask { await self.send(delivery, consumedAt: consumedAt) }
             }
             await coordinator.waitUntilFinished(batchID)
         }
@@ -196,15 +197,16 @@ final class RequestProcessor: Sendable {
 
     /// The results of one event: per user, its recorded outcomes (republished whatever the
     /// registry says now: a 410 may have unregistered the device since), its unrecorded devices
-    /// (sent to), or a `no_devices` result when it has neither. So every user has at least one
+    /// (sent to), or a `no_devices` result when it has neither; for an event to a channel, its
+    /// recorded outcome or the channel. So every user has at least one
     /// result, and every event (validated to name 1 to 1,000 users) at least one: each message
     /// of a batch is finished by its last published result.
     private struct EventPlan {
         var noDevices: [DeliveryResult] = []
         var recorded: [RecordedDelivery] = []
-        var devices: [DeviceToken] = []
+        var destinations: [Destination] = []
 
-        var results: Int { noDevices.count + recorded.count + devices.count }
+        var results: Int { noDevices.count + recorded.count + destinations.count }
     }
 
     private func plan(
@@ -217,12 +219,11 @@ final class RequestProcessor: Sendable {
         let recorded = resolved.recorded[ledgerEvent(event, of: message)] ?? [:]
         var plan = EventPlan()
         if let channelID = event.channelID {
-            // One result per event: the channel stands where a device would, in the ledger too.
-            let key = Self.ledgerKey(channelID: channelID)
-            if let outcome = recorded[key] {
+            // One result per event.
+            if let outcome = recorded[Destination.ledgerToken(channelID: channelID)] {
                 plan.recorded.append(outcome)
             } else {
-                plan.devices.append(DeviceToken(userID: "", token: key, environment: event.environment ?? .production))
+                plan.destinations.append(.channel(id: channelID, environment: event.environment ?? .production))
             }
             return plan
         }
@@ -235,7 +236,7 @@ final class RequestProcessor: Sendable {
                 plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))
             }
             plan.recorded += outcomes
-            plan.devices += devices
+            plan.destinations += devices.map(Destination.device)
         }
         return plan
     }
