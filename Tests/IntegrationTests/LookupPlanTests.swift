@@ -1,3 +1,4 @@
+import APNSCore
 import DeviceTokenStore
 @testable import PostgresTokenStore
 import HeraldService
@@ -59,5 +60,60 @@ import Testing
         #expect(plan.contains("device_tokens_active_by_user_first"), "\(plan)")
         #expect(plan.contains("Index Cond: (user_id = ANY ($2))"), "\(plan)")
         #expect(!plan.contains("device_tokens_pkey") && !plan.contains("Seq Scan"), "\(plan)")
+    }
+
+    /// The ledger lookup runs prepared, its generic plan kept for the connection's life: made
+    /// while today's partition was empty and analyzed, then kept while 20,000 rows arrive (inside
+    /// a transaction that is rolled back), it must still probe the primary key by event, not
+    /// read the partition.
+    @Test func theLedgerLookupPlannedOnAnEmptyLedgerStillProbesByEvent() async throws {
+        let url = try PostgresURL(TestEnvironment.postgresURL)
+        let logger = Logger(label: "test.plan")
+        let client = PostgresClient(configuration: url.clientConfiguration(maximumConnections: 1, indexLookupsOnly: true), backgroundLogger: logger)
+        let (empty, grown) = try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            try await HeraldApplication.migrate(
+                configuration: await HeraldConfiguration(environment: ["HERALD_POSTGRES_URL": try TestEnvironment.postgresURL]), logger: logger)
+            let today = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970())
+            return try await client.withConnection { connection in
+                func explain() async throws -> String {
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: """
+                                EXPLAIN EXECUTE ledger_plan(\(today), ARRAY['6f1ed002-ab5d-4d7a-8a0a-2f0a1d2b3c4d', \
+                                '7f1ed002-ab5d-4d7a-8a0a-2f0a1d2b3c4d']::uuid[], \(today))
+                                """
+                        ),
+                        logger: logger
+                    ).collect().map { try $0.decode(String.self) }.joined(separator: "\n")
+                }
+                try await connection.query("BEGIN", logger: logger)
+                try await connection.query("DELETE FROM push.delivery_ledger", logger: logger)
+                try await connection.query("ANALYZE push.delivery_ledger", logger: logger)
+                let prepare = "PREPARE ledger_plan(integer, uuid[], integer) AS " + RecordedDeliveriesStatement.sql
+                try await connection.query(PostgresQuery(unsafeSQL: prepare), logger: logger)
+                let empty = try await explain()
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, attempts, latency_ms, completed_at)
+                            SELECT md5(i::text)::uuid, \(today), decode(md5(i::text), 'hex'), true, 'u-' || i, 1, false, 1, 1, 0
+                            FROM generate_series(1, 20000) AS i
+                            """
+                    ),
+                    logger: logger
+                )
+                let grown = try await explain()
+                try await connection.query("ROLLBACK", logger: logger)
+                try await connection.query("DEALLOCATE ledger_plan", logger: logger)
+                return (empty, grown)
+            }
+        }
+        for plan in [empty, grown] {
+            #expect(plan.contains("Index Scan using delivery_ledger_") && plan.contains("Index Cond: ((event_key = ANY ($2))"), "\(plan)")
+            #expect(plan.contains("Subplans Removed"), "pruned to the day's partition when it starts: \(plan)")
+            #expect(!plan.contains("Seq Scan"), "\(plan)")
+        }
     }
 }
