@@ -75,10 +75,13 @@ let package = Package(
         ),
         // The records the pipeline reads and publishes, with no client library.
         .target(name: "KafkaMessages", swiftSettings: swiftSettings),
+        // Durations as whole integer units: the one conversion Herald's modules share.
+        .target(name: "ExactTime", swiftSettings: swiftSettings),
         .target(
             name: "KafkaTransport",
             dependencies: [
                 "CRdKafka",
+                "ExactTime",
                 "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -88,7 +91,8 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: [
-                .product(name: "Crypto", package: "swift-crypto")
+                "ExactTime",
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -96,6 +100,7 @@ let package = Package(
             name: "APNSHTTP2",
             dependencies: [
                 "APNSCore",
+                "ExactTime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -119,6 +124,7 @@ let package = Package(
             name: "PostgresTokenStore",
             dependencies: [
                 "APNSCore",
+                "ExactTime",
                 "DeviceTokenStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -132,6 +138,7 @@ let package = Package(
             name: "PushPipeline",
             dependencies: [
                 "APNSCore",
+                "ExactTime",
                 "DeviceTokenStore",
                 "KafkaMessages",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -270,7 +277,7 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSCoreTests",
-            dependencies: ["APNSCore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["APNSCore", "ExactTime", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -25,7 +25,12 @@ swift test -c release -Xswiftc -enable-testing --skip-build --no-parallel "$@"
 # Herald's library products as another package uses them (Examples/Embedding, built apart in
 # debug): the APNs client sends to the mock, the pipeline runs with in-memory parts, and the
 # pipeline-only executable links neither librdkafka nor postgres-nio.
-swift build --package-path Examples/Embedding
+# SwiftPM plans the path dependency's sources again when the examples' manifest changes, not
+# when a file of Herald's moves: a stale plan fails ("missing inputs"), and planning again mends it.
+swift build --package-path Examples/Embedding || {
+    touch Examples/Embedding/Package.swift
+    swift build --package-path Examples/Embedding
+}
 EXAMPLES="$(swift build --package-path Examples/Embedding --show-bin-path)"
 "$EXAMPLES/APNSClientExample"
 "$EXAMPLES/PipelineExample"

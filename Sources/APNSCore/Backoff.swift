@@ -1,3 +1,4 @@
+import ExactTime
 /// Exponential backoff with jitter: after the n-th failed attempt the wait is drawn uniformly
 /// between ``floorPercent`` % of the ceiling and the ceiling, min(initial * 2^(n-1), maximum),
 /// so callers that failed together do not retry together. Every part of Herald that tries again

@@ -1,3 +1,4 @@
+import ExactTime
 import CRdKafka
 package import KafkaMessages
 import Synchronization
@@ -58,7 +59,7 @@ package final class KafkaConsumer: Service, Sendable {
     /// Waits up to `timeout` for the first message, then takes whatever else is already
     /// fetched, up to `maxMessages`. Returns an empty array when nothing arrived.
     package func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
-        let timeoutMilliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let timeoutMilliseconds = Int32(clamping: timeout.wholeMilliseconds)
         let logger = client.logger
         return try await client.blocking { handle in
             var messages: [KafkaMessage] = []

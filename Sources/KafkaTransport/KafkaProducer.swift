@@ -1,3 +1,4 @@
+import ExactTime
 import CRdKafka
 package import KafkaMessages
 package import Logging
@@ -133,7 +134,7 @@ package final class KafkaProducer: Service, Sendable {
     /// Waits for graceful shutdown or cancellation, then flushes in-flight records and closes.
     package func run() async throws {
         try? await gracefulShutdown()
-        let timeoutMilliseconds = Int32(flushTimeout.components.seconds * 1000)
+        let timeoutMilliseconds = Int32(clamping: flushTimeout.wholeMilliseconds)
         await client.destroy { handle in
             _ = rd_kafka_flush(handle, timeoutMilliseconds)
         }

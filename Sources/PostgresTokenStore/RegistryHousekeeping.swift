@@ -1,3 +1,4 @@
+import ExactTime
 import APNSCore
 package import DeviceTokenStore
 package import Logging

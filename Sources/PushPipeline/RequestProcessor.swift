@@ -1,3 +1,4 @@
+import ExactTime
 import APNSCore
 import DeviceTokenStore
 import KafkaMessages

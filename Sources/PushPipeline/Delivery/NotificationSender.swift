@@ -1,3 +1,4 @@
+import ExactTime
 public import DeviceTokenStore
 public import APNSCore
 import Foundation
