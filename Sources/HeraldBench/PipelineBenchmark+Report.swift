@@ -168,10 +168,5 @@ struct PipelineRun {
     var throughput: Double { Double(resultTimes.count) / heraldSeconds }
 }
 
-/// The value at `fraction` of sorted `values` (0 when empty).
-func percentile(_ values: [Int64], _ fraction: Double) -> Int64 {
-    values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * fraction))]
-}
-
 /// `value` with `decimals` digits after the point.
 func fixed(_ value: Double, _ decimals: Int = 0) -> String { String(format: "%.\(decimals)f", value) }

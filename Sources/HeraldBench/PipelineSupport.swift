@@ -372,22 +372,6 @@ extension KafkaLoad {
     }
 }
 
-/// p50, p99 and max of latencies in milliseconds (all 0 when there are none).
-struct Percentiles: CustomStringConvertible {
-    var p50: Int64 = 0
-    var p99: Int64 = 0
-    var max: Int64 = 0
-
-    init(_ latencies: [Int64]) {
-        let sorted = latencies.sorted()
-        guard let last = sorted.last else { return }
-        func at(_ fraction: Double) -> Int64 { sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))] }
-        (p50, p99, max) = (at(0.5), at(0.99), last)
-    }
-
-    var description: String { "p50 \(p50) ms, p99 \(p99) ms, max \(max) ms" }
-}
-
 /// A benchmark run that went wrong (printed as `Error: …`, exit code 1, without the usage text).
 struct BenchFailure: Error, CustomStringConvertible {
     let description: String

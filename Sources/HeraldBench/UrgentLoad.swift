@@ -76,11 +76,10 @@ final class UrgentLoad: Sendable {
     func summary(_ phase: Phase) -> (text: String, p99: Int64) {
         let (values, answered) = state.withLock { (($0.latencies[phase] ?? []).sorted(), ($0.untilAnswered[phase] ?? []).sorted()) }
         guard !values.isEmpty else { return ("no alerts", 0) }
-        func at(_ values: [Int64], _ fraction: Double) -> Int64 { values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * fraction))] }
         let text = """
-            p50 \(at(values, 0.5)) ms, p99 \(at(values, 0.99)) ms, max \(values.last!) ms (\(values.count) alerts; \
-            herald's poll -> APNs answer p50 \(at(answered, 0.5)) ms, p99 \(at(answered, 0.99)) ms)
+            p50 \(percentile(values, 0.5)) ms, p99 \(percentile(values, 0.99)) ms, max \(values.last!) ms (\(values.count) alerts; \
+            herald's poll -> APNs answer p50 \(percentile(answered, 0.5)) ms, p99 \(percentile(answered, 0.99)) ms)
             """
-        return (text, at(values, 0.99))
+        return (text, percentile(values, 0.99))
     }
 }
