@@ -48,7 +48,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
     @Option(help: "Path of mock-apns (default: next to herald-bench).") var mockAPNS: String?
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
-    @Option(help: "Produce at this many notifications/s (an open load, for latency below saturation); 0: as fast as possible.")
+    @Option(help: "Produce at this many notifications/s (an open load, for latency below saturation), after the broker alone at the same rate; 0: as fast as possible.")
     var rate = 0
     @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
     @Flag(
@@ -89,6 +89,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
         )
         let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
         print("broker alone: \(count) records of ~90 B produced and read back at \(fixed(brokerRate)) records/s")
+        if rate > 0 {
+            try await printBrokerAlone(at: rate, seconds: max(1, count / rate), services: services, logger: logger)
+        }
         for shape in shapes {
             for analyze in bothLoadModes ? [false, true] : [analyze] {
                 let suffix = bothLoadModes ? (analyze ? "-analyze" : "-no-analyze") : ""
@@ -109,16 +112,22 @@ struct PipelineBenchmark: AsyncParsableCommand {
                 for share in [0.2, 0.5] {
                     let openRate = Int(burst * share)
                     print("\n== open load: \(openRate) notifications/s (\(Int(share * 100)) % of the burst's \(fixed(burst)))/s) for \(openLoadSeconds) s")
-                    let broker = try await KafkaLoad.brokerAloneAtRate(
-                        services: services, perSecond: openRate, seconds: openLoadSeconds, partitions: partitions, logger: logger)
-                    print("broker alone at \(openRate) records/s, same clients, after 5 s: produce -> read \(broker.read)")
-                    print("  produce -> acknowledged \(broker.acknowledged) (Herald's result publish waits for this too)")
+                    try await printBrokerAlone(at: openRate, seconds: openLoadSeconds, services: services, logger: logger)
                     _ = try await runShape(
                         shape, analyze: analyze, count: openRate * openLoadSeconds, rate: openRate, services: services, brokerRate: brokerRate,
                         plotPath: plotPath.replacingOccurrences(of: ".svg", with: "-rate\(openRate).svg"), logger: logger)
                 }
             }
         }
+    }
+
+    /// The broker alone at `perSecond` records/s for `seconds`, with the clients Herald's run
+    /// uses: produce -> read and produce -> acknowledged latency after the warm-up.
+    private func printBrokerAlone(at perSecond: Int, seconds: Int, services: BenchServices, logger: Logger) async throws {
+        let broker = try await KafkaLoad.brokerAloneAtRate(
+            services: services, perSecond: perSecond, seconds: seconds, partitions: partitions, logger: logger)
+        print("broker alone at \(perSecond) records/s, same clients, after 5 s: produce -> read \(broker.read)")
+        print("  produce -> acknowledged \(broker.acknowledged) (Herald's result publish waits for this too)")
     }
 
     /// One shape: load, start mock and Herald, measure, stop, sender baseline, report and check;
