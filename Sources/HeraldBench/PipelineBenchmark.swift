@@ -48,7 +48,10 @@ struct PipelineBenchmark: AsyncParsableCommand {
     @Option(help: "Path of mock-apns (default: next to herald-bench).") var mockAPNS: String?
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
-    @Option(help: "Produce at this many notifications/s (an open load, for latency below saturation), after the broker alone at the same rate; 0: as fast as possible.")
+    @Option(
+        help:
+            "Produce at this many notifications/s (an open load, for latency below saturation), after the broker alone at the same rate; 0: as fast as possible."
+    )
     var rate = 0
     @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
     @Flag(
