@@ -30,17 +30,18 @@ extension RequestProcessor {
         }
     }
 
-    /// One event to one destination, with the ticket of its result.
+    /// One event (its ticket's) to one destination.
     struct Delivery: Sendable {
-        var event: NotificationEvent
         var destination: Destination
         var ticket: DeliveryTicket
+
+        var event: NotificationEvent { ticket.event }
     }
 
     /// Sends one delivery (its claim and a send permit held) and hands the outcome, and a 410's
     /// registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
     func send(_ delivery: Delivery, consumedAt: ContinuousClock.Instant) async {
-        let (event, destination, ticket) = (delivery.event, delivery.destination, delivery.ticket)
+        let (event, destination, ticket) = (delivery.ticket.event, delivery.destination, delivery.ticket)
         let apnsID = NotificationID.derive(eventID: event.id, token: destination.ledgerToken)
         let request =
             switch destination {

@@ -128,7 +128,7 @@ final class RequestProcessor: Sendable {
                     ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
                 }
                 for destination in plan.destinations {
-                    let delivery = Delivery(event: event, destination: destination, ticket: DeliveryTicket(batch, index, event, claim: keys[claimIndex]))
+                    let delivery = Delivery(destination: destination, ticket: DeliveryTicket(batch, index, event, claim: keys[claimIndex]))
                     switch claimed[claimIndex] {
                     case .claimed: sends.append(delivery)
                     case .recordedLately: recordedLately.append(delivery)

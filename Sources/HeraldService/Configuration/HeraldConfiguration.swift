@@ -1,11 +1,9 @@
 package import APNSHTTP2
-import APNSCore
 package import PostgresTokenStore
 import Foundation
 package import KafkaTransport
 package import Logging
 package import PushPipeline
-import NIOSSL
 
 /// Everything `herald` is configured with, read from HERALD_* variables (the README's configuration table)
 /// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
