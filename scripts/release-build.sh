@@ -9,8 +9,7 @@ cd "$ROOT" || exit 1
 export PATH="/opt/swift/usr/bin:$PATH"
 
 scripts/services.sh start
-# On exit, also stop what the sourcing script left running in the background (test.sh's fuzz build).
-trap 'jobs -p | xargs -r kill 2>/dev/null; scripts/services.sh stop' EXIT
+trap 'scripts/services.sh stop' EXIT
 # shellcheck disable=SC1091
 source .local/run/services.env
 

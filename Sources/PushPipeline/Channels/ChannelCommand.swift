@@ -130,3 +130,13 @@ public struct ChannelCommandResult: Sendable, Hashable {
         ]).serialized()
     }
 }
+
+extension ChannelCommand {
+    /// The delivery ledger's event ID for this command's answer: the request ID under a prefix,
+    /// so it never meets a notification's event ID.
+    var ledgerEventID: String { "channel-request:" + requestID }
+
+    /// The delivery ledger's `token` for a command's answer (a notification's is its
+    /// ``Destination/ledgerToken``), and what its apns-request-id is derived from.
+    static let ledgerToken = "channel-management"
+}

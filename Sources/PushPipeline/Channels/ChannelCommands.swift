@@ -22,9 +22,6 @@ struct ChannelCommands: Sendable {
     let metrics: PipelineMetrics
     let logger: Logger
 
-    /// The ledger's `token` for a channel command's answer (its event ID is the request ID's key).
-    static let ledgerToken = "channel-management"
-
     /// Handles one message; returns true once it is done (answered or dead-lettered), false when
     /// cancelled first (it is then left unfinished and redelivered).
     func process(_ message: KafkaMessage) async -> Bool {
@@ -36,28 +33,27 @@ struct ChannelCommands: Sendable {
                 try await deadLetters.send(message, error)
                 return true
             }
-            let key = "channel-request:" + command.requestID
-            let claim = DeliveryCoordinator.claimKey(eventID: key, token: Self.ledgerToken)
+            let claim = DeliveryCoordinator.claimKey(eventID: command.ledgerEventID, token: ChannelCommand.ledgerToken)
             while coordinator.claimSending(claim) != .claimed {
                 await coordinator.waitUntilSettled(claim)
                 if Task.isCancelled { return false }
             }
             defer { coordinator.recorded([claim]) }
             let ledgerEvent = LedgerEvent(
-                eventID: key,
+                eventID: command.ledgerEventID,
                 topic: command.topic,
                 recordTimestampMilliseconds: message.timestampMilliseconds ?? WallClock.millisecondsSince1970()
             )
             let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: [ledgerEvent]) }
             let answer: [UInt8]
-            if let outcome = recorded[ledgerEvent]?[Self.ledgerToken], case .message(let result, _) = outcome.outcome {
+            if let outcome = recorded[ledgerEvent]?[ChannelCommand.ledgerToken], case .message(let result, _) = outcome.outcome {
                 answer = result
             } else {
                 let result = try await perform(command)
                 let message = result.json()
                 let delivery = RecordedDelivery(
                     event: ledgerEvent,
-                    token: Self.ledgerToken,
+                    token: ChannelCommand.ledgerToken,
                     userID: "",
                     outcome: .message(result: message, unregisteredEvent: nil)
                 )

@@ -20,7 +20,7 @@ public struct ChannelManager: Sendable {
         let request = APNSRequest(
             channelOperation: command.operation,
             bundleID: command.topic,
-            requestID: NotificationID.derive(eventID: command.requestID, token: "channel-management")
+            requestID: NotificationID.derive(eventID: command.requestID, token: ChannelCommand.ledgerToken)
         )
         let outcome: DeliveryOutcome
         do {
