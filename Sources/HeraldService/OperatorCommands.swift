@@ -12,7 +12,7 @@ package import PushPipeline
 /// `herald run` reads.
 package enum OperatorCommands {
     /// The effective configuration, one `name: value` line each, then every value set and where
-    /// it came from; secrets (the database URL, the certificate password, librdkafka's
+    /// it came from, and every default applied to a key left unset; secrets (the database URL, the certificate password, librdkafka's
     /// passwords and keys) show as `<REDACTED>`.
     package static func describe(_ configuration: HeraldConfiguration) -> [String] {
         let pipeline = configuration.pipeline
@@ -45,7 +45,8 @@ package enum OperatorCommands {
             "http port: \(configuration.httpPort), log \(configuration.logLevel) \(configuration.logFormat.rawValue), tracing \(configuration.tracesEnabled ? "on" : "off")",
             "migrate on start: \(configuration.migrateOnStart), shutdown grace \(configuration.shutdownGracePeriod)",
         ]
-        return lines + configuration.effectiveValues.map { "set: \($0)" } + configuration.unknownKeys.map { "warning: \($0)" }
+        let defaults = configuration.defaultsApplied.sorted { $0.key < $1.key }.map { "default: \($0.key) = \($0.value)" }
+        return lines + configuration.effectiveValues.map { "set: \($0)" } + defaults + configuration.unknownKeys.map { "warning: \($0)" }
             + configuration.certificateProblems.map { "warning: \($0)" }
     }
 

@@ -13,7 +13,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         guard !events.isEmpty else { return [:] }
         var deliveries: [LedgerEvent: [String: RecordedDelivery]] = [:]
         let lookup = RecordedDeliveriesStatement(events: events)
-        for try await delivery in try await client.execute(lookup, logger: logger) {
+        for delivery in try await client.rows(of: lookup, logger: logger) {
             // A row of a day the batch spans but this event's record is not from is another record's.
             if let delivery { deliveries[delivery.event, default: [:]][delivery.token] = delivery }
         }
@@ -42,7 +42,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
         }
         guard !rows.isEmpty else { return [] }
         guard batch.contains(where: { $0.mark != nil }) else {
-            let standing = try await Self.standing(rows, client.execute(RecordDeliveriesStatement(rows), logger: self.logger))
+            let standing = try Self.standing(rows, await client.rows(of: RecordDeliveriesStatement(rows), logger: self.logger))
             return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger
@@ -62,7 +62,7 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
                     rows[rowOfEntry[index]].unregisteredAtMilliseconds = batch[index].delivery.unregisteredAtMilliseconds
                 }
             }
-            return try await Self.standing(rows, connection.execute(RecordDeliveriesStatement(rows), logger: logger))
+            return try Self.standing(rows, await connection.rows(of: RecordDeliveriesStatement(rows), logger: logger))
         }
         return rowOfEntry.map { standing[$0] }
     }
@@ -74,11 +74,11 @@ extension PostgresDeviceTokenStore: DeliveryLedger {
     /// seen by it: that throws, and the caller's retry finds the outcome.
     private static func standing(
         _ rows: [RecordedDelivery],
-        _ returned: AsyncThrowingMapSequence<PostgresRowSequence, RecordDeliveriesStatement.Row>
-    ) async throws -> [RecordedDelivery] {
+        _ returned: [RecordDeliveriesStatement.Row]
+    ) throws -> [RecordedDelivery] {
         var inserted = Set<DeliveryKey>()
         var recordedBefore: [DeliveryKey: RecordedDelivery] = [:]
-        for try await (key, earlier) in returned {
+        for (key, earlier) in returned {
             if let earlier {
                 recordedBefore[key] = earlier
             } else {

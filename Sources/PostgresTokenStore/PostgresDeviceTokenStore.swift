@@ -63,8 +63,7 @@ package struct PostgresDeviceTokenStore: DeviceTokenStore {
     ) async throws -> [String: [DeviceToken]] {
         let statement = ActiveTokensStatement(topic: topic, userIDs: userIDs, environment: environment?.rawValue)
         var tokens: [String: [DeviceToken]] = [:]
-        let rows = try await client.execute(statement, logger: logger)
-        for try await (userID, token, environmentText) in rows {
+        for (userID, token, environmentText) in try await client.rows(of: statement, logger: logger) {
             guard let environment = APNSEnvironment(rawValue: environmentText) else { continue }
             tokens[userID, default: []].append(DeviceToken(userID: userID, token: token, environment: environment))
         }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HeraldService
 import KafkaTransport
@@ -21,27 +22,61 @@ import Testing
 
     /// The README's configuration table lists exactly the keys Herald reads.
     @Test func theREADMEsTableListsEveryKeyAndNoOther() async throws {
+        let documented = Set(try Self.readmeRows().flatMap(\.keys))
+        #expect(
+            documented == HeraldConfiguration.keys,
+            "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
+    }
+
+    /// The README's default for a key is the one Herald applies when the key is unset, for
+    /// every key read with a default (with and without an APNs credential).
+    @Test func theREADMEsDefaultsAreTheOnesHeraldApplies() async throws {
+        let rows = try Self.readmeRows()
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey-\(UUID().uuidString).p8").path
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let withoutCredential = try await HeraldConfiguration(environment: [:])
+        let withCredential = try await HeraldConfiguration(environment: [
+            "HERALD_APNS_KEY_PATH": keyPath, "HERALD_APNS_KEY_ID": "ABC123DEFG", "HERALD_APNS_TEAM_ID": "DEF123GHIJ",
+        ])
+        let applied = withoutCredential.defaultsApplied.merging(withCredential.defaultsApplied) { first, _ in first }
+        #expect(applied.count >= 25, "the defaults checked: \(applied.keys.sorted())")
+        for (key, value) in applied.sorted(by: { $0.key < $1.key }) {
+            guard let row = rows.first(where: { $0.keys.contains(key) }) else {
+                Issue.record("\(key) has no row in the README's table")
+                continue
+            }
+            #expect(row.defaults.contains(value), "\(key): the README says \(row.defaults), Herald applies \(value)")
+        }
+    }
+
+    /// The rows of the README's configuration table: the keys each names, and its default
+    /// column with the thousands separators of its numbers left out.
+    static func readmeRows() throws -> [(keys: [String], defaults: String)] {
         let readme = try String(
             contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md"),
             encoding: .utf8
         )
         let section = try #require(readme.components(separatedBy: "## Configuration").dropFirst().first?.components(separatedBy: "\n## ").first)
-        var documented: Set<String> = []
-        for row in section.split(separator: "\n") where row.hasPrefix("| HERALD_") {
-            let firstColumn = row.split(separator: "|").first.map(String.init) ?? ""
+        return section.split(separator: "\n").filter { $0.hasPrefix("| HERALD_") }.map { row in
+            let columns = row.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+            var keys: [String] = []
             var prefix = ""
-            for name in firstColumn.split(whereSeparator: { $0 == "," || $0 == "/" || $0 == " " }) {
+            for name in columns[1].split(whereSeparator: { $0 == "," || $0 == "/" || $0 == " " }) {
                 if name.hasPrefix("HERALD_"), name.allSatisfy({ $0.isUppercase || $0.isNumber || $0 == "_" }) {
-                    documented.insert(String(name))
+                    keys.append(String(name))
                     prefix = String(name[..<(name.lastIndex(of: "_") ?? name.endIndex)])
                 } else if name.hasPrefix("_") {
-                    documented.insert(prefix + name)  // "HERALD_TOPIC_REQUESTS / _TOKENS"
+                    keys.append(prefix + name)  // "HERALD_TOPIC_REQUESTS / _TOKENS"
                 }
             }
+            let defaults = Array(columns.count > 3 ? columns[columns.count - 2] : "")
+            let withoutSeparators = defaults.indices.filter { index in
+                !(defaults[index] == "," && index > 0 && index + 1 < defaults.count && defaults[index - 1].isNumber
+                    && defaults[index + 1].isNumber)
+            }
+            return (keys, String(withoutSeparators.map { defaults[$0] }))
         }
-        #expect(
-            documented == HeraldConfiguration.keys,
-            "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
     }
 }
 

@@ -1,3 +1,5 @@
+import APNSCore
+import DeviceTokenStore
 import Foundation
 import MockAPNS
 import PostgresNIO
@@ -44,6 +46,24 @@ struct StoreFailureTests {
             #expect(log.components(separatedBy: "PostgreSQL refuses Herald's statements").count - 1 == 1, "logged once for the cause")
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
+    /// A statement PostgreSQL refused to prepare while the table was missing works again as soon
+    /// as the table is back: postgres-nio keeps a refused preparation for the connection's life,
+    /// so the store closes that connection rather than let the pool hand it out again.
+    @Test func aStatementRefusedWhileTheTableWasMissingWorksOnceItIsBack() async throws {
+        try await RegistryDatabase.withStore { store, _ in
+            let event = LedgerEvent(
+                eventID: "refused-\(UUID().uuidString)",
+                topic: "com.example.refused",
+                recordTimestampMilliseconds: WallClock.millisecondsSince1970()
+            )
+            try await Self.sql("ALTER TABLE push.delivery_ledger RENAME TO delivery_ledger_hidden_by_test")
+            await #expect(throws: PSQLError.self) { _ = try await store.recordedDeliveries(of: [event]) }
+            try await Self.sql("ALTER TABLE push.delivery_ledger_hidden_by_test RENAME TO delivery_ledger")
+            let found = try await store.recordedDeliveries(of: [event])
+            #expect(found.isEmpty, "the lookup runs again on a connection that prepares it anew")
         }
     }
 

@@ -66,6 +66,9 @@ package struct HeraldConfiguration: Sendable {
     /// Every key read that has a value, as `KEY = [type: value] (source)`; secrets show as
     /// `<REDACTED>` (swift-configuration's redaction). `herald config check` prints them.
     package var effectiveValues: [String] = []
+    /// The keys left unset that Herald applied a default to, with that default, as text; the
+    /// README's table is checked against them. `herald config check` prints them too.
+    package var defaultsApplied: [String: String] = [:]
 
     /// Reads the configuration. A value in `environment` wins over the same key in the YAML or
     /// JSON file named by HERALD_CONFIG_FILE.
@@ -81,7 +84,7 @@ package struct HeraldConfiguration: Sendable {
         consumerGroup = KafkaConfiguration.consumerGroup(reading: source)
         housekeeping = try HousekeepingConfiguration(reading: source)
         pipeline = try PipelineConfiguration(reading: source, ledgerRetention: housekeeping.ledgerRetention)
-        postgresURL = try PostgresURL(source["HERALD_POSTGRES_URL"] ?? "postgres://localhost/herald")
+        postgresURL = try PostgresURL(source.string("HERALD_POSTGRES_URL", default: "postgres://localhost/herald"))
         postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         let apnsSettings = try APNSClientConfiguration.Settings(reading: source)
         apns = apnsSettings.client
@@ -92,12 +95,12 @@ package struct HeraldConfiguration: Sendable {
         apnsCredentialsCheckInterval = apnsSettings.credentialsCheckInterval
         shutdownGracePeriod = .seconds(try source.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
         httpPort = try source.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
-        let levelText = source["HERALD_LOG_LEVEL"] ?? "info"
+        let levelText = source.string("HERALD_LOG_LEVEL", default: "info")
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
             throw ConfigurationError("HERALD_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
         }
         logLevel = level
-        guard let format = LogFormat(rawValue: (source["HERALD_LOG_FORMAT"] ?? "json").lowercased()) else {
+        guard let format = LogFormat(rawValue: (source.string("HERALD_LOG_FORMAT", default: "json")).lowercased()) else {
             throw ConfigurationError("HERALD_LOG_FORMAT must be json or text")
         }
         logFormat = format
@@ -105,6 +108,7 @@ package struct HeraldConfiguration: Sendable {
         let otlpEndpointSet = environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
         tracesEnabled = try source.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
         effectiveValues = source.effectiveValues
+        defaultsApplied = source.defaultsApplied
     }
 
     /// Levenshtein distance, for naming the key a typo meant.
@@ -135,9 +139,15 @@ package struct ConfigurationError: Error, Sendable, CustomStringConvertible {
 }
 
 extension HeraldConfigurationSource {
+    /// The text of `key`, `defaultValue` when unset.
+    func string(_ key: String, default defaultValue: String) -> String {
+        guard let text = self[key] else { return applying(defaultValue, to: key) }
+        return text
+    }
+
     /// An integer in `range`, `defaultValue` when unset.
     func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
-        guard let text = self[key] else { return defaultValue }
+        guard let text = self[key] else { return applying(defaultValue, to: key) }
         guard let value = Int(text), range.contains(value) else {
             throw ConfigurationError("\(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
         }
@@ -146,7 +156,7 @@ extension HeraldConfigurationSource {
 
     /// `true`/`yes`/`1` or `false`/`no`/`0`, `defaultValue` when unset.
     func boolean(_ key: String, default defaultValue: Bool) throws -> Bool {
-        guard let text = self[key]?.lowercased() else { return defaultValue }
+        guard let text = self[key]?.lowercased() else { return applying(defaultValue, to: key) }
         switch text {
         case "1", "true", "yes": return true
         case "0", "false", "no": return false

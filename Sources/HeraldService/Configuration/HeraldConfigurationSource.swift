@@ -13,6 +13,8 @@ struct HeraldConfigurationSource {
     let givenKeys: Set<String>
     /// What each key read resolved to, secrets redacted, and where it came from.
     private let valuesRead: ValuesRead
+    /// The defaults the typed reads applied to unset keys, by key.
+    private let defaults = DefaultsApplied()
 
     /// Keys whose values are secret: the database URL (it may hold a password), the
     /// certificate password, and librdkafka's passwords, secrets and keys.
@@ -53,6 +55,15 @@ struct HeraldConfigurationSource {
 
     /// The keys read that have a value, each as `KEY = [type: value] (source)`, secrets redacted.
     var effectiveValues: [String] { valuesRead.lines }
+
+    /// The defaults applied to unset keys so far, as text.
+    var defaultsApplied: [String: String] { defaults.values.withLock { $0 } }
+
+    /// Records that `key` was unset and read as `value`, and returns `value`.
+    func applying<Value>(_ value: Value, to key: String) -> Value {
+        defaults.values.withLock { $0[key] = "\(value)" }
+        return value
+    }
 
     /// The file's provider and its keys. Its top level must be a mapping of keys to single
     /// values (strings, numbers, booleans), like the environment.
@@ -109,4 +120,9 @@ private final class ValuesRead: AccessReporter, Sendable {
     }
 
     var lines: [String] { values.withLock { $0.sorted { $0.key < $1.key }.map(\.value) } }
+}
+
+/// The defaults applied to unset keys, as text by key (shared by the source's copies).
+private final class DefaultsApplied: Sendable {
+    let values = Mutex<[String: String]>([:])
 }

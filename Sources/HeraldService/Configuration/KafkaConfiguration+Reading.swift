@@ -16,11 +16,11 @@ extension KafkaConfiguration {
             guard !name.isEmpty, let value = source[key] else { continue }
             properties[name.lowercased().replacingOccurrences(of: "_", with: ".")] = value
         }
-        self.init(bootstrapServers: source["HERALD_KAFKA_BROKERS"] ?? "127.0.0.1:9092", properties: properties)
+        self.init(bootstrapServers: source.string("HERALD_KAFKA_BROKERS", default: "127.0.0.1:9092"), properties: properties)
     }
 
     /// The consumer group (HERALD_KAFKA_GROUP).
     static func consumerGroup(reading source: HeraldConfigurationSource) -> String {
-        source["HERALD_KAFKA_GROUP"] ?? "herald"
+        source.string("HERALD_KAFKA_GROUP", default: "herald")
     }
 }

@@ -15,14 +15,14 @@ extension PipelineConfiguration {
     /// ledger can still answer for).
     init(reading source: HeraldConfigurationSource, ledgerRetention: Duration) throws {
         self.init()
-        topics.requests = source["HERALD_TOPIC_REQUESTS"] ?? topics.requests
-        topics.bulkRequests = source["HERALD_TOPIC_BULK_REQUESTS"] ?? topics.bulkRequests
-        topics.tokens = source["HERALD_TOPIC_TOKENS"] ?? topics.tokens
-        topics.results = source["HERALD_TOPIC_RESULTS"] ?? topics.results
-        topics.unregistered = source["HERALD_TOPIC_UNREGISTERED"] ?? topics.unregistered
-        topics.deadLetters = source["HERALD_TOPIC_DLQ"] ?? topics.deadLetters
-        topics.channels = source["HERALD_TOPIC_CHANNELS"] ?? topics.channels
-        topics.channelResults = source["HERALD_TOPIC_CHANNEL_RESULTS"] ?? topics.channelResults
+        topics.requests = source.string("HERALD_TOPIC_REQUESTS", default: topics.requests)
+        topics.bulkRequests = source.string("HERALD_TOPIC_BULK_REQUESTS", default: topics.bulkRequests)
+        topics.tokens = source.string("HERALD_TOPIC_TOKENS", default: topics.tokens)
+        topics.results = source.string("HERALD_TOPIC_RESULTS", default: topics.results)
+        topics.unregistered = source.string("HERALD_TOPIC_UNREGISTERED", default: topics.unregistered)
+        topics.deadLetters = source.string("HERALD_TOPIC_DLQ", default: topics.deadLetters)
+        topics.channels = source.string("HERALD_TOPIC_CHANNELS", default: topics.channels)
+        topics.channelResults = source.string("HERALD_TOPIC_CHANNEL_RESULTS", default: topics.channelResults)
         retry = RetryPolicy(
             maxAttempts: try source.integer("HERALD_RETRY_MAX_ATTEMPTS", default: 12, in: 1...1000),
             deliveryDeadline: .seconds(try source.integer("HERALD_DELIVERY_DEADLINE_S", default: 300, in: 1...86_400))
