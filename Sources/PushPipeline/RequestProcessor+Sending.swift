@@ -41,7 +41,7 @@ extension RequestProcessor {
     /// Sends one delivery (its claim and a send permit held) and hands the outcome, and a 410's
     /// registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
     func send(_ delivery: Delivery, consumedAt: ContinuousClock.Instant) async {
-        let (event, destination, ticket) = (delivery.ticket.event, delivery.destination, delivery.ticket)
+        let (event, destination, ticket) = (delivery.event, delivery.destination, delivery.ticket)
         let apnsID = NotificationID.derive(eventID: event.id, token: destination.ledgerToken)
         let request =
             switch destination {
