@@ -22,7 +22,7 @@ let package = Package(
     products: [
         // An APNs client for Swift servers: request types and reasons, provider tokens, and the
         // pooled HTTP/2 client with deadlines and Apple's rules, as a ServiceLifecycle service.
-        .library(name: "APNSClient", targets: ["APNSCore", "APNSHTTP2"]),
+        .library(name: "APNSClient", targets: ["APNSCore", "APNSWire", "APNSHTTP2"]),
         // The delivery pipeline, embeddable with your own message source, publisher, token
         // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
         .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore"]),
@@ -95,9 +95,19 @@ let package = Package(
         ),
         .target(
             name: "APNSCore",
+            dependencies: ["ExactTime"],
+            swiftSettings: swiftSettings
+        ),
+        // HTTP/2 as an APNs client speaks it, on one connection: the channel handler and its
+        // state machine, with no TLS, socket or crypto code, so the fuzz target builds without them.
+        .target(
+            name: "APNSWire",
             dependencies: [
-                "ExactTime",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "APNSCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOTLS", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -105,6 +115,7 @@ let package = Package(
             name: "APNSHTTP2",
             dependencies: [
                 "APNSCore",
+                "APNSWire",
                 "ExactTime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -233,7 +244,7 @@ let package = Package(
             name: "FuzzConnectionHandler",
             dependencies: [
                 "APNSCore",
-                "APNSHTTP2",
+                "APNSWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -282,13 +293,14 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSCoreTests",
-            dependencies: ["APNSCore", "ExactTime", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["APNSCore", "ExactTime"],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
             name: "APNSHTTP2Tests",
             dependencies: [
                 "APNSHTTP2",
+                "APNSWire",
                 "APNSCore",
                 "MockAPNS",
                 "PushPipeline",

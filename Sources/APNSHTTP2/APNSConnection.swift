@@ -1,4 +1,5 @@
 import APNSCore
+import APNSWire
 import Logging
 import NIOCore
 import NIOPosix
@@ -74,7 +75,8 @@ final class APNSConnection: APNSPooledConnection {
                 authority: endpoint.authority,
                 handshakeTimeout: TimeAmount(connectTimeout),
                 pingInterval: TimeAmount(pingInterval),
-                pingTimeout: TimeAmount(pingTimeout)
+                pingTimeout: TimeAmount(pingTimeout),
+                isTLSFailure: { $0 is NIOSSLError || $0 is BoringSSLError }
             )
             let sniHostname = endpoint.isIPAddress ? nil : endpoint.host
             let sslContext = self.sslContext

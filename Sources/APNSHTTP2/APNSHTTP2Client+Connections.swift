@@ -1,4 +1,5 @@
 import APNSCore
+import APNSWire
 import Logging
 import NIOCore
 import NIOConcurrencyHelpers

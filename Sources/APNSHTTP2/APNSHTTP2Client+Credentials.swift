@@ -1,4 +1,5 @@
 import APNSCore
+import APNSWire
 import Crypto
 import Foundation
 import Logging

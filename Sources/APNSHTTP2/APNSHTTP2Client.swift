@@ -1,4 +1,5 @@
 public import APNSCore
+import APNSWire
 import Crypto
 import Foundation
 public import Logging

@@ -6,7 +6,7 @@
 //
 // scripts/test.sh builds it with `-sanitize=fuzzer -DFUZZING` and runs it for a bounded time
 // over Fuzz/corpus/connection-handler; in ordinary builds `main` only says so.
-@testable import APNSHTTP2
+@testable import APNSWire
 import APNSCore
 import Dispatch
 import Foundation
@@ -64,7 +64,8 @@ enum ConnectionUnderFuzz {
                 authority: "api.push.apple.com",
                 handshakeTimeout: .seconds(10),
                 pingInterval: .seconds(60),
-                pingTimeout: .seconds(20)
+                pingTimeout: .seconds(20),
+                isTLSFailure: { _ in false }
             ),
             providerToken: "jwt",
             readyPromise: ready,

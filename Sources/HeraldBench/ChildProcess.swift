@@ -1,4 +1,5 @@
 import APNSCore
+import APNSHTTP2
 import ArgumentParser
 import Crypto
 import Foundation

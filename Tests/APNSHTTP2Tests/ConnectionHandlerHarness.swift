@@ -7,6 +7,7 @@ import NIOHPACK
 import Testing
 
 @testable import APNSHTTP2
+@testable import APNSWire
 
 /// The handler tests' harness: a handler on a `NIOAsyncTestingChannel`, inbound frames built
 /// here, and what the handler writes decoded (also used by the state machine's tests).
@@ -88,6 +89,9 @@ extension ConnectionHandlerTests {
         }
     }
 
+    /// The error the harness's handler classifies as a TLS failure.
+    struct TLSFailureForTests: Error {}
+
     final class Harness: Sendable {
         let loop: NIOAsyncTestingEventLoop
         let channel: NIOAsyncTestingChannel
@@ -109,7 +113,8 @@ extension ConnectionHandlerTests {
                 authority: "api.push.apple.com",
                 handshakeTimeout: .seconds(10),
                 pingInterval: pingInterval,
-                pingTimeout: pingTimeout
+                pingTimeout: pingTimeout,
+                isTLSFailure: { $0 is TLSFailureForTests }
             )
             (handler, ready) = try await loop.executeInContext {
                 let ready = loop.makePromise(of: Int.self)

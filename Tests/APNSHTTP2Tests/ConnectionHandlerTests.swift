@@ -7,6 +7,7 @@ import NIOHPACK
 import Testing
 
 @testable import APNSHTTP2
+@testable import APNSWire
 
 /// Drives ``APNSConnectionHandler`` with HTTP/2 bytes on a `NIOAsyncTestingChannel`: no sockets,
 /// virtual time for deadlines and PINGs. Inbound frames are framed here and their headers
@@ -28,6 +29,15 @@ struct ConnectionHandlerTests {
     @Test func becomesReadyWithTheServersStreamLimit() async throws {
         let harness = try await Harness()
         #expect(try await harness.becomeReady(maxConcurrentStreams: 7) == 7)
+    }
+
+    @Test(arguments: [true, false])
+    func anErrorBeforeReadyFailsItAsTheConfigurationClassifiesIt(isTLSFailure: Bool) async throws {
+        let harness = try await Harness()
+        let error: any Error = isTLSFailure ? TLSFailureForTests() : ChannelError.ioOnClosedChannel
+        try await harness.loop.executeInContext { harness.channel.pipeline.fireErrorCaught(error) }
+        let failure = await #expect(throws: APNSTransportError.self) { try await harness.ready.get() }
+        #expect(failure?.resultReason == (isTLSFailure ? "TLSHandshakeFailed" : "ConnectionFailed"))
     }
 
     @Test func missingLimitMeansUnlimited() async throws {

@@ -4,6 +4,7 @@ import NIOEmbedded
 import Testing
 
 @testable import APNSHTTP2
+@testable import APNSWire
 
 @Suite("Connection pool state machine")
 struct ConnectionPoolStateMachineTests {

@@ -3,7 +3,7 @@ import NIOCore
 import NIOHPACK
 import Testing
 
-@testable import APNSHTTP2
+@testable import APNSWire
 
 /// Drives ``APNSConnectionHandler/StateMachine`` directly: no channel, no event loop, no timers.
 /// Waiters are plain request numbers; inbound frames are built here and what the machine queues

@@ -3,7 +3,7 @@ import NIOCore
 import NIOHPACK
 import Testing
 
-@testable import APNSHTTP2
+@testable import APNSWire
 
 @Suite("Request headers and HPACK indexing")
 struct RequestHeadersTests {

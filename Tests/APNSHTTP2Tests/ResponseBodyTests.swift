@@ -1,7 +1,7 @@
 import NIOCore
 import Testing
 
-@testable import APNSHTTP2
+@testable import APNSWire
 
 @Suite("Response body parsing")
 struct ResponseBodyTests {

@@ -1,12 +1,11 @@
-import APNSCore
-import Logging
-import NIOCore
+package import APNSCore
+package import Logging
+package import NIOCore
 import NIOHPACK
-import NIOSSL
 import NIOTLS
 
 /// What a connection tells the pool about itself.
-enum APNSConnectionEvent: Sendable {
+package enum APNSConnectionEvent: Sendable {
     /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
     case streamLimitChanged(Int)
     /// A GOAWAY arrived (or stream IDs ran out): the connection takes no new streams.
@@ -17,14 +16,14 @@ enum APNSConnectionEvent: Sendable {
 
 /// A request that was never written because its connection closed or began draining first;
 /// the client retries it on another connection without counting an attempt.
-struct APNSStreamNotOpened: Error {
-    var transportError: APNSTransportError
+package struct APNSStreamNotOpened: Error {
+    package var transportError: APNSTransportError
 }
 
 /// APNs' answer on one stream and the provider token the request carried.
-struct APNSStreamOutcome: Sendable {
-    var response: APNSResponse
-    var providerToken: String?
+package struct APNSStreamOutcome: Sendable {
+    package var response: APNSResponse
+    package var providerToken: String?
 }
 
 /// The HTTP/2 client of one APNs connection, directly behind TLS: it writes each request as a
@@ -39,20 +38,36 @@ struct APNSStreamOutcome: Sendable {
 /// The protocol lives in ``StateMachine``; this class feeds it the channel's events and performs
 /// what it returns: resuming callers, fulfilling the ready promise, timers, flushes and closing.
 /// All state lives on the channel's event loop; ``APNSConnection`` reaches it through `NIOLoopBound`.
-final class APNSConnectionHandler: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-    typealias StreamWaiter = CheckedContinuation<APNSStreamOutcome, any Error>
+package final class APNSConnectionHandler: ChannelInboundHandler {
+    package typealias InboundIn = ByteBuffer
+    package typealias OutboundOut = ByteBuffer
+    package typealias StreamWaiter = CheckedContinuation<APNSStreamOutcome, any Error>
 
-    struct Configuration: Sendable {
-        var authority: String
-        var handshakeTimeout: TimeAmount
-        var pingInterval: TimeAmount
-        var pingTimeout: TimeAmount
+    package struct Configuration: Sendable {
+        package var authority: String
+        package var handshakeTimeout: TimeAmount
+        package var pingInterval: TimeAmount
+        package var pingTimeout: TimeAmount
+        /// Whether an error the channel caught is a TLS failure (the TLS handler lives outside this module).
+        package var isTLSFailure: @Sendable (any Error) -> Bool
+
+        package init(
+            authority: String,
+            handshakeTimeout: TimeAmount,
+            pingInterval: TimeAmount,
+            pingTimeout: TimeAmount,
+            isTLSFailure: @escaping @Sendable (any Error) -> Bool
+        ) {
+            self.authority = authority
+            self.handshakeTimeout = handshakeTimeout
+            self.pingInterval = pingInterval
+            self.pingTimeout = pingTimeout
+            self.isTLSFailure = isTLSFailure
+        }
     }
 
     /// The stream limit assumed when the server's SETTINGS name none (RFC 9113: unlimited).
-    static var streamLimitWhenUnlimited: Int { StateMachine<StreamWaiter>.streamLimitWhenUnlimited }
+    package static var streamLimitWhenUnlimited: Int { StateMachine<StreamWaiter>.streamLimitWhenUnlimited }
 
     private let configuration: Configuration
     private let logger: Logger
@@ -70,7 +85,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
     private var pingAckTimer: Scheduled<Void>?
     private var gracefulCloseTimer: Scheduled<Void>?
 
-    init(
+    package init(
         configuration: Configuration,
         providerToken: String?,
         readyPromise: EventLoopPromise<Int>,
@@ -87,7 +102,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
     // MARK: Calls from APNSConnection (on the event loop)
 
     /// Opens a stream for `request`; `continuation` is resumed exactly once with the answer or an error.
-    func startStream(
+    package func startStream(
         requestID: UInt64,
         request: APNSRequest,
         deadline: NIODeadline,
@@ -105,19 +120,19 @@ final class APNSConnectionHandler: ChannelInboundHandler {
     }
 
     /// The caller's task was cancelled: reset its stream.
-    func cancelStream(requestID: UInt64) {
+    package func cancelStream(requestID: UInt64) {
         guard let finished = state.cancelStream(requestID: requestID) else { return }
         scheduleFlush()
         resume(finished)
     }
 
     /// Uses `token` for the `authorization` header of streams opened from now on.
-    func installProviderToken(_ token: String) {
+    package func installProviderToken(_ token: String) {
         state.installProviderToken(token)
     }
 
     /// Stops taking streams and closes once in-flight streams finished or `timeout` passed.
-    func closeGracefully(within timeout: TimeAmount) {
+    package func closeGracefully(within timeout: TimeAmount) {
         switch state.closeGracefully() {
         case .none:
             return
@@ -135,7 +150,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
 
     // MARK: ChannelHandler
 
-    func handlerAdded(context: ChannelHandlerContext) {
+    package func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.handshakeTimeout) {
             [self] in
@@ -146,18 +161,18 @@ final class APNSConnectionHandler: ChannelInboundHandler {
         if context.channel.isActive { sendPreface() }
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) {
+    package func handlerRemoved(context: ChannelHandlerContext) {
         // A channel that never became active (connection refused) sees no channelInactive.
         connectionClosed(streamError: .connectionFailed("connection handler removed"), reportClosure: false)
         self.context = nil
     }
 
-    func channelActive(context: ChannelHandlerContext) {
+    package func channelActive(context: ChannelHandlerContext) {
         sendPreface()
         context.fireChannelActive()
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         state.bytesReceived(unwrapInboundIn(data))
         while let action = state.nextFrameAction() {
             perform(action)
@@ -165,7 +180,7 @@ final class APNSConnectionHandler: ChannelInboundHandler {
         scheduleFlush()
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+    package func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = tlsEvent,
             let failure = state.handshakeCompleted(negotiatedProtocol: negotiated)
         {
@@ -175,16 +190,16 @@ final class APNSConnectionHandler: ChannelInboundHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    package func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("APNs connection error", metadata: [APNSLoggingKeys.error: "\(error)"])
-        let tlsFailed = error is NIOSSLError || error is BoringSSLError
+        let tlsFailed = configuration.isTLSFailure(error)
         let transportError: APNSTransportError =
             tlsFailed ? .tlsHandshakeFailed("\(error)") : .connectionFailed("\(error)")
         if let failure = state.errorCaught(transportError) { readyFailed(failure) }
         context.close(promise: nil)
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    package func channelInactive(context: ChannelHandlerContext) {
         connectionClosed(streamError: .connectionFailed("connection to APNs closed before the answer"), reportClosure: true)
         context.fireChannelInactive()
     }

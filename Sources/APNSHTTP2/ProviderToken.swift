@@ -1,3 +1,4 @@
+public import APNSCore
 public import Crypto
 import Foundation
 

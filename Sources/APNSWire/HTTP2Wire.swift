@@ -3,7 +3,7 @@ import NIOCore
 /// HTTP/2 framing (RFC 9113 sections 4 and 6) as an APNs client needs it: the frame layout,
 /// the frame types, flags and settings it reads or writes, and a reader that cuts a byte stream
 /// into frames. Stream and connection state live in ``APNSConnectionHandler/StateMachine``.
-enum HTTP2Wire {
+package enum HTTP2Wire {
     /// The client connection preface (RFC 9113 section 3.4).
     static let clientPreface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
     static let frameHeaderLength = 9
@@ -49,8 +49,11 @@ enum HTTP2Wire {
     }
 
     /// An HTTP/2 error code (RFC 9113 section 7), named when known.
-    struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-        var rawValue: UInt32
+    package struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        package var rawValue: UInt32
+
+        package init(rawValue: UInt32) { self.rawValue = rawValue }
+
         static let noError = ErrorCode(rawValue: 0x0)
         static let protocolError = ErrorCode(rawValue: 0x1)
         static let internalError = ErrorCode(rawValue: 0x2)
@@ -65,7 +68,7 @@ enum HTTP2Wire {
             "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED",
         ]
 
-        var description: String {
+        package var description: String {
             rawValue < Self.names.count ? Self.names[Int(rawValue)] : "error code 0x\(String(rawValue, radix: 16))"
         }
     }
