@@ -105,8 +105,11 @@ struct ReadinessTests {
         let testbed = try HeraldTestbed()
         try await testbed.withMocks {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
-            environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "10000"
-            environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "10000"
+            // The crashed member holds the group for one session: long enough for the second
+            // instance (ready to answer in about a second) to be seen unready, short enough not to
+            // idle the test (10 s took 23.6 s in all, 6 s about 15).
+            environment["HERALD_KAFKA_SESSION_TIMEOUT_MS"] = "6000"
+            environment["HERALD_KAFKA_MAX_POLL_INTERVAL_MS"] = "6000"
             _ = try await testbed.heraldConfiguration(group: "migrate-only")
             let logPath = testbed.directory.appendingPathComponent("herald.log").path
 
