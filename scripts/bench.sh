@@ -12,6 +12,7 @@
 set -euo pipefail
 # shellcheck source=scripts/release-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
+start_services
 
 if [[ "${1:-}" == pipeline ]]; then
   shift

@@ -17,29 +17,14 @@ set -euo pipefail
 # shellcheck source=scripts/release-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 
-# The crash tests run the real `herald` executable as a child process.
-export HERALD_BIN="$BIN/herald"
-# Serially: the integration suites share one broker and two cores; in parallel they starve each other.
-# Their files (keys, certificates, each Herald's log) go to .local/test-tmp, kept for a look after
-# a failure and removed when the next run starts.
-rm -rf .local/test-tmp && mkdir -p .local/test-tmp
-TMPDIR="$ROOT/.local/test-tmp" swift test -c release -Xswiftc -enable-testing --skip-build --no-parallel "$@"
-
-# The connection handler under libFuzzer for a bounded time, from the corpus in the repository
-# (new inputs go to a scratch directory; a crash leaves its input in .local/fuzz and fails here).
-# Built apart (.build-fuzz): every module is instrumented for libFuzzer, and the target depends on
-# APNSWire alone, without swift-crypto or swift-nio-ssl (77 s from nothing; 197 to 208 s with
-# them). Run beside the release build at the lowest priority it saved nothing (a fresh clone's
-# release build took 833 s instead of 589 s), and beside the tests even at the idle
-# scheduling class it made timing-bound tests fail. The fuzzer runs on both cores (-fork=2) in the
-# background while the examples below build and run: 30 s that way ran 49,695 inputs, where 60 s
-# on one core ran 39,565 to 46,750.
+# The connection handler's fuzz target, built apart (.build-fuzz): every module is instrumented
+# for libFuzzer, and the target depends on APNSWire alone, without swift-crypto or swift-nio-ssl
+# (77 s from nothing; 197 to 208 s with them). It builds after the release build, not beside it:
+# beside it at the lowest priority it saved nothing (a fresh clone's release build took 833 s
+# instead of 589 s), and while the tests run, even at the idle scheduling class, a busy neighbour
+# made timing-bound tests fail.
 swift build --product FuzzConnectionHandler --scratch-path .build-fuzz \
     -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -enable-testing
-mkdir -p .local/fuzz/new-inputs
-(cd .local/fuzz && exec "$ROOT/.build-fuzz/debug/FuzzConnectionHandler" -fork=2 -max_total_time="${FUZZ_SECONDS:-30}" -timeout=10 \
-    new-inputs "$ROOT/Fuzz/corpus/connection-handler") >.local/fuzz/fuzz.log 2>&1 &
-FUZZER=$!
 
 # Herald's library products as another package uses them (Examples/Embedding, its own manifest
 # and resolution): the APNs client sends to the mock, the pipeline runs with in-memory parts, and
@@ -54,6 +39,27 @@ swift build "${EXAMPLES_BUILD[@]}" || {
     swift build "${EXAMPLES_BUILD[@]}"
 }
 EXAMPLES="$(swift build "${EXAMPLES_BUILD[@]}" --show-bin-path)"
+
+# Every build is done: only now the services start and their variables are exported.
+start_services
+
+# The crash tests run the real `herald` executable as a child process.
+export HERALD_BIN="$BIN/herald"
+# Serially: the integration suites share one broker and two cores; in parallel they starve each other.
+# Their files (keys, certificates, each Herald's log) go to .local/test-tmp, kept for a look after
+# a failure and removed when the next run starts.
+rm -rf .local/test-tmp && mkdir -p .local/test-tmp
+TMPDIR="$ROOT/.local/test-tmp" swift test -c release -Xswiftc -enable-testing --skip-build --no-parallel "$@"
+
+# The connection handler under libFuzzer for a bounded time, from the corpus in the repository
+# (new inputs go to a scratch directory; a crash leaves its input in .local/fuzz and fails here).
+# The fuzzer runs on both cores (-fork=2) in the background while the examples run: 30 s that
+# way ran 49,695 inputs, where 60 s on one core ran 39,565 to 46,750.
+mkdir -p .local/fuzz/new-inputs
+(cd .local/fuzz && exec "$ROOT/.build-fuzz/debug/FuzzConnectionHandler" -fork=2 -max_total_time="${FUZZ_SECONDS:-30}" -timeout=10 \
+    new-inputs "$ROOT/Fuzz/corpus/connection-handler") >.local/fuzz/fuzz.log 2>&1 &
+FUZZER=$!
+
 "$EXAMPLES/APNSClientExample"
 "$EXAMPLES/PipelineExample"
 # grep reads all its input (no -q), so pipefail never sees nm or ldd cut off.
