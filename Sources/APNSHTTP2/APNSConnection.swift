@@ -130,7 +130,7 @@ final class APNSConnection: APNSPooledConnection {
     func execute(_ request: APNSRequest, deadline: NIODeadline) async throws -> APNSStreamOutcome {
         // An already-cancelled task would run its cancellation handler before the stream exists.
         try Task.checkCancellation()
-        let requestID = requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let requestID = nextRequestID()
         let handler = self.handler
         let eventLoop = channel.eventLoop
         return try await withTaskCancellationHandler {
@@ -146,6 +146,30 @@ final class APNSConnection: APNSPooledConnection {
             }
         } onCancel: {
             eventLoop.execute { handler.value.cancelStream(requestID: requestID) }
+        }
+    }
+
+    /// A new ID for a stream of this connection (``start(_:deadline:)``, ``cancel(_:)``).
+    func nextRequestID() -> UInt64 {
+        requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
+    }
+
+    /// Starts a stream for each request in one hop to the event loop; each waiter is called
+    /// there with its answer or an error.
+    func start(_ streams: [(requestID: UInt64, request: APNSRequest, waiter: StreamWaiter)], deadline: NIODeadline) {
+        let handler = self.handler
+        channel.eventLoop.execute {
+            for stream in streams {
+                handler.value.startStream(requestID: stream.requestID, request: stream.request, deadline: deadline, waiter: stream.waiter)
+            }
+        }
+    }
+
+    /// Resets the streams of these requests (their waiters get a `CancellationError`).
+    func cancel(_ requestIDs: [UInt64]) {
+        let handler = self.handler
+        channel.eventLoop.execute {
+            for requestID in requestIDs { handler.value.cancelStream(requestID: requestID) }
         }
     }
 

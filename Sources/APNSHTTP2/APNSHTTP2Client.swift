@@ -194,9 +194,26 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         deadline: ContinuousClock.Instant
     ) async throws -> APNSResponse {
         let first = try await sendOnce(request, environment: environment, deadline: deadline)
-        guard first.outcome.response.status == 403, first.outcome.response.reason == .expiredProviderToken,
-            let usedToken = first.outcome.providerToken, let manager = first.connection.tokenManager
-        else {
+        guard Self.tokenExpired(first.outcome, on: first.connection) else { return first.outcome.response }
+        return try await sendAgain(request, environment: environment, deadline: deadline, afterExpired: first)
+    }
+
+    /// Whether APNs refused the request's provider token as expired (403 ExpiredProviderToken),
+    /// so ``sendAgain(_:environment:deadline:afterExpired:)`` may retry it with a new one.
+    static func tokenExpired(_ outcome: APNSStreamOutcome, on connection: APNSConnection) -> Bool {
+        outcome.response.status == 403 && outcome.response.reason == .expiredProviderToken
+            && outcome.providerToken != nil && connection.tokenManager != nil
+    }
+
+    /// After a 403 ExpiredProviderToken: sends `request` once more with a new token when Apple's
+    /// 20-minute rule allows one, else returns the first answer.
+    func sendAgain(
+        _ request: APNSRequest,
+        environment: APNSEnvironment,
+        deadline: ContinuousClock.Instant,
+        afterExpired first: (outcome: APNSStreamOutcome, connection: APNSConnection)
+    ) async throws -> APNSResponse {
+        guard let usedToken = first.outcome.providerToken, let manager = first.connection.tokenManager else {
             return first.outcome.response
         }
         let replaced: Bool
@@ -215,7 +232,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// The pool for the request's credential: the bundle ID's entry (the full topic's, when it
     /// has one, wins), else the default; throws ``APNSNoCredentialError`` when there is none and
     /// ``APNSTokenAuthenticationRequiredError`` for a channel request with a certificate credential.
-    private func pool(for request: APNSRequest) throws -> CredentialPool {
+    func pool(for request: APNSRequest) throws -> CredentialPool {
         let pool = routing.withLockedValue { state -> CredentialPool? in
             let routing = state.routing
             guard !routing.poolsByTopic.isEmpty else { return routing.defaultPool }

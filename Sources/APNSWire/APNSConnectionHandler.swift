@@ -26,6 +26,25 @@ package struct APNSStreamOutcome: Sendable {
     package var providerToken: String?
 }
 
+/// Whoever waits for one stream's outcome: a task's continuation, or a callback that a batch of
+/// requests shares (``APNSConnectionHandler/startStream(requestID:request:deadline:waiter:)``).
+/// Called exactly once, on the connection's event loop.
+package struct StreamWaiter: Sendable {
+    private let answer: @Sendable (Result<APNSStreamOutcome, any Error>) -> Void
+
+    package init(_ answer: @escaping @Sendable (Result<APNSStreamOutcome, any Error>) -> Void) {
+        self.answer = answer
+    }
+
+    package init(_ continuation: CheckedContinuation<APNSStreamOutcome, any Error>) {
+        self.answer = { continuation.resume(with: $0) }
+    }
+
+    func resume(with result: Result<APNSStreamOutcome, any Error>) { answer(result) }
+
+    func resume(throwing error: any Error) { answer(.failure(error)) }
+}
+
 /// The HTTP/2 client of one APNs connection, directly behind TLS: it writes each request as a
 /// HEADERS and a DATA frame on a new stream, matches answers to callers, enforces deadlines,
 /// drains on GOAWAY, keeps both directions' flow-control windows and pings idle connections.
@@ -41,7 +60,6 @@ package struct APNSStreamOutcome: Sendable {
 package final class APNSConnectionHandler: ChannelInboundHandler {
     package typealias InboundIn = ByteBuffer
     package typealias OutboundOut = ByteBuffer
-    package typealias StreamWaiter = CheckedContinuation<APNSStreamOutcome, any Error>
 
     package struct Configuration: Sendable {
         package var authority: String
@@ -106,9 +124,20 @@ package final class APNSConnectionHandler: ChannelInboundHandler {
         requestID: UInt64,
         request: APNSRequest,
         deadline: NIODeadline,
-        continuation: StreamWaiter
+        continuation: CheckedContinuation<APNSStreamOutcome, any Error>
     ) {
-        switch state.startStream(requestID: requestID, request: request, deadline: deadline, waiter: continuation) {
+        startStream(requestID: requestID, request: request, deadline: deadline, waiter: StreamWaiter(continuation))
+    }
+
+    /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with the
+    /// answer or an error.
+    package func startStream(
+        requestID: UInt64,
+        request: APNSRequest,
+        deadline: NIODeadline,
+        waiter: StreamWaiter
+    ) {
+        switch state.startStream(requestID: requestID, request: request, deadline: deadline, waiter: waiter) {
         case .started(let deadlineToArm):
             if let deadlineToArm { armDeadlineTimer(for: deadlineToArm) }
         case .failed(let waiter, let error, let event, let closeConnection):

@@ -8,6 +8,7 @@ import HeraldService
 import Logging
 import Prometheus
 import PushPipeline
+import Synchronization
 
 /// Herald's sender (``NotificationSender`` over ``APNSHTTP2Client``) against `h2load`, both
 /// sending the same requests to the same `mock-apns` process, in alternating rounds.
@@ -185,27 +186,69 @@ struct HeraldSenderClient {
         return (run, concurrency + count)
     }
 
-    /// Delivers every request with at most `concurrency` in flight; returns how many were delivered.
+    /// Delivers every request with at most `concurrency` in flight, as the pipeline sends: each
+    /// batch is as many requests as there are free slots (the pipeline's send permits), sent by one
+    /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)``. Returns how many were delivered.
     static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> Int {
-        try await withThrowingTaskGroup(of: Bool.self) { group in
+        let slots = FreeSlots(concurrency)
+        await withDiscardingTaskGroup { group in
             var next = requests.startIndex
-            var delivered = 0
-            func startNext() {
-                guard next < requests.endIndex else { return }
-                let request = requests[next]
-                next += 1
+            while next < requests.endIndex {
+                let free = await slots.takeAll()
+                let batch = requests[next..<min(next + free, requests.endIndex)].map { (request: $0, environment: APNSEnvironment.production) }
+                next += batch.count
                 group.addTask {
-                    let outcome = try await sender.deliver(request, environment: .production, consumedAt: .now)
-                    return outcome.status == .delivered
+                    await sender.deliverAll(batch, consumedAt: .now, unless: { _ in false }) { _, result in
+                        slots.giveBack(delivered: (try? result.get())?.status == .delivered)
+                    }
                 }
             }
-            for _ in 0..<concurrency { startNext() }
-            for try await wasDelivered in group {
-                if wasDelivered { delivered += 1 }
-                startNext()
-            }
-            return delivered
         }
+        return slots.delivered
+    }
+}
+
+/// The sender benchmark's request slots: all free ones taken at once, each given back by its answer.
+private final class FreeSlots: Sendable {
+    private struct State {
+        var free: Int
+        var delivered = 0
+        var waiter: CheckedContinuation<Int, Never>?
+    }
+
+    private let state: Mutex<State>
+
+    init(_ count: Int) { state = Mutex(State(free: count)) }
+
+    /// Requests delivered so far.
+    var delivered: Int { state.withLock { $0.delivered } }
+
+    /// Takes every free slot, waiting for one when none is free; returns how many it took.
+    func takeAll() async -> Int {
+        await withCheckedContinuation { continuation in
+            let free = state.withLock { state -> Int? in
+                guard state.free > 0 else {
+                    state.waiter = continuation
+                    return nil
+                }
+                defer { state.free = 0 }
+                return state.free
+            }
+            if let free { continuation.resume(returning: free) }
+        }
+    }
+
+    /// Gives a slot back once its request was answered.
+    func giveBack(delivered: Bool) {
+        let waiter = state.withLock { state -> CheckedContinuation<Int, Never>? in
+            if delivered { state.delivered += 1 }
+            state.free += 1
+            guard let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            state.free = 0
+            return waiter
+        }
+        waiter?.resume(returning: 1)
     }
 }
 

@@ -38,47 +38,68 @@ extension RequestProcessor {
         var event: NotificationEvent { ticket.event }
     }
 
-    /// Sends one delivery (its claim and a send permit held) and hands the outcome, and a 410's
-    /// registry mark, to the ledger writer; ``publishRecorded(_:)`` publishes what stands.
+    /// Sends one delivery (its claim and a send permit held); see ``send(_:consumedAt:)``.
     func send(_ delivery: Delivery, consumedAt: ContinuousClock.Instant) async {
-        let (event, destination, ticket) = (delivery.event, delivery.destination, delivery.ticket)
-        let apnsID = NotificationID.derive(eventID: event.id, token: destination.ledgerToken)
-        let request =
-            switch destination {
-            case .channel(let channelID, _):
-                APNSRequest(
-                    channelID: channelID,
-                    bundleID: event.topic,
-                    priority: event.priority,
-                    requestID: apnsID,
-                    expiration: event.expiration ?? 0,
-                    payload: event.payload
-                )
-            case .device(let device):
-                APNSRequest(
-                    deviceToken: device.token,
-                    topic: event.pushType.apnsTopic(bundleID: event.topic),
-                    pushType: event.pushType,
-                    priority: event.priority,
-                    apnsID: apnsID,
-                    expiration: event.expiration,
-                    collapseID: event.collapseID,
-                    payload: event.payload
-                )
-            }
-        let trace = tracer.flatMap { tracer in ticket.batch.trace(ticket.message).map { $0.startSend(tracer: tracer) } }
-        defer { trace?.end() }
-        let message = ticket.batch.message(ticket.message)
-        let outcome: DeliveryOutcome
-        do {
-            outcome = try await sender.deliver(request, environment: destination.environment, consumedAt: consumedAt) {
-                ticket.batch.lane.tracker.isRevoked(message)
-            }
-        } catch {
-            // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
-            if error == .fenced { abandonFenced(ticket) }
-            return
+        await send([delivery], consumedAt: consumedAt)
+    }
+
+    /// Sends deliveries (each with its claim and a send permit held) in one batch of first
+    /// attempts, and hands each outcome, and a 410's registry mark, to the ledger writer as it
+    /// arrives; ``publishRecorded(_:)`` publishes what stands.
+    func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
+        let requests = deliveries.map { (request: Self.request(for: $0), environment: $0.destination.environment) }
+        let traces = deliveries.map { delivery in
+            tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
         }
+        await sender.deliverAll(requests, consumedAt: consumedAt) { index in
+            let ticket = deliveries[index].ticket
+            return ticket.batch.lane.tracker.isRevoked(ticket.batch.message(ticket.message))
+        } report: { index, result in
+            switch result {
+            case .success(let outcome):
+                self.record(outcome, of: deliveries[index], trace: traces[index], consumedAt: consumedAt)
+            case .failure(let stopped):
+                traces[index]?.end()
+                // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
+                if stopped == .fenced { self.abandonFenced(deliveries[index].ticket) }
+            }
+        }
+    }
+
+    /// The APNs request of a delivery; its apns-id derives from the event and the destination,
+    /// so every copy of one result carries the same.
+    private static func request(for delivery: Delivery) -> APNSRequest {
+        let (event, destination) = (delivery.event, delivery.destination)
+        let apnsID = NotificationID.derive(eventID: event.id, token: destination.ledgerToken)
+        return switch destination {
+        case .channel(let channelID, _):
+            APNSRequest(
+                channelID: channelID,
+                bundleID: event.topic,
+                priority: event.priority,
+                requestID: apnsID,
+                expiration: event.expiration ?? 0,
+                payload: event.payload
+            )
+        case .device(let device):
+            APNSRequest(
+                deviceToken: device.token,
+                topic: event.pushType.apnsTopic(bundleID: event.topic),
+                pushType: event.pushType,
+                priority: event.priority,
+                apnsID: apnsID,
+                expiration: event.expiration,
+                collapseID: event.collapseID,
+                payload: event.payload
+            )
+        }
+    }
+
+    /// Traces and logs one delivery's outcome and hands it to the ledger writer.
+    private func record(_ outcome: DeliveryOutcome, of delivery: Delivery, trace: (any Span)?, consumedAt: ContinuousClock.Instant) {
+        defer { trace?.end() }
+        let (event, destination, ticket) = (delivery.event, delivery.destination, delivery.ticket)
+        let message = ticket.batch.message(ticket.message)
         if let trace {
             trace.attributes["herald.event_id"] = event.id
             trace.attributes["herald.token"] = DeviceTokenText.redacted(destination.ledgerToken)

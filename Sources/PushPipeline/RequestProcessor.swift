@@ -146,9 +146,15 @@ final class RequestProcessor: Sendable {
             for delivery in busy {
                 group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
             }
-            for delivery in sends {
-                do { try await admitSend(from: lane) } catch { return }
-                group.addTask { await self.send(delivery, consumedAt: consumedAt) }
+            // As many sends at once as there are permits free: an idle Herald starts the whole
+            // batch in one go, a busy one what its finished sends make room for.
+            var next = sends.startIndex
+            while next < sends.endIndex {
+                let admitted: Int
+                do { admitted = try await admitSends(from: lane, upTo: sends.endIndex - next) } catch { return }
+                let chunk = Array(sends[next..<next + admitted])
+                next += admitted
+                group.addTask { await self.send(chunk, consumedAt: consumedAt) }
             }
             await coordinator.waitUntilFinished(batchID)
         }
@@ -160,6 +166,16 @@ final class RequestProcessor: Sendable {
     func admitSend(from lane: InputLane) async throws {
         try await lane.pacer?.waitForSlot()
         try await coordinator.acquirePermit(lane.priority)
+    }
+
+    /// Admits up to `count` sends at once (at least one, waiting as ``admitSend(from:)`` does);
+    /// a paced lane admits one per slot of its pace. Returns how many.
+    private func admitSends(from lane: InputLane, upTo count: Int) async throws -> Int {
+        if lane.pacer != nil {
+            try await admitSend(from: lane)
+            return 1
+        }
+        return try await coordinator.acquirePermits(lane.priority, upTo: count)
     }
 
     private struct ResolvedBatch: Sendable {

@@ -6,6 +6,7 @@ import MockAPNS
 import NIOPosix
 import PushPipeline
 import SwiftASN1
+import Synchronization
 import Testing
 import X509
 
@@ -78,14 +79,26 @@ struct MockHarness: Sendable {
     }
 
     /// Delivers `count` notifications through `sender` with at most `window` in flight at once;
-    /// returns the outcomes by index.
+    /// returns the outcomes by index. `batched`: in batches of `window`, one
+    /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)`` each, as the pipeline sends.
     static func deliverAll(
         _ count: Int,
         window: Int,
         sender: NotificationSender,
+        batched: Bool = false,
         request: @escaping @Sendable (Int) -> APNSRequest = { request($0) }
     ) async throws -> [DeliveryOutcome] {
-        try await withThrowingTaskGroup(of: (Int, DeliveryOutcome).self) { group in
+        if batched {
+            let outcomes = Mutex([Int: Result<DeliveryOutcome, DeliveryStopped>]())
+            for start in stride(from: 0, to: count, by: window) {
+                let batch = (start..<min(start + window, count)).map { (request: request($0), environment: APNSEnvironment.production) }
+                await sender.deliverAll(batch, consumedAt: .now, unless: { _ in false }) { index, outcome in
+                    outcomes.withLock { $0[start + index] = outcome }
+                }
+            }
+            return try outcomes.withLock { outcomes in try (0..<count).map { try #require(outcomes[$0]).get() } }
+        }
+        return try await withThrowingTaskGroup(of: (Int, DeliveryOutcome).self) { group in
             var outcomes = [DeliveryOutcome?](repeating: nil, count: count)
             var next = 0
             func startNext() {

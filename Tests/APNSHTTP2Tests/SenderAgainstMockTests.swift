@@ -45,8 +45,11 @@ struct SenderAgainstMockTests {
         )
     )
 
-    @Test("5,000 notifications through 20 % 429, 20 % 503 and GOAWAY every 500 requests: all delivered once")
-    func everyNotificationDeliveredExactlyOnceDespiteFaults() async throws {
+    @Test(
+        "5,000 notifications through 20 % 429, 20 % 503 and GOAWAY every 500 requests: all delivered once",
+        arguments: [false, true]
+    )
+    func everyNotificationDeliveredExactlyOnceDespiteFaults(batched: Bool) async throws {
         let count = 5000
         let faults = MockAPNSFaults(
             tooManyRequestsFraction: 0.2,
@@ -61,7 +64,7 @@ struct SenderAgainstMockTests {
             configure: { $0.connectionsPerEndpoint = 2 }
         ) { harness in
             let sender = NotificationSender(client: harness.client, policy: Self.patientPolicy)
-            let outcomes = try await MockHarness.deliverAll(count, window: 400, sender: sender)
+            let outcomes = try await MockHarness.deliverAll(count, window: 400, sender: sender, batched: batched)
 
             #expect(outcomes.allSatisfy { $0.status == .delivered && $0.apnsStatus == 200 })
             let server = harness.server
@@ -121,8 +124,8 @@ struct SenderAgainstMockTests {
         }
     }
 
-    @Test("latency above the request timeout trips the deadline; the retry delivers, once")
-    func deadlineTripsAndTheRetryDelivers() async throws {
+    @Test("latency above the request timeout trips the deadline; the retry delivers, once", arguments: [false, true])
+    func deadlineTripsAndTheRetryDelivers(batched: Bool) async throws {
         let faults = MockAPNSFaults(latency: .init(fixed: .seconds(4), scope: .firstRequestPerToken))
         var impatientPolicy = Self.patientPolicy
         impatientPolicy.requestTimeout = .seconds(1)
@@ -139,7 +142,7 @@ struct SenderAgainstMockTests {
 
             let sender = NotificationSender(client: harness.client, policy: policy)
             let started = ContinuousClock.now
-            let outcomes = try await MockHarness.deliverAll(20, window: 20, sender: sender)
+            let outcomes = try await MockHarness.deliverAll(20, window: 20, sender: sender, batched: batched)
             #expect(outcomes.allSatisfy { $0.status == .delivered })
             #expect(outcomes.allSatisfy { $0.attempts >= 2 })
             // Far less than the 4 s latency a waiting client would have seen per notification.

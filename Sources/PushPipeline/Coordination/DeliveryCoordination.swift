@@ -109,6 +109,14 @@ struct DeliveryCoordination<Waiter> {
     /// Takes a permit when one is free for `lane` and nobody waits ahead.
     mutating func tryAcquirePermit(_ lane: Lane) -> Bool { permits.tryAcquire(lane) }
 
+    /// Takes up to `count` permits that are free for `lane` with nobody waiting ahead; returns
+    /// how many it took.
+    mutating func tryAcquirePermits(_ lane: Lane, upTo count: Int) -> Int {
+        var taken = 0
+        while taken < count, permits.tryAcquire(lane) { taken += 1 }
+        return taken
+    }
+
     /// Registers a sender that ``tryAcquirePermit(_:)`` turned away, unless a permit is free
     /// for it now (released in between).
     mutating func waitForPermit(_ waiter: Waiter, id: UInt64, lane: Lane) -> SendPermitQueue<Waiter>.EnqueueAction {

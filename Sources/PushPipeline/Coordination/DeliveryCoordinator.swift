@@ -95,6 +95,15 @@ final class DeliveryCoordinator: Sendable {
         }
     }
 
+    /// Takes at least one send permit (waiting as ``acquirePermit(_:)`` does when none is free)
+    /// and at most `count`: as many as are free once it has the first. Returns how many.
+    func acquirePermits(_ lane: Lane, upTo count: Int) async throws -> Int {
+        let taken = state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
+        if taken > 0 { return taken }
+        try await acquirePermit(lane)
+        return 1 + state.withLock { $0.tryAcquirePermits(lane, upTo: count - 1) }
+    }
+
     /// The ledger recorded the outcomes of these claims: ends them and wakes their waiters.
     func recorded(_ keys: [Int]) {
         guard !keys.isEmpty else { return }

@@ -61,9 +61,9 @@ public enum DeliveryStopped: Error, Sendable, Hashable {
 ///   ``RetryPolicy/deliveryDeadline`` (then `failed`); a notification whose `expiration` passes
 ///   before it could be sent is `expired`.
 public struct NotificationSender: Sendable {
-    private let client: any APNSClientProtocol
-    private let broadcastClient: any APNSClientProtocol
-    private let policy: RetryPolicy
+    let client: any APNSClientProtocol
+    let broadcastClient: any APNSClientProtocol
+    let policy: RetryPolicy
     private let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
     private let metrics: SenderMetrics
@@ -97,78 +97,142 @@ public struct NotificationSender: Sendable {
         consumedAt: ContinuousClock.Instant,
         unless fenced: () -> Bool = { false }
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
-        let clock = ContinuousClock()
-        let deadline = consumedAt + policy.deliveryDeadline
-        var retries = RetryAttempts()
-        var generator = SystemRandomNumberGenerator()
+        var history = AttemptHistory()
+        return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history, unless: fenced)
+    }
+
+    /// What the attempts of one request found so far.
+    struct AttemptHistory: Sendable {
         var attempts = 0
         var lastStatus: Int?
         var lastReason: String?
+        var retries = RetryAttempts()
+
         /// The outcome when the next attempt cannot start: `expired` once `expiration` passed.
         func giveUp(_ status: DeliveryResult.Status) -> DeliveryOutcome {
             DeliveryOutcome(status: status, apnsStatus: lastStatus, reason: lastReason, attempts: attempts)
         }
+    }
 
+    /// Attempts `request` until a final outcome, after the attempts `history` holds (after a
+    /// failed one, the backoff comes first).
+    func attempt(
+        _ request: APNSRequest,
+        environment: APNSEnvironment,
+        consumedAt: ContinuousClock.Instant,
+        history: inout AttemptHistory,
+        unless fenced: () -> Bool
+    ) async throws(DeliveryStopped) -> DeliveryOutcome {
+        let clock = ContinuousClock()
+        let deadline = consumedAt + policy.deliveryDeadline
+        var generator = SystemRandomNumberGenerator()
+        if history.attempts > 0, let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline) {
+            return stop
+        }
         while true {
-            if hasExpired(request, inAbout: .zero) { return giveUp(.expired) }
+            if hasExpired(request, inAbout: .zero) { return history.giveUp(.expired) }
             do {
                 try await loadShedding.waitWhileShedding(until: deadline, using: &generator)
             } catch {
                 throw .cancelled
             }
-            if hasExpired(request, inAbout: .zero) { return giveUp(.expired) }
-            guard clock.now < deadline else { return giveUp(.failed) }
-            if fenced() { throw .fenced }
+            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, unless: fenced) { return stop }
 
-            attempts += 1
+            history.attempts += 1
             let sentAt = clock.now
             let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
+            let answer: Result<APNSResponse, any Error>
             do {
                 let client = request.isChannelRequest ? broadcastClient : client
-                let response = try await client.send(request, environment: environment, deadline: requestDeadline)
-                lastStatus = response.status
-                lastReason = response.reason?.rawValue
-                metrics.recordAttempt(status: response.status, reason: lastReason, duration: sentAt.duration(to: clock.now))
-                switch Self.classify(response.status) {
-                case .final(let status):
-                    return DeliveryOutcome(
-                        status: status,
-                        apnsStatus: response.status,
-                        reason: response.reason?.rawValue,
-                        attempts: attempts,
-                        unregisteredAtMilliseconds: status == .unregistered
-                            ? response.timestampMilliseconds ?? epochMilliseconds() : nil,
-                        apnsUniqueID: response.uniqueID,
-                        channelID: response.channelID,
-                        body: response.body
-                    )
-                case .retryThisToken:
-                    break
-                case .retryAndSlowDown:
-                    loadShedding.recordOverload()
-                }
-            } catch is APNSNoCredentialError {
-                return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: attempts - 1)
-            } catch is APNSTokenAuthenticationRequiredError {
-                let reason = "TokenAuthenticationRequired"
-                return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: reason, attempts: attempts - 1)
-            } catch let error as APNSTransportError {
-                lastStatus = nil
-                lastReason = error.resultReason
-                metrics.recordAttempt(status: nil, reason: lastReason, duration: sentAt.duration(to: clock.now))
-                // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
-                if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
+                answer = .success(try await client.send(request, environment: environment, deadline: requestDeadline))
             } catch {
-                if Task.isCancelled { throw .cancelled }
+                answer = .failure(error)
             }
-            if Task.isCancelled { throw .cancelled }
-
-            let wait = retries.delayAfterFailure(policy.backoff)
-            guard attempts < policy.maxAttempts, clock.now + wait < deadline else { return giveUp(.failed) }
-            if hasExpired(request, inAbout: wait) { return giveUp(.expired) }
-            metrics.recordRetry(status: lastStatus, transportCause: lastReason)
-            do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+            if let outcome = try conclude(answer, sentAt: sentAt, history: &history, isCancelled: Task.isCancelled) {
+                return outcome
+            }
+            if let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline) { return stop }
         }
+    }
+
+    /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
+    /// throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    func stopBeforeAttempt(
+        _ request: APNSRequest,
+        history: AttemptHistory,
+        deadline: ContinuousClock.Instant,
+        unless fenced: () -> Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        if hasExpired(request, inAbout: .zero) { return history.giveUp(.expired) }
+        guard ContinuousClock.now < deadline else { return history.giveUp(.failed) }
+        if fenced() { throw .fenced }
+        return nil
+    }
+
+    /// Reads the answer to the attempt counted last in `history`, sent at `sentAt`: the final
+    /// outcome, or nil when another attempt may follow; throws ``DeliveryStopped/cancelled``
+    /// when the sending task was cancelled before a final answer.
+    func conclude(
+        _ answer: Result<APNSResponse, any Error>,
+        sentAt: ContinuousClock.Instant,
+        history: inout AttemptHistory,
+        isCancelled: Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        let duration = sentAt.duration(to: .now)
+        switch answer {
+        case .success(let response):
+            history.lastStatus = response.status
+            history.lastReason = response.reason?.rawValue
+            metrics.recordAttempt(status: response.status, reason: history.lastReason, duration: duration)
+            switch Self.classify(response.status) {
+            case .final(let status):
+                return DeliveryOutcome(
+                    status: status,
+                    apnsStatus: response.status,
+                    reason: response.reason?.rawValue,
+                    attempts: history.attempts,
+                    unregisteredAtMilliseconds: status == .unregistered
+                        ? response.timestampMilliseconds ?? epochMilliseconds() : nil,
+                    apnsUniqueID: response.uniqueID,
+                    channelID: response.channelID,
+                    body: response.body
+                )
+            case .retryThisToken:
+                break
+            case .retryAndSlowDown:
+                loadShedding.recordOverload()
+            }
+        case .failure(is APNSNoCredentialError):
+            return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: "NoCredentialForTopic", attempts: history.attempts - 1)
+        case .failure(is APNSTokenAuthenticationRequiredError):
+            let reason = "TokenAuthenticationRequired"
+            return DeliveryOutcome(status: .rejected, apnsStatus: nil, reason: reason, attempts: history.attempts - 1)
+        case .failure(let error as APNSTransportError):
+            history.lastStatus = nil
+            history.lastReason = error.resultReason
+            metrics.recordAttempt(status: nil, reason: history.lastReason, duration: duration)
+            // A GOAWAY-refused stream or a full local queue says nothing about APNs' health.
+            if error.isDeadlineExceeded || error.isConnectionFailure { loadShedding.recordOverload() }
+        case .failure:
+            if isCancelled { throw .cancelled }
+        }
+        if isCancelled { throw .cancelled }
+        return nil
+    }
+
+    /// After a failed attempt: the outcome when no further attempt may follow, else waits the
+    /// backoff and returns nil.
+    private func pauseBeforeRetry(
+        _ request: APNSRequest,
+        history: inout AttemptHistory,
+        deadline: ContinuousClock.Instant
+    ) async throws(DeliveryStopped) -> DeliveryOutcome? {
+        let wait = history.retries.delayAfterFailure(policy.backoff)
+        guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.giveUp(.failed) }
+        if hasExpired(request, inAbout: wait) { return history.giveUp(.expired) }
+        metrics.recordRetry(status: history.lastStatus, transportCause: history.lastReason)
+        do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+        return nil
     }
 
     /// Whether the request's `expiration` (UNIX seconds; 0 means "once, do not store" and never
