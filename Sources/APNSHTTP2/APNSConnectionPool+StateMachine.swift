@@ -1,13 +1,6 @@
 import APNSCore
 import NIOCore
 
-/// A connection the pool asks `run()` to open, after `delay` (exponential backoff after failures).
-struct APNSConnectionPlan: Sendable, Hashable {
-    var connectionID: Int
-    var environment: APNSEnvironment
-    var delay: Duration
-}
-
 /// What the pool needs to know about a connection.
 protocol APNSPooledConnection: Sendable {
     var id: Int { get }
@@ -186,20 +179,29 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// The fast path: a free stream now, or `.mustWait` (also when others already wait: FIFO).
     mutating func leaseIfAvailable(_ environment: APNSEnvironment) -> LeaseAttempt {
         if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        return leaseFreeStreams(environment, upTo: 1).first.map { .leased($0) } ?? .mustWait
+    }
+
+    /// Up to `count` free streams, as many as it has from the connection with the most free
+    /// streams before the next, so a small batch costs one connection one hop; none while
+    /// requests wait (they go first) or after shutdown.
+    mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
-        guard pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() else { return .mustWait }
-        pools[poolIndex].slots[slot].lease()
-        return .leased(pools[poolIndex].slots[slot].connection!)
+        guard !isShutDown, pools[poolIndex].waiters.isEmpty else { return [] }
+        var leased: [Connection] = []
+        while leased.count < count, let slot = pools[poolIndex].bestSlot() {
+            let share = min(count - leased.count, pools[poolIndex].slots[slot].freeStreams)
+            for _ in 0..<share { pools[poolIndex].slots[slot].lease() }
+            leased += repeatElement(pools[poolIndex].slots[slot].connection!, count: share)
+        }
+        return leased
     }
 
     /// Leases a stream if one is free, otherwise queues `waiter` (opening a connection when allowed).
     mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
         if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+        if let connection = leaseFreeStreams(environment, upTo: 1).first { return .leased(connection) }
         let poolIndex = Self.poolIndex(environment)
-        if pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
-            pools[poolIndex].slots[slot].lease()
-            return .leased(pools[poolIndex].slots[slot].connection!)
-        }
         guard pools[poolIndex].waiters.count < maximumWaiters else {
             return .failed(.overloaded("\(maximumWaiters) requests already wait for an APNs stream"))
         }

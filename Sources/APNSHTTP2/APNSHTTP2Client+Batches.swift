@@ -86,13 +86,7 @@ extension APNSHTTP2Client {
         }
         var leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)] = []
         for (pool, indexes) in byPool.values {
-            let connections = pool.state.withLockedValue { state in
-                var connections: [APNSConnection] = []
-                while connections.count < indexes.count, case .leased(let connection) = state.leaseIfAvailable(environment) {
-                    connections.append(connection)
-                }
-                return connections
-            }
+            let connections = pool.state.withLockedValue { $0.leaseFreeStreams(environment, upTo: indexes.count) }
             leased += zip(indexes, connections).map { ($0, $1, pool) }
             rest += indexes.dropFirst(connections.count)
         }

@@ -6,6 +6,13 @@ import NIOConcurrencyHelpers
 import NIOSSL
 import ServiceLifecycle
 
+/// A connection the pool asks `run()` to open, after `delay` (exponential backoff after failures).
+struct APNSConnectionPlan: Sendable, Hashable {
+    var connectionID: Int
+    var environment: APNSEnvironment
+    var delay: Duration
+}
+
 /// The client's connections: opening them as the pool plans, running each until it closes,
 /// turning their events into pool actions, and the TLS contexts they are made with.
 extension APNSHTTP2Client {

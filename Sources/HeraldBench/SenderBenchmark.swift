@@ -32,6 +32,8 @@ struct SenderBenchmark: AsyncParsableCommand {
     @Option(help: "Distinct device tokens the requests cycle through.") var tokens = 1_000
     @Option(help: "Path of the mock-apns executable (default: next to herald-bench).") var mockAPNS: String?
     @Option(help: "Path of h2load.") var h2load = "/usr/bin/h2load"
+    @Option(help: "After the rounds, a steady load of this many requests/s for 10 s (0: none).") var steadyRate = 0
+    @Option(help: "Requests per batch of the steady load (a poll batch's sends).") var steadyBatch = 16
 
     func run() async throws {
         var logger = Logger(label: "herald-bench")
@@ -82,6 +84,15 @@ struct SenderBenchmark: AsyncParsableCommand {
                 )
                 print(
                     "\(round)      h2load\(column(h2loadRun.requestsPerSecond, decimals: 0, width: 13))\(column(h2loadRun.cpuMicrosecondsPerRequest, width: 17))"
+                )
+            }
+            if steadyRate > 0 {
+                let steady = try await HeraldSenderClient.steadyLoad(rate: steadyRate, batch: steadyBatch, seconds: 10, through: sender) {
+                    Self.requests(count: $0, tokens: tokens, topic: topic, payload: payload)
+                }
+                let (p50, p99) = (percentile(steady.latencies, 0.5), percentile(steady.latencies, 0.99))
+                print(
+                    "steady load: \(steady.requests) requests at \(steadyRate)/s in batches of \(steadyBatch): batch start -> outcome p50 \(p50) µs, p99 \(p99) µs, max \(steady.latencies.last ?? 0) µs; CPU \(column(steady.cpuMicrosecondsPerRequest, width: 0)) µs/request"
                 )
             }
         }

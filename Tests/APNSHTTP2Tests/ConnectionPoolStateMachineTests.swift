@@ -104,6 +104,32 @@ struct ConnectionPoolStateMachineTests {
         }
     }
 
+    @Test func aBatchFillsTheConnectionWithTheMostFreeStreamsBeforeTheNext() {
+        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        let a = FakeConnection(id: 1, environment: .production)
+        let b = FakeConnection(id: 2, environment: .production)
+        _ = machine.connectionReady(a, streamLimit: 4)  // both waiters take a stream: 2 free
+        _ = machine.connectionReady(b, streamLimit: 6)  // 6 free
+        #expect(machine.leaseFreeStreams(.production, upTo: 4) == [b, b, b, b])
+        // 2 free on each: the first connection's, then the second's; two short of the 6 asked for.
+        #expect(machine.leaseFreeStreams(.production, upTo: 6) == [a, a, b, b])
+        #expect(machine.leaseFreeStreams(.production, upTo: 1).isEmpty)
+
+        // While a request waits in the queue, a batch takes nothing: the queue goes first.
+        guard case .queued = machine.enqueue(waiter(3), for: .production) else {
+            Issue.record("expected waiter 3 to queue")
+            return
+        }
+        #expect(leased(machine.release(connectionID: 1, environment: .production, status: 200)) == ["waiter-3"])
+        _ = machine.release(connectionID: 1, environment: .production, status: 200)
+        #expect(machine.leaseFreeStreams(.production, upTo: 3) == [a])
+        _ = machine.shutDown()
+        _ = machine.release(connectionID: 2, environment: .production, status: 200)
+        #expect(machine.leaseFreeStreams(.production, upTo: 3).isEmpty, "nothing after shutdown")
+    }
+
     @Test func limitChangesApply() {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
         for id in 1...4 { _ = machine.enqueue(waiter(UInt64(id)), for: .production) }

@@ -3,7 +3,8 @@ import Synchronization
 
 /// A batch's first attempts in one call to the client (``APNSClientProtocol/sendAll(_:environment:deadline:answered:)``),
 /// their answers read where they arrive, and a task only for a request that must wait to be
-/// retried. The rules are ``NotificationSender/deliver(_:environment:consumedAt:unless:)``'s.
+/// retried (from when the batch's first attempts were all answered, at most the request
+/// timeout after they started). The rules are ``NotificationSender/deliver(_:environment:consumedAt:unless:)``'s.
 extension NotificationSender {
     /// Delivers every request, each with the rules of
     /// ``deliver(_:environment:consumedAt:unless:)``, and calls `report` once per request with
@@ -16,7 +17,7 @@ extension NotificationSender {
         unless fenced: @escaping @Sendable (Int) -> Bool,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
-        guard requests.count > 1, loadSheddingPause == .zero else {
+        guard loadSheddingPause == .zero else {
             // While APNs sheds load each attempt waits its own jittered pause, so one at a time.
             await withDiscardingTaskGroup { group in
                 for index in requests.indices {
@@ -38,43 +39,23 @@ extension NotificationSender {
                 report(index, .failure(error))
             }
         }
-        // Answers to retry go to a task each, as they arrive; a cancelled batch reports those
-        // it never took as cancelled.
-        let firstAttempts = byClient
-        let toRetry = RetryHistories()
-        let (retries, retrySink) = AsyncStream.makeStream(of: Int.self)
+        // The usual batch has one kind of first attempts: it needs no task of its own.
+        let retries = RetriesAfterFirstAnswers()
         await withDiscardingTaskGroup { group in
-            group.addTask {
-                await withDiscardingTaskGroup { sends in
-                    for (kind, indexes) in firstAttempts {
-                        sends.addTask {
-                            let client = kind.isChannelRequest ? broadcastClient : client
-                            let sentAt = ContinuousClock.now
-                            let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
-                            await client.sendAll(indexes.map { requests[$0].request }, environment: kind.environment, deadline: requestDeadline) {
-                                position, answer in
-                                let index = indexes[position]
-                                var history = AttemptHistory(attempts: 1)
-                                do throws(DeliveryStopped) {
-                                    if let outcome = try conclude(answer, sentAt: sentAt, history: &history, isCancelled: Self.isCancellation(answer)) {
-                                        report(index, .success(outcome))
-                                        return
-                                    }
-                                } catch {
-                                    report(index, .failure(error))
-                                    return
-                                }
-                                toRetry.keep(history, for: index)
-                                retrySink.yield(index)
-                            }
-                        }
-                    }
-                }
-                retrySink.finish()
-            }
-            for await index in retries {
-                guard var history = toRetry.take(index) else { continue }
+            for (kind, indexes) in byClient.dropFirst() {
                 group.addTask {
+                    await sendFirstAttempts(indexes, of: requests, kind: kind, deadline: deadline, retries: retries, report: report)
+                }
+            }
+            if let (kind, indexes) = byClient.first {
+                await sendFirstAttempts(indexes, of: requests, kind: kind, deadline: deadline, retries: retries, report: report)
+            }
+        }
+        // A retry waits its backoff in a task of its own, from when its batch was answered.
+        await withDiscardingTaskGroup { group in
+            for (index, history) in retries.all {
+                group.addTask {
+                    var history = history
                     let (request, environment) = requests[index]
                     do throws(DeliveryStopped) {
                         let outcome = try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history) { fenced(index) }
@@ -85,18 +66,42 @@ extension NotificationSender {
                 }
             }
         }
-        for index in toRetry.remaining { report(index, .failure(.cancelled)) }
     }
 
-    /// The histories of the answers waiting for a retry task, by request index.
-    private final class RetryHistories: Sendable {
-        private let byIndex = Mutex<[Int: AttemptHistory]>([:])
+    /// The first attempts of `indexes`, all for one client and endpoint: reports final answers
+    /// where they arrive and keeps the others in `retries`.
+    private func sendFirstAttempts(
+        _ indexes: [Int],
+        of requests: [(request: APNSRequest, environment: APNSEnvironment)],
+        kind: FirstAttempts,
+        deadline: ContinuousClock.Instant,
+        retries: RetriesAfterFirstAnswers,
+        report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
+    ) async {
+        let client = kind.isChannelRequest ? broadcastClient : client
+        let sentAt = ContinuousClock.now
+        let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
+        await client.sendAll(indexes.map { requests[$0].request }, environment: kind.environment, deadline: requestDeadline) { position, answer in
+            let index = indexes[position]
+            var history = AttemptHistory(attempts: 1)
+            do throws(DeliveryStopped) {
+                guard let outcome = try conclude(answer, sentAt: sentAt, history: &history, isCancelled: Self.isCancellation(answer)) else {
+                    return retries.append(index, history)
+                }
+                report(index, .success(outcome))
+            } catch {
+                report(index, .failure(error))
+            }
+        }
+    }
 
-        func keep(_ history: AttemptHistory, for index: Int) { byIndex.withLock { $0[index] = history } }
+    /// The requests of a batch whose first answer calls for a retry, with what it found.
+    private final class RetriesAfterFirstAnswers: Sendable {
+        private let retries = Mutex<[(index: Int, history: AttemptHistory)]>([])
 
-        func take(_ index: Int) -> AttemptHistory? { byIndex.withLock { $0.removeValue(forKey: index) } }
+        func append(_ index: Int, _ history: AttemptHistory) { retries.withLock { $0.append((index, history)) } }
 
-        var remaining: [Int] { byIndex.withLock { Array($0.keys) } }
+        var all: [(index: Int, history: AttemptHistory)] { retries.withLock { $0 } }
     }
 
     /// The requests whose first attempts share one client and one endpoint.
