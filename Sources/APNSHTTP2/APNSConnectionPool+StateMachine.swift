@@ -104,18 +104,15 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
         /// The ready connection with the most free streams.
         func bestSlot() -> Int? {
-            var best: Int?
-            var bestFree = 0
-            for index in slots.indices {
-                let free = slots[index].freeStreams
-                if free > bestFree {
-                    best = index
-                    bestFree = free
-                }
-            }
-            return best
+            let best = slots.indices.max { slots[$0].freeStreams < slots[$1].freeStreams }
+            return best.flatMap { slots[$0].freeStreams > 0 ? $0 : nil }
         }
     }
+
+    /// The most streams of a batch that share a connection when others have free streams: a hop
+    /// to another event loop costs a wake-up, a stream more on a connection Herald's encoding
+    /// and the server's answer of one request (about 10 and 70 µs against the mock).
+    static var smallBatch: Int { 8 }
 
     /// The longest wait after the n-th consecutive connection failure (none before the first).
     static func backoff(afterFailures failures: Int) -> Duration {
@@ -182,15 +179,18 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         return leaseFreeStreams(environment, upTo: 1).first.map { .leased($0) } ?? .mustWait
     }
 
-    /// Up to `count` free streams, as many as it has from the connection with the most free
-    /// streams before the next, so a small batch costs one connection one hop; none while
-    /// requests wait (they go first) or after shutdown.
+    /// Up to `count` free streams, split evenly over the connections with free streams (most
+    /// free first) so they answer a large batch in parallel, but a batch of up to
+    /// ``smallBatch`` on one connection: one hop to one event loop. None while requests wait
+    /// (they go first) or after shutdown.
     mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, pools[poolIndex].waiters.isEmpty else { return [] }
+        let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })
+        let evenShare = max(Self.smallBatch, (count + connections - 1) / connections)
         var leased: [Connection] = []
         while leased.count < count, let slot = pools[poolIndex].bestSlot() {
-            let share = min(count - leased.count, pools[poolIndex].slots[slot].freeStreams)
+            let share = min(count - leased.count, evenShare, pools[poolIndex].slots[slot].freeStreams)
             for _ in 0..<share { pools[poolIndex].slots[slot].lease() }
             leased += repeatElement(pools[poolIndex].slots[slot].connection!, count: share)
         }

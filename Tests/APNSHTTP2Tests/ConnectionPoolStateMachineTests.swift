@@ -104,17 +104,20 @@ struct ConnectionPoolStateMachineTests {
         }
     }
 
-    @Test func aBatchFillsTheConnectionWithTheMostFreeStreamsBeforeTheNext() {
+    @Test func aSmallBatchSharesOneConnectionALargeOneIsSplitEvenly() {
         var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
         _ = machine.enqueue(waiter(1), for: .production)
         _ = machine.enqueue(waiter(2), for: .production)
         let a = FakeConnection(id: 1, environment: .production)
         let b = FakeConnection(id: 2, environment: .production)
-        _ = machine.connectionReady(a, streamLimit: 4)  // both waiters take a stream: 2 free
-        _ = machine.connectionReady(b, streamLimit: 6)  // 6 free
-        #expect(machine.leaseFreeStreams(.production, upTo: 4) == [b, b, b, b])
-        // 2 free on each: the first connection's, then the second's; two short of the 6 asked for.
-        #expect(machine.leaseFreeStreams(.production, upTo: 6) == [a, a, b, b])
+        _ = machine.connectionReady(a, streamLimit: 12)  // both waiters take a stream: 10 free
+        _ = machine.connectionReady(b, streamLimit: 12)  // 12 free
+        // A small batch stays on one connection, the one with the most free streams.
+        #expect(machine.leaseFreeStreams(.production, upTo: 4) == Array(repeating: b, count: 4))
+        // A large one is split evenly: 10 free on a, 8 on b.
+        #expect(machine.leaseFreeStreams(.production, upTo: 16) == Array(repeating: a, count: 8) + Array(repeating: b, count: 8))
+        // 2 free on a, none on b: two, short of the 6 asked for.
+        #expect(machine.leaseFreeStreams(.production, upTo: 6) == [a, a])
         #expect(machine.leaseFreeStreams(.production, upTo: 1).isEmpty)
 
         // While a request waits in the queue, a batch takes nothing: the queue goes first.
