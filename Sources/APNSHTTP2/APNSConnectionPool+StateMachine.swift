@@ -76,8 +76,8 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         /// The most streams this connection carried at once (for tests and diagnostics).
         var peakInUse = 0
 
-        mutating func lease() {
-            inUse += 1
+        mutating func lease(_ count: Int = 1) {
+            inUse += count
             peakInUse = max(peakInUse, inUse)
         }
 
@@ -191,7 +191,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         var leased: [Connection] = []
         while leased.count < count, let slot = pools[poolIndex].bestSlot() {
             let share = min(count - leased.count, evenShare, pools[poolIndex].slots[slot].freeStreams)
-            for _ in 0..<share { pools[poolIndex].slots[slot].lease() }
+            pools[poolIndex].slots[slot].lease(share)
             leased += repeatElement(pools[poolIndex].slots[slot].connection!, count: share)
         }
         return leased

@@ -19,36 +19,29 @@ extension APNSHTTP2Client {
         deadline: ContinuousClock.Instant,
         answered: @escaping @Sendable (Int, Result<APNSResponse, any Error>) -> Void
     ) async {
-        var leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)] = []
-        var alone: [Int] = []
-        if let nioDeadline = NIODeadline.fromContinuousClock(deadline), !Task.isCancelled {
-            (leased, alone) = leaseFreeStreams(for: requests, environment: environment)
-            await withDiscardingTaskGroup { group in
-                for index in alone {
-                    group.addTask { await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered) }
-                }
-                guard !leased.isEmpty else { return }
-                let again = await start(leased, of: requests, deadline: nioDeadline, answered: answered)
-                for retry in again {
-                    group.addTask {
-                        let index = retry.index
-                        guard let first = retry.expired else {
-                            return await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered)
-                        }
-                        do {
-                            let response = try await self.sendAgain(requests[index], environment: environment, deadline: deadline, afterExpired: first)
-                            answered(index, .success(response))
-                        } catch {
-                            answered(index, .failure(error))
-                        }
-                    }
-                }
+        // Past the deadline or cancelled: the single path says so per request.
+        let nioDeadline = Task.isCancelled ? nil : NIODeadline.fromContinuousClock(deadline)
+        let (leased, alone) =
+            nioDeadline == nil
+            ? ([], Array(requests.indices)) : leaseFreeStreams(for: requests, environment: environment)
+        await withDiscardingTaskGroup { group in
+            for index in alone {
+                group.addTask { await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered) }
             }
-        } else {
-            // The deadline passed (or the task was cancelled): the single path says so per request.
-            await withDiscardingTaskGroup { group in
-                for index in requests.indices {
-                    group.addTask { await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered) }
+            guard let nioDeadline, !leased.isEmpty else { return }
+            let again = await start(leased, of: requests, deadline: nioDeadline, answered: answered)
+            for retry in again {
+                group.addTask {
+                    let index = retry.index
+                    guard let first = retry.expired else {
+                        return await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered)
+                    }
+                    do {
+                        let response = try await self.sendAgain(requests[index], environment: environment, deadline: deadline, afterExpired: first)
+                        answered(index, .success(response))
+                    } catch {
+                        answered(index, .failure(error))
+                    }
                 }
             }
         }
@@ -148,7 +141,7 @@ extension APNSHTTP2Client {
                 for share in byConnection.values {
                     let connection = share[0].connection
                     connection.start(
-                        share.map { stream in (stream.requestID, requests[stream.index], StreamWaiter { finish(stream, $0) }) },
+                        share.map { stream in (stream.requestID, requests[stream.index], .callback { finish(stream, $0) }) },
                         deadline: deadline
                     )
                 }

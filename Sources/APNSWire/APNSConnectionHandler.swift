@@ -28,21 +28,19 @@ package struct APNSStreamOutcome: Sendable {
 
 /// Whoever waits for one stream's outcome: a task's continuation, or a callback that a batch of
 /// requests shares (``APNSConnectionHandler/startStream(requestID:request:deadline:waiter:)``).
-/// Called exactly once, on the connection's event loop.
-package struct StreamWaiter: Sendable {
-    private let answer: @Sendable (Result<APNSStreamOutcome, any Error>) -> Void
+/// Resumed exactly once, on the connection's event loop.
+package enum StreamWaiter: Sendable {
+    case continuation(CheckedContinuation<APNSStreamOutcome, any Error>)
+    case callback(@Sendable (Result<APNSStreamOutcome, any Error>) -> Void)
 
-    package init(_ answer: @escaping @Sendable (Result<APNSStreamOutcome, any Error>) -> Void) {
-        self.answer = answer
+    func resume(with result: Result<APNSStreamOutcome, any Error>) {
+        switch self {
+        case .continuation(let continuation): continuation.resume(with: result)
+        case .callback(let answer): answer(result)
+        }
     }
 
-    package init(_ continuation: CheckedContinuation<APNSStreamOutcome, any Error>) {
-        self.answer = { continuation.resume(with: $0) }
-    }
-
-    func resume(with result: Result<APNSStreamOutcome, any Error>) { answer(result) }
-
-    func resume(throwing error: any Error) { answer(.failure(error)) }
+    func resume(throwing error: any Error) { resume(with: .failure(error)) }
 }
 
 /// The HTTP/2 client of one APNs connection, directly behind TLS: it writes each request as a
@@ -126,7 +124,7 @@ package final class APNSConnectionHandler: ChannelInboundHandler {
         deadline: NIODeadline,
         continuation: CheckedContinuation<APNSStreamOutcome, any Error>
     ) {
-        startStream(requestID: requestID, request: request, deadline: deadline, waiter: StreamWaiter(continuation))
+        startStream(requestID: requestID, request: request, deadline: deadline, waiter: .continuation(continuation))
     }
 
     /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with the

@@ -67,7 +67,7 @@ struct SenderBenchmark: AsyncParsableCommand {
         var h2loadRuns: [ClientRun] = []
         try await herald.withRunningClient { sender in
             // Warm-up: connections open and the pool learns the mock's stream limit.
-            _ = try await HeraldSenderClient.sendAll(
+            _ = await HeraldSenderClient.sendAll(
                 Self.requests(count: connections * streams, tokens: tokens, topic: topic, payload: payload),
                 through: sender,
                 concurrency: connections * streams
@@ -170,8 +170,8 @@ struct HeraldSenderClient {
     /// wall and CPU time of this process; throws unless every request was delivered.
     static func timedRound(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> ClientRun {
         var delivered = 0
-        let run = try await ClientRun.measure(requests: requests.count, cpu: .thisProcess) {
-            delivered = try await sendAll(requests, through: sender, concurrency: concurrency)
+        let run = await ClientRun.measure(requests: requests.count, cpu: .thisProcess) {
+            delivered = await sendAll(requests, through: sender, concurrency: concurrency)
         }
         guard delivered == requests.count else {
             throw ValidationError("Herald's sender delivered \(delivered) of \(requests.count) requests")
@@ -190,7 +190,7 @@ struct HeraldSenderClient {
         }
         var run: ClientRun?
         try await client.withRunningClient { sender in
-            _ = try await sendAll(requests(concurrency), through: sender, concurrency: concurrency)
+            _ = await sendAll(requests(concurrency), through: sender, concurrency: concurrency)
             run = try await timedRound(requests(count), through: sender, concurrency: concurrency)
         }
         guard let run else { throw ValidationError("the sender round did not run") }
@@ -200,7 +200,7 @@ struct HeraldSenderClient {
     /// Delivers every request with at most `concurrency` in flight, as the pipeline sends: each
     /// batch is as many requests as there are free slots (the pipeline's send permits), sent by one
     /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)``. Returns how many were delivered.
-    static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> Int {
+    static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async -> Int {
         let slots = FreeSlots(concurrency)
         await withDiscardingTaskGroup { group in
             var next = requests.startIndex
