@@ -216,29 +216,11 @@ public final class MockAPNSServer: Service, Sendable {
                 value: MockConnectionState.initialStreamLimit(self.configuration)
             ),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
-            HTTP2Setting(parameter: .initialWindowSize, value: 65_535),
+            HTTP2Setting(parameter: .initialWindowSize, value: MockAPNSConnectionHandler.streamWindowSize),
         ]
-        // A connection-level window far above one stream's so many concurrent pushes are not
-        // throttled by flow control (the payloads are at most 5 KiB each).
-        connectionConfiguration.targetWindowSize = 8 * 1024 * 1024
-        let streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
-        let connectionState = NIOLoopBound(
-            MockConnectionState(server: self, channel: channel, goAwayWriter: goAwayWriter),
-            eventLoop: channel.eventLoop
-        )
-
-        _ = try pipeline.configureHTTP2Pipeline(
-            mode: .server,
-            connectionConfiguration: connectionConfiguration,
-            streamConfiguration: streamConfiguration,
-            streamDelegate: MockStreamDelegate(connection: connectionState)
-        ) { streamChannel in
-            streamChannel.eventLoop.makeCompletedFuture {
-                try streamChannel.pipeline.syncOperations.addHandler(
-                    APNSStreamHandler(server: self, connection: connectionState)
-                )
-            }
-        }
+        try pipeline.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: connectionConfiguration))
+        let connectionState = MockConnectionState(server: self, channel: channel, goAwayWriter: goAwayWriter)
+        try pipeline.addHandler(MockAPNSConnectionHandler(server: self, connection: connectionState))
         try pipeline.addHandler(CloseOnErrorHandler())
     }
 

@@ -1,18 +1,17 @@
 import NIOCore
 import NIOHTTP2
 
-/// What one connection's stream handlers share: the GOAWAY countdown, the one-stream-until-first-
-/// success rule and the connection's stream concurrency.
-///
-/// Stream channels run on their connection's event loop, so the state is confined to that loop
-/// (the stream initializer reaches it through `NIOLoopBound`).
+/// One connection's stream accounting: the GOAWAY countdown, the one-stream-until-first-success
+/// rule and the connection's stream concurrency. Used only on the connection's event loop, by its
+/// ``MockAPNSConnectionHandler``.
 final class MockConnectionState {
     private let server: MockAPNSServer
     private let channel: any Channel
     private let goAwayWriter: RawGoAwayWriter
     private let faults: MockAPNSFaults
 
-    private var requestsStarted = 0
+    /// Streams whose HEADERS arrived, ignored ones included.
+    private var requestsSeen = 0
     private var requestsInFlight = 0
     private var goAwayLastStreamID: HTTP2StreamID?
     private var hasSucceeded = false
@@ -31,21 +30,15 @@ final class MockConnectionState {
         configuration.faults.oneStreamUntilFirstSuccess ? 1 : configuration.maxConcurrentStreams
     }
 
-    /// NIOHTTP2 created the client's stream `streamID` while parsing its HEADERS frame: the
-    /// earliest moment to count it, so the GOAWAY after the Nth stream precedes as few later
-    /// streams as possible.
-    func streamCreated(streamID: HTTP2StreamID) {
-        requestsStarted += 1
-        if let limit = faults.goAwayAfterRequests, requestsStarted == limit, goAwayLastStreamID == nil {
-            goAwayLastStreamID = streamID
-            server.recordGoAway()
-            goAwayWriter.sendGoAway(lastStreamID: streamID, reason: #"{"reason":"Shutdown"}"#)
-        }
-    }
-
-    /// A request's HEADERS reached its stream handler. Returns false when the stream is above the
-    /// last stream id of a GOAWAY already sent: it must be ignored (never processed or answered).
-    func requestStarted(streamID: HTTP2StreamID) -> Bool {
+    /// The client's stream `streamID` sent its first HEADERS frame. Returns false when the stream
+    /// is above the last stream id of a GOAWAY already sent: it must be ignored (never processed
+    /// or answered).
+    ///
+    /// The stream counts as in flight before the GOAWAY that it may trigger goes out: that write
+    /// flushes answers already written, and their completion must not find the connection drained
+    /// while this stream is still owed its answer.
+    func requestArrived(streamID: HTTP2StreamID) -> Bool {
+        requestsSeen += 1
         if let goAwayLastStreamID, streamID > goAwayLastStreamID { return false }
         requestsInFlight += 1
         if hasSucceeded {
@@ -56,6 +49,11 @@ final class MockConnectionState {
         } else if requestsInFlight > peakBeforeFirstSuccess {
             peakBeforeFirstSuccess = requestsInFlight
             server.recordPeakConcurrentStreams(requestsInFlight, afterFirstSuccess: false)
+        }
+        if let limit = faults.goAwayAfterRequests, requestsSeen == limit {
+            goAwayLastStreamID = streamID
+            server.recordGoAway()
+            goAwayWriter.sendGoAway(lastStreamID: streamID, reason: #"{"reason":"Shutdown"}"#)
         }
         return true
     }
@@ -88,17 +86,6 @@ final class MockConnectionState {
             }
         }
     }
-}
-
-/// Tells a connection's ``MockConnectionState`` about new streams as NIOHTTP2 creates them.
-struct MockStreamDelegate: NIOHTTP2StreamDelegate {
-    let connection: NIOLoopBound<MockConnectionState>
-
-    func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {
-        connection.value.streamCreated(streamID: id)
-    }
-
-    func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {}
 }
 
 /// Sits between TLS and HTTP/2 and writes GOAWAY frames as raw bytes, behind NIOHTTP2's back.

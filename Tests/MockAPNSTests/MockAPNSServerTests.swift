@@ -229,6 +229,28 @@ struct MockAPNSServerTests {
         }
     }
 
+    @Test("bodies beyond a stream's and the connection's flow-control windows are read to the end and answered")
+    func returnsFlowControlWindows() async throws {
+        // 20 bodies of 600 KB on one connection: each is over nine stream windows (64 KiB), all
+        // of them together over the connection's 8 MiB window. Without WINDOW_UPDATEs from the
+        // server the client would stall and the test time out.
+        let pushes = 20
+        try await withMockAPNSServer { server, port, caPath in
+            let client = try await TestHTTP2Client.connect(port: port, caPath: caPath, serverHostname: "localhost")
+            let reasons = try await withThrowingTaskGroup(of: String?.self) { group in
+                for index in 0..<pushes {
+                    group.addTask {
+                        try await client.push(token: makeDeviceToken(UInt8(index)), authorization: nil, payload: makePayload(size: 600_000)).reason
+                    }
+                }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+            #expect(reasons == Array(repeating: "PayloadTooLarge", count: pushes))
+            #expect(server.statusCounts() == [413: pushes])
+            #expect(try await client.push(token: makeDeviceToken(), authorization: nil).status == 200)
+        }
+    }
+
     @Test("accepting an apns-id that was accepted before counts as a repeat")
     func detectsRepeatedAPNSID() async throws {
         let apnsID = "11111111-2222-4333-8444-555555555555"
