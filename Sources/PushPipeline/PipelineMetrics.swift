@@ -33,6 +33,7 @@ public final class PipelineMetrics: Sendable {
     private let rebalances: [String: Counter]
     private let stages: [Stage: Timer]
     private let endToEnd: Timer
+    private let untilHandedToBroker: Timer
     private let deadLetters: LabelledCounters
     private let permanentPublishErrors: LabelledCounters
     private let publishErrors: LabelledCounters
@@ -79,6 +80,7 @@ public final class PipelineMetrics: Sendable {
             }
         )
         endToEnd = Timer(label: "herald_notification_duration_seconds", factory: factory)
+        untilHandedToBroker = Timer(label: "herald_notification_ready_duration_seconds", factory: factory)
         // Known label values start at 0, so a rate over them is defined before the first one.
         deadLetters = LabelledCounters(
             "herald_dead_letters_total",
@@ -139,8 +141,10 @@ public final class PipelineMetrics: Sendable {
         stages[stage]?.record(duration: start.duration(to: .now))
     }
 
-    /// Records a result's time from its message's poll to its publication.
-    func recordPublished(consumedAt: ContinuousClock.Instant, now: ContinuousClock.Instant) {
+    /// Records a result's time from its message's poll to its hand-over to the producer (its
+    /// ledger record written) and to its publication (the broker's acknowledgement).
+    func recordPublished(consumedAt: ContinuousClock.Instant, handedOver: ContinuousClock.Instant, now: ContinuousClock.Instant) {
+        untilHandedToBroker.record(duration: consumedAt.duration(to: handedOver))
         endToEnd.record(duration: consumedAt.duration(to: now))
     }
 
