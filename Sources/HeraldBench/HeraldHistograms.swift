@@ -41,7 +41,7 @@ struct HeraldHistograms {
         let families = [
             ("herald_stage_duration_seconds", nil),
             ("herald_notification_duration_seconds", "poll to result published"),
-            ("herald_notification_ready_duration_seconds", "poll to result handed to the producer"),
+            ("herald_notification_ready_duration_seconds", "poll to publish started"),
             ("herald_apns_request_duration_seconds", "apns request"),
         ]
         for line in texts.flatMap({ $0.split(separator: "\n") }) where line.hasPrefix("herald_") {
