@@ -212,8 +212,7 @@ extension APNSConnectionHandler.StateMachine {
         while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
             switch identifier {
             case HTTP2Wire.Setting.headerTableSize:
-                // The encoder may use less than the peer allows, never more (RFC 7541 section 4.2).
-                try? encoder.setDynamicTableSize(min(Int(value), HPACKEncoder.defaultDynamicTableSize))
+                encoder.peerAllowsTableSize(Int(value))
             case HTTP2Wire.Setting.maxConcurrentStreams:
                 limit = Int(value)
             case HTTP2Wire.Setting.initialWindowSize:

@@ -113,14 +113,13 @@ extension APNSConnectionHandler {
         var nextStreamID: UInt32 = 1
         var remoteStreamLimit = 1
         var authorization: Authorization?
-        var headerIndexing = APNSRequestHeaders.IndexingState()
         var prefaceSent = false
         /// A protocol violation was answered with GOAWAY: nothing more is read.
         var sentConnectionError = false
 
         var reader = HTTP2Wire.FrameReader()
         var partialHeaderBlock: PartialHeaderBlock?
-        var encoder: HPACKEncoder
+        var encoder = APNSHeaderEncoder()
         var decoder: HPACKDecoder
         /// Reused for every request's header block before it is framed.
         var headerBlock: ByteBuffer
@@ -142,7 +141,6 @@ extension APNSConnectionHandler {
         init(authority: String, providerToken: String?) {
             self.authority = authority
             let allocator = ByteBufferAllocator()
-            self.encoder = HPACKEncoder(allocator: allocator, useHuffmanEncoding: false)
             self.decoder = HPACKDecoder(
                 allocator: allocator,
                 maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
@@ -186,20 +184,8 @@ extension APNSConnectionHandler {
                     closeConnection: streams.isEmpty
                 )
             }
-            let headers = APNSRequestHeaders.make(
-                for: request,
-                authority: authority,
-                authorization: authorization?.headerValue,
-                indexing: &headerIndexing
-            )
             headerBlock.clear()
-            do {
-                try encoder.encode(headers: headers, to: &headerBlock)
-            } catch {
-                // Only a misused encoder throws; nothing was written for this stream.
-                let failure = APNSTransportError.connectionFailed("HPACK encoding failed: \(error)")
-                return .failed(waiter, failure, event: nil, closeConnection: false)
-            }
+            encoder.encode(request, authority: authority, authorization: authorization?.headerValue, to: &headerBlock)
             let streamID = nextStreamID
             nextStreamID += 2
             writeHeaderBlock(on: streamID)

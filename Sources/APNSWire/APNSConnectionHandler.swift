@@ -50,7 +50,8 @@ package enum StreamWaiter: Sendable {
 /// It speaks HTTP/2 itself (``HTTP2Wire``) rather than through a general HTTP/2 stack: an APNs
 /// client only sends small requests and reads small answers, and per-stream state machines and
 /// Huffman coding of the path, JWT and apns-id (values that change on every request) were most
-/// of the sender's CPU time. Header blocks use NIOHPACK's encoder and decoder.
+/// of the sender's CPU time. Header blocks are encoded by ``APNSHeaderEncoder`` and decoded by
+/// NIOHPACK's decoder.
 ///
 /// The protocol lives in ``StateMachine``; this class feeds it the channel's events and performs
 /// what it returns: resuming callers, fulfilling the ready promise, timers, flushes and closing.
