@@ -201,6 +201,31 @@ struct DeliveryHardeningTests {
         let cancelled = operationCancelled.load(ordering: .relaxed)
         #expect(cancelled, "the operation learned its caller went away")
     }
+
+    @Test func aResultWithinTheLimitIsReturnedAndNothingIsAbandoned() async throws {
+        let abandoned = AbandonedOperations()
+        for value in 0..<1_000 {
+            #expect(try await withTimeout(.seconds(30), tracking: abandoned) { value } == value)
+        }
+        #expect(abandoned.count == 0)
+    }
+
+    /// A limit of zero passes sometimes before the caller waits and sometimes while it waits:
+    /// either way the caller gets the time-out, and the operation, which ignores cancellation,
+    /// counts as abandoned until it ends.
+    @Test func aTimeOutBeforeOrWhileTheCallerWaitsAbandonsTheOperation() async throws {
+        for _ in 0..<200 {
+            let hung = StoreOperationsTests.Hung()
+            let abandoned = AbandonedOperations()
+            await #expect(throws: OperationTimedOut.self) {
+                try await withTimeout(.zero, tracking: abandoned) { await hung.run() }
+            }
+            #expect(abandoned.count == 1)
+            hung.release()
+            for _ in 0..<1_000 where abandoned.count > 0 { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(abandoned.count == 0)
+        }
+    }
 }
 
 @Suite struct OffsetTrackerRevocationTests {
