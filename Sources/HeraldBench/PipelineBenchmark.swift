@@ -54,6 +54,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
     )
     var rate = 0
     @Option(help: "Seed of the workload (users' device counts, tokens, mixed events).") var seed: UInt64 = 1
+    @Option(help: "Apps (bundle IDs) the events take turns addressing, so a poll batch holds several (1 to 100).") var apps = 1
     @Flag(
         help: """
             After each burst, an open load at 20 % and at 50 % of the burst's throughput, for \
@@ -74,6 +75,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
         guard shape == "all" || PipelineShape(rawValue: shape) != nil else { throw ValidationError("--shape must be single, fanout, mixed or all") }
         guard notifications > 0, instances > 0, partitions > 0 else { throw ValidationError("--notifications, --instances and --partitions must be positive") }
         guard heraldEnv.allSatisfy({ $0.contains("=") }) else { throw ValidationError("--herald-env expects KEY=VALUE") }
+        guard (1...100).contains(apps) else { throw ValidationError("--apps must be 1 to 100") }
+        guard apps == 1 || campaignUrgentRate == 0 else { throw ValidationError("--apps and --campaign-urgent-rate do not combine") }
     }
 
     func run() async throws {
@@ -88,7 +91,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             environment: ["HERALD_POSTGRES_URL": services.postgresURL, "HERALD_LOG_LEVEL": "warning"]
         )
         print(
-            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]"
+            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(apps) app(s), \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]"
         )
         let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
         print("broker alone: \(count) records of ~90 B produced and read back at \(fixed(brokerRate)) records/s")
@@ -147,7 +150,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         logger: Logger
     ) async throws -> Double {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
-        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag)
+        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag, apps: apps)
         let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results", "requests.bulk"].map {
             "\(tag).push.\($0)"
         }

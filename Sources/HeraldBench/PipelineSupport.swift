@@ -125,7 +125,10 @@ enum PipelineShape: String, CaseIterable {
 /// production devices and appears in exactly one event, so each token has exactly one
 /// expected result, and a result's token tells its event.
 struct Workload {
+    /// The first app's bundle ID; the others add `.<n>` to it (``topic(ofEvent:)``).
     let bundleID: String
+    /// How many apps the events take turns addressing.
+    let apps: Int
     let eventPrefix: String
     private(set) var tokens: [String] = []
     /// The user (`u<n>`) of each token.
@@ -139,8 +142,9 @@ struct Workload {
     var eventCount: Int { eventUserStarts.count - 1 }
     var userCount: Int { eventUserStarts.last ?? 0 }
 
-    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String) {
+    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String, apps: Int = 1) {
         bundleID = "com.example.bench.\(tag)"
+        self.apps = apps
         eventPrefix = "\(tag)-"
         var random = SplitMix64(state: seed &+ UInt64(PipelineShape.allCases.firstIndex(of: shape) ?? 0))
         var users = 0
@@ -183,11 +187,16 @@ struct Workload {
         return index
     }
 
+    /// The app event `index` addresses (and its users' devices are registered for).
+    func topic(ofEvent index: Int) -> String {
+        index % apps == 0 ? bundleID : "\(bundleID).\(index % apps)"
+    }
+
     /// Event `index` as push.requests JSON (the shape of HeraldTestbed.publishEvent).
     func eventJSON(_ index: Int) -> [UInt8] {
         let users = (eventUserStarts[index]..<eventUserStarts[index + 1]).map { "\"u\($0)\"" }.joined(separator: ",")
         return Array(
-            #"{"id":"\#(eventID(index))","user_ids":[\#(users)],"topic":"\#(bundleID)","payload":{"aps":{"alert":{"title":"Bench","body":"Event \#(index)"}}}}"#
+            #"{"id":"\#(eventID(index))","user_ids":[\#(users)],"topic":"\#(topic(ofEvent: index))","payload":{"aps":{"alert":{"title":"Bench","body":"Event \#(index)"}}}}"#
                 .utf8
         )
     }
@@ -199,11 +208,12 @@ struct Workload {
             let rows = start..<min(start + 20_000, tokens.count)
             let batchTokens = Array(tokens[rows])
             let batchUsers = rows.map { "u\(tokenUsers[$0])" }
+            let batchTopics = rows.map { topic(ofEvent: Int(tokenEvents[$0])) }
             try await client.query(
                 """
                 INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at)
-                SELECT \(bundleID), token, user_id, 'production', now(), now()
-                FROM unnest(\(batchTokens)::text[], \(batchUsers)::text[]) AS rows(token, user_id)
+                SELECT topic, token, user_id, 'production', now(), now()
+                FROM unnest(\(batchTopics)::text[], \(batchTokens)::text[], \(batchUsers)::text[]) AS rows(topic, token, user_id)
                 """,
                 logger: logger
             )
@@ -215,7 +225,8 @@ struct Workload {
     /// dead rows do not set off autovacuum during the next shape. The ledger's rows stay, as in
     /// production, until their day's partition is dropped.
     func delete(from client: PostgresClient, logger: Logger) async throws {
-        try await client.query("DELETE FROM push.device_tokens WHERE topic = \(bundleID)", logger: logger)
+        let topics = (0..<apps).map { topic(ofEvent: $0) }
+        try await client.query("DELETE FROM push.device_tokens WHERE topic = ANY(\(topics))", logger: logger)
         try await client.query("VACUUM push.device_tokens", logger: logger)
     }
 }

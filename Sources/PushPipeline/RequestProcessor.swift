@@ -199,6 +199,8 @@ final class RequestProcessor: Sendable {
         let events = messages.map(\.1)
         var batch = ResolvedBatch()
         let started = ContinuousClock.now
+        // One query per app, one after the other: at once, on two shared cores, they took longer
+        // (BENCHMARKS.md, "Several apps in a batch").
         for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
             let users = Array(Set(topicEvents.flatMap(\.userIDs)))
             guard !users.isEmpty else { continue }  // only events to broadcast channels
