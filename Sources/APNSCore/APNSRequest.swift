@@ -121,10 +121,13 @@ public struct APNSRequest: Sendable, Hashable {
         set { destination = .device(token: newValue) }
     }
 
+    /// What a device request's `:path` puts before the token.
+    public static let devicePathPrefix = "/3/device/"
+
     /// The request's `:path`.
     public var path: String {
         switch destination {
-        case .device(let token): "/3/device/" + token
+        case .device(let token): Self.devicePathPrefix + token
         case .channel: "/4/broadcasts/apps/" + topic
         case .channelManagement(.list): "/1/apps/" + topic + "/all-channels"
         case .channelManagement: "/1/apps/" + topic + "/channels"

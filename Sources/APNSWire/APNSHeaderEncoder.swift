@@ -106,8 +106,9 @@ struct APNSHeaderEncoder: Sendable {
         // :path (static name 4), without indexing.
         block.writeHPACKInteger(4, prefixBits: 4, flags: 0)
         if case .device(let token) = request.destination {
-            block.writeHPACKInteger(Self.devicePathPrefix.utf8.count + token.utf8.count, prefixBits: 7, flags: 0)
-            block.writeString(Self.devicePathPrefix)
+            // The path without building it: the prefix, then the token.
+            block.writeHPACKInteger(APNSRequest.devicePathPrefix.utf8.count + token.utf8.count, prefixBits: 7, flags: 0)
+            block.writeString(APNSRequest.devicePathPrefix)
             block.writeString(token)
         } else {
             block.writeHPACKString(request.path)
@@ -143,8 +144,6 @@ struct APNSHeaderEncoder: Sendable {
             writeChanging(.collapseID, collapseID, to: &block)
         }
     }
-
-    private static let devicePathPrefix = "/3/device/"
 
     /// A value that repeats: its index when the table has it, else a literal added to the table.
     private mutating func writeRepeating(_ field: Field, _ value: String, to block: inout ByteBuffer) {
@@ -197,7 +196,7 @@ struct APNSHeaderEncoder: Sendable {
         while tableSize + size > tableCapacity, let oldest = entries.popFirst() {
             let number = added - entries.count - 1
             tableSize -= oldest.size
-            if numbers[oldest.key] == number { numbers[oldest.key] = nil }
+            numbers[oldest.key] = nil  // a field and value are in the table at most once
             if newestWithName[oldest.key.field.rawValue] == number { newestWithName[oldest.key.field.rawValue] = nil }
         }
     }

@@ -142,7 +142,7 @@ struct Workload {
     var eventCount: Int { eventUserStarts.count - 1 }
     var userCount: Int { eventUserStarts.last ?? 0 }
 
-    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String, apps: Int = 1) {
+    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String, apps: Int) {
         bundleID = "com.example.bench.\(tag)"
         self.apps = apps
         eventPrefix = "\(tag)-"

@@ -66,7 +66,7 @@ struct HeaderEncoderTests {
     @Test func laterRequestsSendPerRequestValuesWithoutIndexing() throws {
         var connection = Connection()
         let first = try connection.send(Self.request())
-        let firstBlockSize = connection.encoder.tableSize
+        let tableSizeAfterFirst = connection.encoder.tableSize
         var next = Self.request(expiration: 1_767_225_601, collapseID: "order-43")
         next.apnsID = "0f3a5e2c-1111-4222-8333-444455556667"
         next.deviceToken = "e5f6"
@@ -80,7 +80,7 @@ struct HeaderEncoderTests {
         #expect(indexing["authorization"] == nil)  // certificate authentication: no header
         #expect(second.first { $0.name == "apns-id" }?.value == next.apnsID)
         #expect(second.first { $0.name == ":path" }?.value == "/3/device/e5f6")
-        #expect(connection.encoder.tableSize == firstBlockSize)
+        #expect(connection.encoder.tableSize == tableSizeAfterFirst)
         #expect(first.count == second.count)
     }
 
