@@ -1,6 +1,10 @@
-# Herald's image: built on the toolchain the project is developed with (Swift 6.3, Debian 12,
-# whose librdkafka-dev matches the runtime's librdkafka1), run as a non-root user (uid 10001) on
-# a slim Debian with current CA roots. scripts/check-deploy.sh lints it with hadolint.
+# Herald's image (the default target, `docker build .`) and the mock APNs' (`--target
+# mock-apns`), so the production image does not ship the mock: built on the toolchain the
+# project is developed with (Swift 6.3, Debian 12, whose librdkafka-dev matches the runtime's
+# librdkafka1), run as a non-root user (uid 10001) on a slim Debian with current CA roots.
+# scripts/check-deploy.sh lints it with hadolint and scans it with checkov.
+#
+# checkov:skip=CKV_DOCKER_2: no HEALTHCHECK in either image; the image also runs `herald migrate` (which exits) and `herald send`, so compose probes each long-running service itself and Kubernetes uses the Deployment's probes
 #
 # Debian packages are not pinned to versions (hadolint DL3008, ignored below on purpose): a
 # bookworm mirror keeps only the newest build of each package, so a pinned version stops
@@ -23,20 +27,29 @@ RUN swift build -c release --product herald --static-swift-stdlib \
     && swift build -c release --product mock-apns --static-swift-stdlib \
     && cp "$(swift build -c release --show-bin-path)/herald" "$(swift build -c release --show-bin-path)/mock-apns" /usr/local/bin/
 
-FROM debian:bookworm-slim
-# Current ca-certificates: APNs chains to the USERTrust RSA root since 2025.
+# What both images run on: a slim Debian with librdkafka and current CA roots (APNs chains to the
+# USERTrust RSA root since 2025), and the user uid 10001.
+FROM debian:bookworm-slim AS runtime
 # hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates librdkafka1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home herald
-COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
-# The mock APNs, for the compose file's laptop setup; never point production at it.
+
+# The mock APNs, for the compose file's laptop setup and tests only, in an image of its own:
+# `docker build --target mock-apns`. Never point production at it.
+FROM runtime AS mock-apns
 COPY --from=build /usr/local/bin/mock-apns /usr/local/bin/mock-apns
 USER 10001
+EXPOSE 8443
+ENTRYPOINT ["/usr/local/bin/mock-apns"]
+
+# Herald's image, the default target (the last stage): herald alone, without the mock.
+FROM runtime AS herald
+COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
+USER 10001
 EXPOSE 8080
-# No HEALTHCHECK here: the image runs `herald run`, `herald migrate` (which exits), `herald send`
-# and the mock (which serves 8443, not 8080), so the probe belongs where the command is known:
-# deploy/compose.yaml gives each long-running service its own, Kubernetes uses the Deployment's
-# probes (it ignores HEALTHCHECK).
+# No HEALTHCHECK here: the image runs `herald run`, `herald migrate` (which exits) and `herald
+# send`, so the probe belongs where the command is known: deploy/compose.yaml gives each
+# long-running service its own, Kubernetes uses the Deployment's probes (it ignores HEALTHCHECK).
 ENTRYPOINT ["/usr/local/bin/herald"]
 CMD ["run"]

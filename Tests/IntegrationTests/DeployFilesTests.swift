@@ -3,8 +3,9 @@ import HeraldService
 import Testing
 import Yams
 
-/// Every YAML and JSON file under deploy/ parses, and every HERALD_* variable the manifests and
-/// the compose file set is a key Herald knows (or a librdkafka property, HERALD_KAFKA_*).
+/// Every YAML and JSON file under deploy/ parses, and every HERALD_* variable the manifests, the
+/// kustomize env files and the compose file set is a key Herald knows (or a librdkafka property,
+/// HERALD_KAFKA_*).
 @Suite struct DeployFilesTests {
     static let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../deploy")
 
@@ -29,6 +30,13 @@ import Yams
         text.hasPrefix("HERALD_") && text.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 48 && $0 <= 57) || $0 == 95 }
     }
 
+    /// The variable `text` names: all of it, or the key of a `KEY=value` line (a kustomize env
+    /// file's line or `literals:` entry).
+    static func variable(in text: String) -> String? {
+        let key = String(text.prefix { $0 != "=" })
+        return isVariable(key) ? key : nil
+    }
+
     @Test func everyFileParsesAndSetsOnlyKeysHeraldKnows() throws {
         let yamlFiles = try Self.files(withExtensions: ["yaml", "yml"])
         let jsonFiles = try Self.files(withExtensions: ["json"])
@@ -38,10 +46,14 @@ import Yams
             var count = 0
             for document in try Yams.load_all(yaml: String(contentsOf: file, encoding: .utf8)) {
                 count += 1
-                let names = Self.strings(in: document).filter { Self.isVariable($0) }
+                let names = Self.strings(in: document).compactMap { Self.variable(in: $0) }
                 variables.formUnion(names)
             }
             #expect(count >= 1, "\(file.lastPathComponent) holds a document")
+        }
+        for file in try Self.files(withExtensions: ["env"]) {
+            let lines = try String(contentsOf: file, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("#") }
+            variables.formUnion(lines.compactMap { Self.variable(in: String($0)) })
         }
         for file in jsonFiles {
             _ = try JSONSerialization.jsonObject(with: Data(contentsOf: file))
@@ -51,16 +63,17 @@ import Yams
         #expect(unknown.isEmpty, "not Herald's: \(unknown.sorted())")
     }
 
+    /// The kustomize base's files; scripts/check-deploy.sh checks the same on every rendered overlay.
     @Test func theDeploymentOutlastsHeraldsDrainAndTheScalerStopsAtThePartitions() throws {
-        let deployment =
-            try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/deployment.yaml"), encoding: .utf8)) as? [String: Any]
-        let configMap =
-            try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/configmap.yaml"), encoding: .utf8)) as? [String: Any]
+        let base = Self.deploy.appendingPathComponent("kubernetes/base")
+        let deployment = try Yams.load(yaml: String(contentsOf: base.appendingPathComponent("deployment.yaml"), encoding: .utf8)) as? [String: Any]
+        let environment = try String(contentsOf: base.appendingPathComponent("herald.env"), encoding: .utf8).split(separator: "\n")
         let pod = ((deployment?["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any]
         let grace = try #require(pod?["terminationGracePeriodSeconds"] as? Int)
-        let drain = try #require(((configMap?["data"] as? [String: Any])?["HERALD_SHUTDOWN_GRACE_S"] as? String).flatMap { Int($0) })
-        #expect(grace > drain + 5, "the pod outlives preStop plus Herald's drain")
-        let scaler = try Yams.load(yaml: String(contentsOf: Self.deploy.appendingPathComponent("kubernetes/keda.yaml"), encoding: .utf8)) as? [String: Any]
+        let drain = try #require(environment.first { $0.hasPrefix("HERALD_SHUTDOWN_GRACE_S=") }.flatMap { Int($0.dropFirst("HERALD_SHUTDOWN_GRACE_S=".count)) })
+        // The drain cap, then the producer's flush (10 s), the consumers' close (10 s) and a margin (5 s).
+        #expect(grace >= drain + 10 + 10 + 5, "the pod outlives Herald's drain, flush and close")
+        let scaler = try Yams.load(yaml: String(contentsOf: base.appendingPathComponent("keda.yaml"), encoding: .utf8)) as? [String: Any]
         #expect((scaler?["spec"] as? [String: Any])?["maxReplicaCount"] as? Int == 48)
     }
 }
