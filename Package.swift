@@ -31,6 +31,8 @@ let package = Package(
         .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
         // A mock APNs (HTTP/2 over TLS, token and certificate authentication) for tests.
         .library(name: "MockAPNS", targets: ["MockAPNS"]),
+        // An FCM HTTP v1 client: the message and its validation, the answers' classification.
+        .library(name: "FCMClient", targets: ["FCMCore"]),
         .executable(name: "herald", targets: ["Herald"]),
         .executable(name: "mock-apns", targets: ["MockAPNSServer"]),
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),
@@ -96,6 +98,13 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: ["ExactTime"],
+            swiftSettings: swiftSettings
+        ),
+        // FCM HTTP v1 without networking: the message as sent, its validation, the error body
+        // and the classification of answers, the service-account key file.
+        .target(
+            name: "FCMCore",
+            dependencies: ["APNSCore"],
             swiftSettings: swiftSettings
         ),
         // HTTP/2 as an APNs client speaks it, on one connection: the channel handler and its
@@ -289,6 +298,11 @@ let package = Package(
                 "KafkaTransport",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: testSwiftSettings
+        ),
+        .testTarget(
+            name: "FCMCoreTests",
+            dependencies: ["FCMCore"],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(

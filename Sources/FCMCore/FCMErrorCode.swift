@@ -1,0 +1,115 @@
+/// The `errorCode` of FCM's `FcmError` detail.
+///
+/// A struct with a static member per documented code, not an enum: a code Google adds later is
+/// a value like any other (its string kept), and a new static member breaks no caller's `switch`.
+public struct FCMErrorCode: Sendable, Hashable, RawRepresentable, CustomStringConvertible {
+    /// Google's spelling of the code.
+    public let rawValue: String
+
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    public var description: String { rawValue }
+
+    /// Whether this version of Herald names the code (a static member).
+    public var isKnown: Bool { Self.documented.contains(self) }
+
+    public static let unspecifiedError = FCMErrorCode(rawValue: "UNSPECIFIED_ERROR")
+    /// 400: a message parameter is invalid; a field violation says which.
+    public static let invalidArgument = FCMErrorCode(rawValue: "INVALID_ARGUMENT")
+    /// 404: the token is no longer valid (the app was uninstalled, or 270 days without use).
+    public static let unregistered = FCMErrorCode(rawValue: "UNREGISTERED")
+    /// 403: the token belongs to another Firebase project than the credential's.
+    public static let senderIDMismatch = FCMErrorCode(rawValue: "SENDER_ID_MISMATCH")
+    /// 429: the project's or the device's quota is exceeded.
+    public static let quotaExceeded = FCMErrorCode(rawValue: "QUOTA_EXCEEDED")
+    /// 503: FCM is overloaded.
+    public static let unavailable = FCMErrorCode(rawValue: "UNAVAILABLE")
+    /// 500: an unknown internal error.
+    public static let `internal` = FCMErrorCode(rawValue: "INTERNAL")
+    /// 401: the APNs certificate or web push key configured in Firebase is invalid or missing.
+    public static let thirdPartyAuthError = FCMErrorCode(rawValue: "THIRD_PARTY_AUTH_ERROR")
+
+    static let documented: Set<FCMErrorCode> = [
+        .unspecifiedError, .invalidArgument, .unregistered, .senderIDMismatch, .quotaExceeded,
+        .unavailable, .internal, .thirdPartyAuthError,
+    ]
+}
+
+/// The `google.rpc.Status` body of an FCM error answer, with the details Herald reads.
+public struct FCMErrorBody: Sendable, Hashable {
+    /// A `google.rpc.BadRequest` field violation: the field (`message.token`) and why.
+    public struct FieldViolation: Sendable, Hashable {
+        public var field: String
+        public var description: String
+
+        public init(field: String, description: String) {
+            self.field = field
+            self.description = description
+        }
+    }
+
+    /// `error.code`: the HTTP status Google meant.
+    public var code: Int?
+    /// `error.message`, for humans.
+    public var message: String?
+    /// `error.status`: the canonical code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`…).
+    public var status: String?
+    /// The `FcmError` detail's `errorCode`; nil when the answer has no such detail.
+    public var errorCode: FCMErrorCode?
+    /// Every field violation of the `google.rpc.BadRequest` details.
+    public var fieldViolations: [FieldViolation]
+
+    public init(
+        code: Int? = nil,
+        message: String? = nil,
+        status: String? = nil,
+        errorCode: FCMErrorCode? = nil,
+        fieldViolations: [FieldViolation] = []
+    ) {
+        self.code = code
+        self.message = message
+        self.status = status
+        self.errorCode = errorCode
+        self.fieldViolations = fieldViolations
+    }
+
+    static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+    static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
+
+    /// Parses an answer's body; nil when it is not a `google.rpc.Status` (an HTML page, say).
+    public init?(parsing body: some Collection<UInt8>) {
+        guard let document = try? FCMJSON(parsing: body), case .object? = document["error"], let error = document["error"] else {
+            return nil
+        }
+        self.init()
+        if case .number(let text)? = error["code"] { code = Int(text) }
+        message = error["message"]?.stringValue
+        status = error["status"]?.stringValue
+        guard case .array(let details)? = error["details"] else { return }
+        for detail in details {
+            switch detail["@type"]?.stringValue {
+            case Self.fcmErrorType:
+                if errorCode == nil, let text = detail["errorCode"]?.stringValue { errorCode = FCMErrorCode(rawValue: text) }
+            case Self.badRequestType:
+                guard case .array(let violations)? = detail["fieldViolations"] else { continue }
+                for violation in violations {
+                    guard let field = violation["field"]?.stringValue else { continue }
+                    fieldViolations.append(FieldViolation(field: field, description: violation["description"]?.stringValue ?? ""))
+                }
+            default:
+                continue
+            }
+        }
+    }
+
+    /// Whether the field violations name the message's target (`message.token` or
+    /// `message.fid`) and nothing else: only then is the token at fault.
+    public var namesOnlyTarget: Bool {
+        !fieldViolations.isEmpty
+            && fieldViolations.allSatisfy { violation in
+                ["message.token", "message.fid"].contains { violation.field == $0 || violation.field.hasPrefix($0 + ".") }
+            }
+    }
+}

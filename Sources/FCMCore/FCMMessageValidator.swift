@@ -1,0 +1,121 @@
+/// The contract's rules for an event's `fcm.message` (DESIGN sections 2 and 6b), checked at
+/// intake so that a message FCM would refuse becomes a dead letter, not a result per device.
+///
+/// - Members: `notification`, `data`, `android` and `fcm_options`; `token`, `topic`, `condition`
+///   and `fid` are Herald's to set, anything else is refused.
+/// - `data` and `android.data`: string values only; no key `from` or `message_type`, nor one
+///   starting with `google.` or `gcm.notification.`.
+/// - `notification`: an object of strings. `fcm_options`, `android.notification`,
+///   `android.fcm_options`: objects.
+/// - `android.priority`: `normal` or `high` (any case); `android.ttl`: a duration string
+///   (`"3.5s"`) of 0..2,419,200 s; `android.collapse_key`, `android.restricted_package_name`:
+///   strings; `android.direct_boot_ok`: a boolean. Other `android` members pass unchecked.
+public enum FCMMessageValidator {
+    /// The message members Herald sets per device.
+    public static let targetMembers: Set<String> = ["token", "topic", "condition", "fid"]
+    /// The message members an event may give.
+    public static let allowedMembers: Set<String> = ["notification", "data", "android", "fcm_options"]
+
+    /// Throws a `schema_violation` naming the first member that breaks a rule.
+    public static func validate(_ members: [FCMJSON.Member]) throws(FCMInputRejection) {
+        for member in members {
+            let path = "fcm.message.\(member.name)"
+            if targetMembers.contains(member.name) {
+                throw FCMInputRejection(.schemaViolation, "\(path) must not be set: Herald sets the target per device")
+            }
+            guard allowedMembers.contains(member.name) else {
+                throw FCMInputRejection(.schemaViolation, "\(path) is not supported (notification, data, android, fcm_options)")
+            }
+            switch member.name {
+            case "data": try dataMap(member.value, path: path)
+            case "notification": try stringObject(member.value, path: path)
+            case "android": try android(member.value, path: path)
+            default: try object(member.value, path: path)
+            }
+        }
+    }
+
+    /// Whether `key` may not be used in a data map.
+    public static func isReservedDataKey(_ key: String) -> Bool {
+        key == "from" || key == "message_type" || key.hasPrefix("google.") || key.hasPrefix("gcm.notification.")
+    }
+
+    /// Whether `text` is a protobuf duration FCM accepts as `android.ttl`: digits, up to nine
+    /// fractional digits, `s`, at most 28 days.
+    public static func isValidTTL(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 2, bytes.last == UInt8(ascii: "s") else { return false }
+        let number = bytes.dropLast()
+        let parts = number.split(separator: UInt8(ascii: "."), maxSplits: 1, omittingEmptySubsequences: false)
+        let isDigit = { (byte: UInt8) in byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+        guard let whole = parts.first, (1...7).contains(whole.count), whole.allSatisfy(isDigit) else { return false }
+        if parts.count == 2 {
+            guard (1...9).contains(parts[1].count), parts[1].allSatisfy(isDigit) else { return false }
+        }
+        guard let seconds = Int64(String(decoding: whole, as: UTF8.self)) else { return false }
+        let hasFraction = parts.count == 2 && parts[1].contains { $0 != UInt8(ascii: "0") }
+        return seconds < FCMMessage.maximumTTLSeconds || (seconds == FCMMessage.maximumTTLSeconds && !hasFraction)
+    }
+
+    private static func object(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+        guard case .object = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+    }
+
+    private static func stringObject(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+        for member in members {
+            guard case .string = member.value else {
+                throw FCMInputRejection(.schemaViolation, "\(path).\(member.name) must be a string")
+            }
+        }
+    }
+
+    private static func dataMap(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+        for member in members {
+            guard !isReservedDataKey(member.name) else {
+                throw FCMInputRejection(.schemaViolation, "\(path) key \(quoted(member.name)) is reserved by FCM")
+            }
+            guard case .string = member.value else {
+                throw FCMInputRejection(.schemaViolation, "\(path).\(member.name) must be a string (FCM data values are strings)")
+            }
+        }
+    }
+
+    private static func android(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+        for member in members {
+            let memberPath = "\(path).\(member.name)"
+            switch member.name {
+            case "data":
+                try dataMap(member.value, path: memberPath)
+            case "notification", "fcm_options":
+                try object(member.value, path: memberPath)
+            case "priority":
+                guard let text = member.value.stringValue, ["normal", "high"].contains(text.lowercased()) else {
+                    throw FCMInputRejection(.schemaViolation, "\(memberPath) must be normal or high")
+                }
+            case "ttl":
+                guard let text = member.value.stringValue, isValidTTL(text) else {
+                    throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a duration such as \"3.5s\", 0..2419200 s")
+                }
+            case "collapse_key", "restricted_package_name":
+                guard case .string = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a string") }
+            case "direct_boot_ok":
+                guard case .bool = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a boolean") }
+            default:
+                break
+            }
+        }
+    }
+
+    /// A key as a JSON literal, quotes included, cut to 64 bytes for a detail.
+    private static func quoted(_ key: String) -> String {
+        FCMJSON.string(String(key.prefix(64))).serializedText
+    }
+}
+
+extension FCMJSON {
+    /// The compact JSON text as a string.
+    var serializedText: String { String(decoding: serialized(), as: UTF8.self) }
+}

@@ -1,0 +1,130 @@
+/// FCM's answer to one send request.
+public struct FCMResponse: Sendable, Hashable {
+    /// The HTTP status (200 on success).
+    public var status: Int
+    /// The `name` of a 200 answer: `projects/<project>/messages/<id>` (the result's `fcm_message_id`).
+    public var messageName: String?
+    /// The parsed `google.rpc.Status` of an error answer; nil on success or when the body is not
+    /// one (an HTML error page).
+    public var error: FCMErrorBody?
+    /// The wait `Retry-After` asked for, from when the answer arrived; nil without the header.
+    public var retryAfter: Duration?
+    /// Whether the client already refreshed its access token once for this request (after a
+    /// 401 UNAUTHENTICATED), so a second 401 is final.
+    public var accessTokenRefreshed: Bool
+
+    public init(
+        status: Int,
+        messageName: String? = nil,
+        error: FCMErrorBody? = nil,
+        retryAfter: Duration? = nil,
+        accessTokenRefreshed: Bool = false
+    ) {
+        self.status = status
+        self.messageName = messageName
+        self.error = error
+        self.retryAfter = retryAfter
+        self.accessTokenRefreshed = accessTokenRefreshed
+    }
+
+    /// Reads an answer: `status`, its body and its `Retry-After` header (seconds or an HTTP
+    /// date, the latter against `nowMilliseconds` of the wall clock).
+    public init(status: Int, body: some Collection<UInt8>, retryAfterHeader: String?, nowMilliseconds: Int64) {
+        self.init(status: status)
+        if (200..<300).contains(status) {
+            messageName = (try? FCMJSON(parsing: body))?["name"]?.stringValue
+        } else {
+            error = FCMErrorBody(parsing: body)
+        }
+        retryAfter = retryAfterHeader.flatMap { RetryAfter.parse($0, nowMilliseconds: nowMilliseconds) }
+    }
+
+    /// The result's `reason`: the FcmError `errorCode`, else the canonical `error.status`; nil
+    /// on success and for an answer without a `google.rpc.Status` body.
+    public var reason: String? {
+        guard !(200..<300).contains(status) else { return nil }
+        return error?.errorCode?.rawValue ?? error?.status
+    }
+
+    /// What this answer means for the notification (DESIGN section 6b): ``FCMDecision/classify(_:)``.
+    public var decision: FCMDecision { FCMDecision.classify(self) }
+}
+
+/// What an FCM answer means for one notification, decided by the FcmError detail's `errorCode`
+/// and the field violations, never by the bare HTTP status alone.
+public enum FCMDecision: Sendable, Hashable {
+    /// 2xx: FCM accepted the message.
+    case delivered
+    /// The target is gone: UNREGISTERED, or INVALID_ARGUMENT whose field violations name only
+    /// `message.token`/`message.fid`. Mark the token (ordering rule) and publish push.unregistered.
+    case unregistered
+    /// FCM refused the message and a retry cannot help; the token is not marked. Other
+    /// INVALID_ARGUMENT, SENDER_ID_MISMATCH, THIRD_PARTY_AUTH_ERROR, a 403 or 404 without
+    /// FcmError (a disabled API, a wrong URL or project), a second 401 after a token refresh.
+    case rejected
+    /// Try this notification again, no sooner than ``FCMRetry/notBefore``.
+    case retry(FCMRetry)
+    /// 401 UNAUTHENTICATED: the access token was refused (expired or revoked). Refresh it and
+    /// retry once; the client does this, so a caller sees it only as ``rejected``.
+    case refreshAccessToken
+
+    /// The wait before Google allows a retry after QUOTA_EXCEEDED.
+    public static let quotaExceededFloor: Duration = .seconds(60)
+
+    /// Classifies `response` (DESIGN section 6b).
+    public static func classify(_ response: FCMResponse) -> FCMDecision {
+        if (200..<300).contains(response.status) { return .delivered }
+        let error = response.error
+        let retryAfter = response.retryAfter
+        switch error?.errorCode {
+        case .unregistered?:
+            return .unregistered
+        case .invalidArgument?:
+            return error?.namesOnlyTarget == true ? .unregistered : .rejected
+        case .senderIDMismatch?, .thirdPartyAuthError?:
+            return .rejected
+        case .quotaExceeded?:
+            return .retry(FCMRetry(notBefore: max(retryAfter ?? .zero, quotaExceededFloor), serverTrouble: false))
+        case .unavailable?, .internal?:
+            return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))
+        default:
+            break
+        }
+        // No known FcmError code: the canonical status of a google.rpc.Status body decides.
+        switch error?.status {
+        case "UNAUTHENTICATED"?:
+            return response.accessTokenRefreshed ? .rejected : .refreshAccessToken
+        case "RESOURCE_EXHAUSTED"?:
+            return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: false))
+        case "UNAVAILABLE"?, "INTERNAL"?, "DEADLINE_EXCEEDED"?:
+            return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))
+        case .some:
+            return .rejected
+        case nil:
+            break
+        }
+        // No google.rpc.Status at all (an HTML page from a proxy or a wrong URL): the request
+        // never reached FCM's logic. A gateway's 429 or 5xx is transient like a lost connection;
+        // anything else is final. Neither marks a token.
+        switch response.status {
+        case 429: return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: false))
+        case 500...599: return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))
+        default: return .rejected
+        }
+    }
+}
+
+/// How to retry a notification after an FCM answer.
+public struct FCMRetry: Sendable, Hashable {
+    /// The least wait before the next attempt (Retry-After, or 60 s for QUOTA_EXCEEDED); nil
+    /// leaves the wait to the caller's backoff. A caller waits the longer of this and its backoff.
+    public var notBefore: Duration?
+    /// FCM itself is in trouble (500, 503): back off exponentially and slow the whole sender
+    /// down, not only this notification.
+    public var serverTrouble: Bool
+
+    public init(notBefore: Duration?, serverTrouble: Bool) {
+        self.notBefore = notBefore
+        self.serverTrouble = serverTrouble
+    }
+}
