@@ -73,6 +73,19 @@ def kubernetes(paths):
     def config(path, key):
         return (config_maps.get(path) or {}).get("data", {}).get(key)
 
+    # What each rendering must hold, so that no fact below holds only because nothing rendered.
+    problems = []
+    for path in paths:
+        kinds = sorted(d.get("kind") for p, d in documents if p == path)
+        wanted = ["Job", "ServiceAccount"] if "migrate" in os.path.basename(path) else [
+            "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget",
+            "PodMonitor", "PrometheusRule", "ScaledObject", "Service", "ServiceAccount",
+        ]
+        missing = [k for k in set(wanted) if kinds.count(k) < wanted.count(k)]
+        if missing:
+            problems.append(f"{path}: renders no {', '.join(sorted(missing))} (has {', '.join(kinds) or 'nothing'})")
+    fact("each rendering holds what Herald's install needs", problems)
+
     # KEDA's operator resolves the brokers in its own namespace: short names fail there.
     problems = []
     scalers = by_kind(documents, "ScaledObject")
