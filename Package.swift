@@ -31,10 +31,14 @@ let package = Package(
         .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
         // A mock APNs (HTTP/2 over TLS, token and certificate authentication) for tests.
         .library(name: "MockAPNS", targets: ["MockAPNS"]),
-        // An FCM HTTP v1 client: the message and its validation, the answers' classification.
-        .library(name: "FCMClient", targets: ["FCMCore"]),
+        // An FCM HTTP v1 client: the message and its validation, the answers' classification,
+        // the OAuth token source and the sender over AsyncHTTPClient (HTTP/2).
+        .library(name: "FCMClient", targets: ["FCMCore", "FCMHTTP"]),
+        // A mock FCM HTTP v1 API and OAuth token endpoint (HTTP/2 over TLS) for tests.
+        .library(name: "MockFCM", targets: ["MockFCM"]),
         .executable(name: "herald", targets: ["Herald"]),
         .executable(name: "mock-apns", targets: ["MockAPNSServer"]),
+        .executable(name: "mock-fcm", targets: ["MockFCMServer"]),
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),
         .executable(name: "herald-bench", targets: ["HeraldBench"]),
     ],
@@ -66,6 +70,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // OTLP over HTTP only: the gRPC exporter's dependencies would double the build.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        // The FCM sender's HTTP/2 client and the OAuth token exchange.
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Parses HERALD_CONFIG_FILE (YAML or JSON) once, for its key list and its values; the
         // tests read deploy/'s YAML with it.
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
@@ -136,6 +142,25 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The FCM transport: the OAuth token source (RS256 assertions) and the HTTP/2 sender.
+        .target(
+            name: "FCMHTTP",
+            dependencies: [
+                "APNSCore",
+                "FCMCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -247,6 +272,36 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "MockFCM",
+            dependencies: [
+                "MockAPNS",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "MockFCMServer",
+            dependencies: [
+                "MockFCM",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // libFuzzer target over the APNs connection handler (built with -sanitize=fuzzer by
         // scripts/test.sh; an ordinary build only prints how to fuzz).
         .executableTarget(
@@ -303,6 +358,22 @@ let package = Package(
         .testTarget(
             name: "FCMCoreTests",
             dependencies: ["FCMCore"],
+            swiftSettings: testSwiftSettings
+        ),
+        .testTarget(
+            name: "FCMHTTPTests",
+            dependencies: [
+                "FCMCore",
+                "FCMHTTP",
+                "MockFCM",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(

@@ -1,0 +1,290 @@
+import APNSCore
+import AsyncHTTPClient
+import FCMCore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+public import ServiceLifecycle
+import Synchronization
+
+/// OAuth access tokens for FCM, one per Firebase project, shared by every request.
+///
+/// ``run()`` fetches a token for each project at start, then refreshes each one
+/// ``FCMClientConfiguration/tokenRefreshMargin`` before it expires, in the background: the loop
+/// sleeps until the next refresh is due and wakes early when a caller needs a token it does not
+/// have (at start, after ``invalidate(_:)``) or the credentials change. A failed exchange is
+/// retried with backoff; meanwhile a still-valid token stays in use. ``isReady`` is false while
+/// some project has no valid token.
+public final class FCMAccessTokenSource: Service, Sendable {
+    /// An access token and when it expires.
+    public struct AccessToken: Sendable, Hashable, CustomStringConvertible {
+        /// The bearer token (never logged).
+        public let value: String
+        public let expiresAt: ContinuousClock.Instant
+
+        public var description: String { "access token \(value.prefix(6))… expiring at \(expiresAt)" }
+    }
+
+    private struct Project {
+        var signer: OAuthAssertionSigner
+        var token: AccessToken?
+        var refreshAt: ContinuousClock.Instant?
+        var fetching = false
+        var failures = 0
+        var retryAt: ContinuousClock.Instant?
+        var lastFailure: String?
+        var waiters: [UInt64: CheckedContinuation<AccessToken, any Error>] = [:]
+    }
+
+    private struct State {
+        var projects: [String: Project] = [:]
+        var nextWaiterID: UInt64 = 0
+        var isStopped = false
+    }
+
+    private let state: Mutex<State>
+    private let wakeup = Wakeup()
+    private let httpClient: HTTPClient
+    private let configuration: FCMClientConfiguration
+    private let logger: Logger
+
+    /// Parses every account's key (throws when one is not an RSA key); fetches nothing until
+    /// ``run()``. `httpClient` carries the exchanges; its owner shuts it down.
+    init(configuration: FCMClientConfiguration, httpClient: HTTPClient, logger: Logger) throws(FCMServiceAccountError) {
+        self.configuration = configuration
+        self.httpClient = httpClient
+        self.logger = logger
+        var projects: [String: Project] = [:]
+        for (projectID, account) in configuration.credentials.accountsByProject {
+            projects[projectID] = Project(signer: try OAuthAssertionSigner(account: account))
+        }
+        self.state = Mutex(State(projects: projects))
+    }
+
+    /// True when every project has an access token that has not expired.
+    public var isReady: Bool {
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            state.projects.values.allSatisfy { ($0.token?.expiresAt).map { $0 > now } ?? false }
+        }
+    }
+
+    /// Why the last exchange of a project failed, while it has no valid token; for logs and probes.
+    public func lastFailure(projectID: String) -> String? {
+        state.withLock { $0.projects[projectID]?.lastFailure }
+    }
+
+    /// A valid token for `projectID`, waiting for an exchange (until `deadline`) when there is none.
+    public func accessToken(projectID: String, deadline: ContinuousClock.Instant) async throws -> AccessToken {
+        let now = ContinuousClock.now
+        let cached = state.withLock { state -> AccessToken? in
+            guard let token = state.projects[projectID]?.token, token.expiresAt > now + .seconds(1) else { return nil }
+            return token
+        }
+        if let cached { return cached }
+        return try await withThrowingTaskGroup(of: AccessToken.self) { group in
+            group.addTask { try await self.waitForToken(projectID: projectID) }
+            group.addTask {
+                try await Task.sleep(until: deadline, clock: .continuous)
+                throw FCMTransportError.deadlineExceeded("waiting for an access token")
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+    }
+
+    /// Drops `token` after FCM refused it (401 UNAUTHENTICATED) so the next caller gets a new
+    /// one. Many requests refused with the same token cause one exchange.
+    public func invalidate(_ token: AccessToken, projectID: String) {
+        let changed = state.withLock { state -> Bool in
+            guard state.projects[projectID]?.token == token else { return false }
+            state.projects[projectID]?.token = nil
+            state.projects[projectID]?.refreshAt = nil
+            state.projects[projectID]?.retryAt = nil
+            return true
+        }
+        if changed {
+            logger.info("FCM refused an access token; exchanging a new one", metadata: ["fcm.project": "\(projectID)"])
+            wakeup.signal()
+        }
+    }
+
+    /// Replaces the accounts (a credentials reload): a project whose account is unchanged keeps
+    /// its token, a changed or new one is exchanged at once, a removed one is dropped.
+    func update(_ credentials: FCMCredentials) throws(FCMServiceAccountError) {
+        var signers: [String: OAuthAssertionSigner] = [:]
+        for (projectID, account) in credentials.accountsByProject {
+            signers[projectID] = try OAuthAssertionSigner(account: account)
+        }
+        let dropped = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
+            var dropped: [CheckedContinuation<AccessToken, any Error>] = []
+            for (projectID, project) in state.projects where signers[projectID] == nil {
+                dropped += project.waiters.values
+                state.projects[projectID] = nil
+            }
+            for (projectID, signer) in signers where state.projects[projectID]?.signer.account != signer.account {
+                let waiters = state.projects[projectID]?.waiters ?? [:]
+                state.projects[projectID] = Project(signer: signer, waiters: waiters)
+            }
+            return dropped
+        }
+        for waiter in dropped { waiter.resume(throwing: FCMTransportError.accessTokenUnavailable("the project's credential was removed")) }
+        wakeup.signal()
+    }
+
+    /// Exchanges and refreshes tokens until cancelled or gracefully shut down.
+    public func run() async throws {
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                while !Task.isCancelled {
+                    let (due, nextWake) = self.takeDueExchanges(now: .now)
+                    for projectID in due {
+                        group.addTask { await self.exchange(projectID: projectID) }
+                    }
+                    if self.state.withLock({ $0.isStopped }) { break }
+                    await self.wakeup.wait(until: nextWake)
+                }
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            self.state.withLock { $0.isStopped = true }
+            self.wakeup.signal()
+        }
+        let waiters = state.withLock { state in
+            state.isStopped = true
+            return state.projects.keys.flatMap { projectID in
+                defer { state.projects[projectID]?.waiters = [:] }
+                return Array(state.projects[projectID]!.waiters.values)
+            }
+        }
+        for waiter in waiters { waiter.resume(throwing: FCMTransportError.shuttingDown("the token source stopped")) }
+    }
+
+    /// Marks the projects whose exchange is due as fetching; returns them and when the loop
+    /// must look again.
+    private func takeDueExchanges(now: ContinuousClock.Instant) -> (due: [String], nextWake: ContinuousClock.Instant?) {
+        state.withLock { state in
+            var due: [String] = []
+            var nextWake: ContinuousClock.Instant?
+            for (projectID, project) in state.projects where !project.fetching {
+                let wanted = project.token == nil ? (project.retryAt ?? now) : (project.refreshAt ?? now)
+                let when = max(wanted, project.retryAt ?? wanted)
+                if when <= now {
+                    due.append(projectID)
+                    state.projects[projectID]?.fetching = true
+                } else {
+                    nextWake = min(nextWake ?? when, when)
+                }
+            }
+            return (due, nextWake)
+        }
+    }
+
+    private func waitForToken(projectID: String) async throws -> AccessToken {
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AccessToken, any Error>) in
+                let outcome = state.withLock { state -> Result<AccessToken, any Error>? in
+                    guard !state.isStopped else { return .failure(FCMTransportError.shuttingDown("the token source stopped")) }
+                    guard let project = state.projects[projectID] else {
+                        return .failure(FCMTransportError.accessTokenUnavailable("no credential for the project"))
+                    }
+                    if let token = project.token, token.expiresAt > .now { return .success(token) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    // No token and an exchange failed lately: fail now rather than wait the backoff.
+                    if let failure = project.lastFailure, !project.fetching, project.retryAt.map({ $0 > .now }) ?? false {
+                        return .failure(FCMTransportError.accessTokenUnavailable(failure))
+                    }
+                    state.projects[projectID]?.waiters[id] = continuation
+                    return nil
+                }
+                if let outcome {
+                    continuation.resume(with: outcome)
+                } else {
+                    wakeup.signal()
+                }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.projects[projectID]?.waiters.removeValue(forKey: id) }
+            waiter?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// One exchange for `projectID`; stores the token or the failure and answers the waiters.
+    private func exchange(projectID: String) async {
+        guard let signer = state.withLock({ $0.projects[projectID]?.signer }) else { return }
+        let result: Result<(token: AccessToken, lifetime: Duration), FCMTransportError>
+        do {
+            result = .success(try await requestToken(signer))
+        } catch let error as FCMTransportError {
+            result = .failure(error)
+        } catch {
+            result = .failure(.accessTokenUnavailable("\(type(of: error))"))
+        }
+        let now = ContinuousClock.now
+        let waiters = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
+            guard var project = state.projects[projectID], project.signer.account == signer.account else { return [] }
+            project.fetching = false
+            switch result {
+            case .success(let fetched):
+                project.token = fetched.token
+                let lifetime = fetched.lifetime
+                project.refreshAt = now + max(lifetime - configuration.tokenRefreshMargin, lifetime / 2)
+                project.failures = 0
+                project.retryAt = nil
+                project.lastFailure = nil
+            case .failure(let error):
+                project.failures += 1
+                var generator = SystemRandomNumberGenerator()
+                project.retryAt = now + configuration.tokenRetryBackoff.delay(afterAttempt: project.failures, using: &generator)
+                project.lastFailure = error.detail
+            }
+            let waiters = Array(project.waiters.values)
+            project.waiters = [:]
+            state.projects[projectID] = project
+            return waiters
+        }
+        switch result {
+        case .success(let fetched):
+            logger.debug("FCM access token exchanged", metadata: ["fcm.project": "\(projectID)", "fcm.token_lifetime": "\(fetched.lifetime)"])
+            for waiter in waiters { waiter.resume(returning: fetched.token) }
+        case .failure(let error):
+            logger.warning("FCM access token exchange failed", metadata: ["fcm.project": "\(projectID)", "error": "\(error)"])
+            for waiter in waiters { waiter.resume(throwing: error) }
+        }
+        wakeup.signal()
+    }
+
+    /// POSTs the assertion to `token_uri` and reads `access_token` and `expires_in`.
+    private func requestToken(_ signer: OAuthAssertionSigner) async throws -> (token: AccessToken, lifetime: Duration) {
+        let assertion = try signer.assertion(issuedAt: WallClock.secondsSince1970())
+        var request = HTTPClientRequest(url: signer.account.tokenURI)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"
+        request.body = .bytes(ByteBuffer(string: form))
+        let sentAt = ContinuousClock.now
+        let response: HTTPClientResponse
+        let body: ByteBuffer
+        do {
+            let deadline = NIODeadline.now() + TimeAmount(configuration.tokenRequestTimeout)
+            response = try await httpClient.execute(request, deadline: deadline, logger: logger)
+            body = try await response.body.collect(upTo: configuration.maximumResponseBytes)
+        } catch {
+            throw FCMTransportError.accessTokenUnavailable("token endpoint: \(FCMTransportErrors.map(error, deadlinePassed: false))")
+        }
+        let document = try? FCMJSON(parsing: body.readableBytesView)
+        guard response.status == .ok, let value = document?["access_token"]?.stringValue, !value.isEmpty,
+            case .number(let expiresText)? = document?["expires_in"], let seconds = Int64(expiresText), seconds > 0
+        else {
+            let code = document?["error"]?.stringValue ?? "no token in the answer"
+            throw FCMTransportError.accessTokenUnavailable("token endpoint answered \(response.status.code) (\(code))")
+        }
+        let lifetime = Duration.seconds(seconds)
+        return (AccessToken(value: value, expiresAt: sentAt + lifetime), lifetime)
+    }
+}

@@ -1,0 +1,68 @@
+public import APNSCore
+public import FCMCore
+
+/// Which service account serves which Android packages.
+///
+/// Each entry lists its packages; a package no entry lists goes to ``fallback`` when set
+/// (HERALD_FCM_SERVICE_ACCOUNT_PATH), otherwise the request fails with ``FCMNoCredentialError``.
+public struct FCMCredentials: Sendable, Hashable {
+    /// A service account and the packages it serves.
+    public struct Entry: Sendable, Hashable {
+        public var packages: [String]
+        public var serviceAccount: FCMServiceAccount
+
+        public init(packages: [String], serviceAccount: FCMServiceAccount) {
+            self.packages = packages
+            self.serviceAccount = serviceAccount
+        }
+    }
+
+    public var entries: [Entry]
+    public var fallback: FCMServiceAccount?
+
+    public init(entries: [Entry] = [], fallback: FCMServiceAccount? = nil) {
+        self.entries = entries
+        self.fallback = fallback
+    }
+
+    /// The account that serves `package`: the first entry listing it, else the fallback.
+    public func serviceAccount(for package: String) -> FCMServiceAccount? {
+        entries.first { $0.packages.contains(package) }?.serviceAccount ?? fallback
+    }
+
+    /// Every distinct account, by project: one access token per project.
+    public var accountsByProject: [String: FCMServiceAccount] {
+        var accounts: [String: FCMServiceAccount] = [:]
+        for account in entries.map(\.serviceAccount) + (fallback.map { [$0] } ?? []) where accounts[account.projectID] == nil {
+            accounts[account.projectID] = account
+        }
+        return accounts
+    }
+}
+
+/// How an ``FCMHTTPClient`` reaches FCM and its token endpoint.
+public struct FCMClientConfiguration: Sendable {
+    /// FCM's base URL (HERALD_FCM_URL); the send path `/v1/projects/<id>/messages:send` follows it.
+    public var baseURL: String = "https://fcm.googleapis.com"
+    public var credentials: FCMCredentials
+    /// A PEM bundle of extra trusted roots for FCM and the token endpoint (HERALD_FCM_CA_PATH).
+    public var additionalTrustRootsPEMPath: String?
+    /// How long before an access token expires it is refreshed in the background (Google's
+    /// tokens live an hour). A short-lived token is refreshed at half its life at the latest.
+    public var tokenRefreshMargin: Duration = .seconds(300)
+    /// The wait between failed token exchanges (jittered, at least half the ceiling).
+    public var tokenRetryBackoff = Backoff(initial: .seconds(1), maximum: .seconds(60), floorPercent: 50)
+    /// The longest a token exchange may take.
+    public var tokenRequestTimeout: Duration = .seconds(10)
+    /// The longest a new connection (TCP and TLS) may take.
+    public var connectTimeout: Duration = .seconds(10)
+    /// The largest answer body read; a longer one is cut off and read as no body.
+    public var maximumResponseBytes = 64 * 1024
+
+    /// Creates a configuration; every other setting has the default documented on its property.
+    public init(baseURL: String = "https://fcm.googleapis.com", credentials: FCMCredentials, additionalTrustRootsPEMPath: String? = nil) {
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.credentials = credentials
+        self.additionalTrustRootsPEMPath = additionalTrustRootsPEMPath
+    }
+}

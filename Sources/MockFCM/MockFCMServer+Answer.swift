@@ -1,0 +1,210 @@
+import Crypto
+import Foundation
+import MockAPNS
+import Synchronization
+import _CryptoExtras
+
+extension MockFCMServer {
+    /// The counters, issued tokens, scripts and log, behind the server's lock.
+    struct Ledger {
+        var accessTokens: [String: (projectID: String, expiresAtMilliseconds: Int64)] = [:]
+        var tokenExchanges = 0
+        var refusedAssertions = 0
+        var requestsByToken: [String: Int] = [:]
+        var deliveredByToken: [String: Int] = [:]
+        var totalDelivered = 0
+        var countsByStatus: [Int: Int] = [:]
+        var scripts: [String: [MockFCMScriptedFault]] = [:]
+        var unregisteredTokens: Set<String>
+        var faults: MockFCMFaults
+        var generator: SeededGenerator
+        var log: [ReceivedMessage] = []
+        var logLimit: Int
+        var messageCounter: UInt64 = 0
+
+        mutating func record(_ message: ReceivedMessage) {
+            guard logLimit > 0 else { return }
+            if log.count >= logLimit { log.removeFirst(log.count - logLimit + 1) }
+            log.append(message)
+        }
+    }
+
+    static let tokenPath = "/token"
+    static let fcmScope = "https://www.googleapis.com/auth/firebase.messaging"
+
+    /// `POST /token`: verifies the RS256 assertion of a known service account and issues an
+    /// access token, as Google's OAuth endpoint does for the JWT bearer grant.
+    func tokenAnswer(body: [UInt8], authority: String?) -> MockFCMAnswer {
+        func refused(_ description: String) -> MockFCMAnswer {
+            ledger.withLock { $0.refusedAssertions += 1 }
+            let text = #"{"error":"invalid_grant","error_description":"\#(description)"}"#
+            return MockFCMAnswer(status: 400, body: text, reason: "invalid_grant")
+        }
+        let form = Self.formFields(String(decoding: body, as: UTF8.self))
+        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer", let assertion = form["assertion"] else {
+            return refused("Invalid grant_type or no assertion")
+        }
+        let parts = assertion.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerData = Self.base64URLDecode(parts[0]), let claimsData = Self.base64URLDecode(parts[1]),
+            let signature = Self.base64URLDecode(parts[2]),
+            let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any],
+            let claims = (try? JSONSerialization.jsonObject(with: claimsData)) as? [String: Any]
+        else { return refused("Malformed JWT") }
+        guard header["alg"] as? String == "RS256" else { return refused("Invalid JWT algorithm") }
+        guard let issuer = claims["iss"] as? String, let account = configuration.serviceAccounts.first(where: { $0.clientEmail == issuer })
+        else { return refused("Invalid JWT: unknown issuer") }
+        let signingInput = Data(parts[0].utf8) + Data(".".utf8) + Data(parts[1].utf8)
+        guard account.publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: signingInput, padding: .insecurePKCS1v1_5)
+        else { return refused("Invalid JWT Signature.") }
+        if let authority, claims["aud"] as? String != "https://\(authority)\(Self.tokenPath)" {
+            return refused(
+                "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.")
+        }
+        let scopes = (claims["scope"] as? String ?? "").split(separator: " ")
+        guard scopes.contains(where: { $0 == Self.fcmScope }) else { return refused("Invalid OAuth scope") }
+        let now = MockWallClock.millisecondsSince1970() / 1000
+        guard let issuedAt = Self.integer(claims["iat"]), let expiresAt = Self.integer(claims["exp"]),
+            expiresAt > now, issuedAt <= now + 60, expiresAt - issuedAt <= 3600
+        else { return refused("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.") }
+
+        let token = "ya29.mock-" + (0..<24).map { _ in String(UInt8.random(in: 0...15), radix: 16) }.joined()
+        let lifetime = configuration.accessTokenLifetimeSeconds
+        ledger.withLock { ledger in
+            ledger.tokenExchanges += 1
+            ledger.accessTokens[token] = (account.projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000)
+        }
+        return .success(["access_token": token, "expires_in": lifetime, "token_type": "Bearer"])
+    }
+
+    /// `POST /v1/projects/{project}/messages:send`, in FCM's order: path, access token and
+    /// project, the message, then faults and the token's registration.
+    func sendAnswer(projectID: String, authorization: String?, body: [UInt8]) -> MockFCMAnswer {
+        let now = MockWallClock.millisecondsSince1970()
+        let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
+        let tokenProject = ledger.withLock { ledger -> String? in
+            guard let bearer, let issued = ledger.accessTokens[bearer], issued.expiresAtMilliseconds > now else { return nil }
+            return issued.projectID
+        }
+        guard let tokenProject else { return .unauthenticated }
+        guard tokenProject == projectID else {
+            return .rpcError(
+                403, canonical: "PERMISSION_DENIED",
+                message:
+                    "Permission 'cloudmessaging.messages.create' denied on resource '//cloudresourcemanager.googleapis.com/projects/\(projectID)' (or it may not exist)."
+            )
+        }
+        guard !configuration.disabledProjects.contains(projectID) else {
+            return .rpcError(
+                403, canonical: "PERMISSION_DENIED", message: "Firebase Cloud Messaging API has not been used in project \(projectID) before or it is disabled."
+            )
+        }
+        let checked: MessageCheck
+        switch Self.check(body) {
+        case .failure(let refusal): return refusal.answer
+        case .success(let check): checked = check
+        }
+        let target = checked.target
+        let script = ledger.withLock { ledger -> MockFCMScriptedFault? in
+            ledger.requestsByToken[target, default: 0] += 1
+            guard var queue = ledger.scripts[target], !queue.isEmpty else { return nil }
+            let first = queue.removeFirst()
+            ledger.scripts[target] = queue.isEmpty ? nil : queue
+            return first
+        }
+        switch script {
+        case .quotaExceeded(let seconds)?: return Self.quotaExceeded(retryAfterSeconds: seconds)
+        case .internalError?: return Self.internalError
+        case .unavailable(let seconds)?: return Self.unavailable(retryAfterSeconds: seconds)
+        case .expiredAccessToken?:
+            _ = ledger.withLock { $0.accessTokens.removeValue(forKey: bearer ?? "") }
+            return .unauthenticated
+        case nil: break
+        }
+        if let fault = randomFault() { return fault }
+        if configuration.invalidTokens.contains(target) {
+            return .invalidArgument("message.\(checked.targetField)", "The registration token is not a valid FCM registration token")
+        }
+        if configuration.senderMismatchTokens.contains(target) {
+            return .rpcError(403, canonical: "PERMISSION_DENIED", message: "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH")
+        }
+        return ledger.withLock { ledger in
+            if ledger.unregisteredTokens.contains(target) {
+                return .rpcError(404, canonical: "NOT_FOUND", message: "Requested entity was not found.", errorCode: "UNREGISTERED")
+            }
+            ledger.messageCounter += 1
+            let name = "projects/\(projectID)/messages/0:\(now)%\(ledger.messageCounter)"
+            if !checked.validateOnly {
+                ledger.deliveredByToken[target, default: 0] += 1
+                ledger.totalDelivered += 1
+            }
+            return .success(["name": checked.validateOnly ? "projects/\(projectID)/messages/fake_message_id" : name])
+        }
+    }
+
+    static func quotaExceeded(retryAfterSeconds: Int?) -> MockFCMAnswer {
+        .rpcError(429, canonical: "RESOURCE_EXHAUSTED", message: "Quota exceeded.", errorCode: "QUOTA_EXCEEDED", retryAfterSeconds: retryAfterSeconds)
+    }
+
+    static let internalError = MockFCMAnswer.rpcError(500, canonical: "INTERNAL", message: "Internal error encountered.", errorCode: "INTERNAL")
+
+    static func unavailable(retryAfterSeconds: Int?) -> MockFCMAnswer {
+        .rpcError(
+            503, canonical: "UNAVAILABLE", message: "The service is currently unavailable.", errorCode: "UNAVAILABLE", retryAfterSeconds: retryAfterSeconds)
+    }
+
+    /// One of the configured random faults, or nil.
+    private func randomFault() -> MockFCMAnswer? {
+        ledger.withLock { ledger -> MockFCMAnswer? in
+            let faults = ledger.faults
+            let total = faults.quotaExceededFraction + faults.internalErrorFraction + faults.unavailableFraction
+            guard total > 0 else { return nil }
+            let draw = Double(ledger.generator.next() >> 11) * 0x1.0p-53
+            if draw < faults.quotaExceededFraction { return Self.quotaExceeded(retryAfterSeconds: faults.retryAfterSeconds) }
+            if draw < faults.quotaExceededFraction + faults.internalErrorFraction { return Self.internalError }
+            if draw < total { return Self.unavailable(retryAfterSeconds: faults.retryAfterSeconds) }
+            return nil
+        }
+    }
+
+    /// `application/x-www-form-urlencoded` fields.
+    static func formFields(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let decode = { (part: Substring) in part.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(part) }
+            fields[decode(parts[0])] = parts.count > 1 ? decode(parts[1]) : ""
+        }
+        return fields
+    }
+
+    /// A JSON integer as JSONSerialization hands it over (Int or NSNumber by platform).
+    static func integer(_ value: Any?) -> Int64? {
+        if let value = value as? Int { return Int64(value) }
+        if let value = value as? Int64 { return value }
+        if let value = value as? NSNumber { return value.int64Value }
+        return nil
+    }
+
+    static func base64URLDecode(_ text: Substring) -> Data? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64)
+    }
+}
+
+/// SplitMix64: a tiny seedable generator for the fault draws.
+struct SeededGenerator: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        self.state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var mixed = state
+        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
+        return mixed ^ (mixed >> 31)
+    }
+}

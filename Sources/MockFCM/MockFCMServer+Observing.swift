@@ -1,0 +1,64 @@
+import Synchronization
+extension MockFCMServer {
+    /// Messages delivered (200, not validate-only) to a registration token or FID.
+    public func deliveredCount(token: String) -> Int {
+        ledger.withLock { $0.deliveredByToken[token] ?? 0 }
+    }
+
+    /// Messages that named `token` and passed the checks, whatever the answer.
+    public func requestCount(token: String) -> Int {
+        ledger.withLock { $0.requestsByToken[token] ?? 0 }
+    }
+
+    /// Messages delivered over all tokens.
+    public var totalDelivered: Int {
+        ledger.withLock { $0.totalDelivered }
+    }
+
+    /// Answers per HTTP status, over both endpoints.
+    public func statusCounts() -> [Int: Int] {
+        ledger.withLock { $0.countsByStatus }
+    }
+
+    /// Access tokens issued by the token endpoint.
+    public var tokenExchangeCount: Int {
+        ledger.withLock { $0.tokenExchanges }
+    }
+
+    /// Assertions the token endpoint refused.
+    public var refusedAssertionCount: Int {
+        ledger.withLock { $0.refusedAssertions }
+    }
+
+    /// The most recent send requests, oldest first (at most ``MockFCMConfiguration/requestLogLimit``).
+    public func receivedMessages() -> [ReceivedMessage] {
+        ledger.withLock { $0.log }
+    }
+
+    /// From now on, messages to `token` answer 404 UNREGISTERED.
+    public func markUnregistered(token: String) {
+        ledger.withLock { _ = $0.unregisteredTokens.insert(token) }
+    }
+
+    /// The next messages to `token` get `faults`, one each, before it is answered normally again.
+    public func script(token: String, _ faults: [MockFCMScriptedFault]) {
+        ledger.withLock { $0.scripts[token, default: []] += faults }
+    }
+
+    /// Every access token issued so far expires now: the next send with one answers 401.
+    public func expireAccessTokens() {
+        ledger.withLock { ledger in
+            for token in ledger.accessTokens.keys { ledger.accessTokens[token]?.expiresAtMilliseconds = 0 }
+        }
+    }
+
+    /// From now on, injects `faults`' statuses and latency (GOAWAY stays as configured at start).
+    public func setFaults(_ faults: MockFCMFaults) {
+        ledger.withLock { $0.faults = faults }
+    }
+
+    /// The latency to add before processing a request (read per request).
+    var currentLatency: Duration? {
+        ledger.withLock { $0.faults.latency }
+    }
+}

@@ -1,0 +1,229 @@
+import AsyncHTTPClient
+import FCMCore
+import FCMHTTP
+import Foundation
+import MockFCM
+import NIOCore
+import NIOHTTP1
+import NIOSSL
+import Testing
+import _CryptoExtras
+
+/// ``FCMHTTPClient`` against the mock FCM over real TLS and HTTP/2: answers as FCM gives them,
+/// classified as DESIGN section 6b says, and the OAuth token's life.
+@Suite("FCM sender against the mock FCM", .timeLimit(.minutes(3)))
+struct SenderAgainstMockTests {
+    @Test func deliversWithOneTokenSharedByEveryRequest() async throws {
+        try await FCMHarness.run { harness in
+            try await withThrowingTaskGroup(of: FCMResponse.self) { group in
+                for index in 0..<20 { group.addTask { try await harness.send(try FCMHarness.request("device-\(index)")) } }
+                for try await response in group {
+                    #expect(response.status == 200)
+                    #expect(response.decision == .delivered)
+                    #expect(response.messageName?.hasPrefix("projects/demo-project/messages/") == true)
+                }
+            }
+            #expect(harness.server.totalDelivered == 20)
+            #expect(harness.server.deliveredCount(token: "device-7") == 1)
+            #expect(harness.server.tokenExchangeCount == 1)
+            #expect(harness.client.isReady)
+            let sent = try #require(harness.server.receivedMessages().first { $0.target == "device-0" })
+            let body = String(decoding: sent.body, as: UTF8.self)
+            #expect(body.contains(#""android":{"priority":"high","collapse_key":"order-42"}"#))
+        }
+    }
+
+    @Test func unregisteredTokenIsUnregistered() async throws {
+        try await FCMHarness.run { harness in
+            harness.server.markUnregistered(token: "gone")
+            let response = try await harness.send(try FCMHarness.request("gone"))
+            #expect(response.status == 404)
+            #expect(response.decision == .unregistered)
+            #expect(response.reason == "UNREGISTERED")
+            #expect(harness.server.deliveredCount(token: "gone") == 0)
+        }
+    }
+
+    @Test func invalidArgumentNamingTheTokenIsUnregisteredAndNamingDataRejected() async throws {
+        try await FCMHarness.run(configure: { $0.invalidTokens = ["malformed"] }) { harness in
+            let token = try await harness.send(try FCMHarness.request("malformed"))
+            #expect(token.status == 400)
+            #expect(token.error?.fieldViolations.map(\.field) == ["message.token"])
+            #expect(token.decision == .unregistered)
+
+            // Herald refuses a number in `data` at intake, so the test sends that body itself.
+            let access = try await harness.client.tokens.accessToken(projectID: FCMHarness.projectID, deadline: .now + .seconds(5))
+            let raw = try await rawPost(harness, bearer: access.value, body: #"{"message":{"token":"fine","data":{"count":1}}}"#)
+            #expect(raw.status == 400)
+            #expect(raw.error?.fieldViolations.first?.field.hasPrefix("message.data") == true)
+            #expect(raw.decision == .rejected)
+            #expect(harness.server.totalDelivered == 0)
+        }
+    }
+
+    @Test func htmlNotFoundIsRejectedAndMarksNothing() async throws {
+        try await FCMHarness.run(configureClient: { $0.baseURL += "/wrong-prefix" }) { harness in
+            let response = try await harness.send(try FCMHarness.request("device"))
+            #expect(response.status == 404)
+            #expect(response.error == nil)
+            #expect(response.reason == nil)
+            #expect(response.decision == .rejected)
+            #expect(harness.server.requestCount(token: "device") == 0)
+        }
+    }
+
+    @Test func forbiddenWithoutFcmErrorIsRejected() async throws {
+        try await FCMHarness.run(configure: { $0.disabledProjects = [FCMHarness.projectID] }) { harness in
+            let response = try await harness.send(try FCMHarness.request("device"))
+            #expect(response.status == 403)
+            #expect(response.error?.errorCode == nil)
+            #expect(response.reason == "PERMISSION_DENIED")
+            #expect(response.decision == .rejected)
+        }
+    }
+
+    @Test func senderIDMismatchIsRejected() async throws {
+        try await FCMHarness.run(configure: { $0.senderMismatchTokens = ["other-app"] }) { harness in
+            let response = try await harness.send(try FCMHarness.request("other-app"))
+            #expect(response.status == 403)
+            #expect(response.decision == .rejected)
+            #expect(response.reason == "SENDER_ID_MISMATCH")
+        }
+    }
+
+    @Test func quotaExceededWaitsAtLeastSixtySecondsWhateverRetryAfterSays() async throws {
+        try await FCMHarness.run { harness in
+            harness.server.script(token: "busy", [.quotaExceeded(retryAfterSeconds: 2)])
+            let response = try await harness.send(try FCMHarness.request("busy"))
+            #expect(response.status == 429)
+            #expect(response.retryAfter == .seconds(2))
+            #expect(response.decision == .retry(FCMRetry(notBefore: .seconds(60), serverTrouble: false)))
+        }
+    }
+
+    @Test func unavailableIsRetriedAfterRetryAfterAndThenDelivered() async throws {
+        try await FCMHarness.run { harness in
+            harness.server.script(token: "later", [.unavailable(retryAfterSeconds: 1), .internalError])
+            let started = ContinuousClock.now
+            let (response, attempts) = try await harness.deliver(try FCMHarness.request("later"))
+            #expect(response.decision == .delivered)
+            #expect(attempts == 3)
+            #expect(started.duration(to: .now) >= .seconds(1))
+            #expect(harness.server.deliveredCount(token: "later") == 1)
+            #expect(harness.server.statusCounts()[503] == 1)
+            #expect(harness.server.statusCounts()[500] == 1)
+        }
+    }
+
+    @Test func everyRequestHasADeadline() async throws {
+        try await FCMHarness.run { harness in
+            _ = try await harness.send(try FCMHarness.request("warm-up"))
+            harness.server.setFaults(MockFCMFaults(latency: .seconds(2)))
+            let started = ContinuousClock.now
+            await #expect {
+                _ = try await harness.send(try FCMHarness.request("slow"), timeout: .milliseconds(300))
+            } throws: { error in
+                (error as? FCMTransportError)?.isDeadlineExceeded == true
+            }
+            #expect(started.duration(to: .now) < .seconds(1))
+        }
+    }
+
+    @Test func anAccessTokenThatExpiresMidRunIsRefreshedOnceWithNoFailedNotification() async throws {
+        try await FCMHarness.run { harness in
+            _ = try await harness.send(try FCMHarness.request("first"))
+            #expect(harness.server.tokenExchangeCount == 1)
+            harness.server.expireAccessTokens()
+            try await withThrowingTaskGroup(of: FCMResponse.self) { group in
+                for index in 0..<30 { group.addTask { try await harness.send(try FCMHarness.request("device-\(index)")) } }
+                for try await response in group { #expect(response.decision == .delivered) }
+            }
+            #expect(harness.server.totalDelivered == 31)
+            #expect(harness.server.tokenExchangeCount == 2)
+            #expect(harness.server.statusCounts()[401, default: 0] >= 1)
+        }
+    }
+
+    @Test func aRefusedTokenIsRefreshedAndTheMessageSentOnce() async throws {
+        try await FCMHarness.run { harness in
+            harness.server.script(token: "device", [.expiredAccessToken])
+            let response = try await harness.send(try FCMHarness.request("device"))
+            #expect(response.decision == .delivered)
+            #expect(response.accessTokenRefreshed)
+            #expect(harness.server.deliveredCount(token: "device") == 1)
+            #expect(harness.server.tokenExchangeCount == 2)
+        }
+    }
+
+    @Test func tokensAreRefreshedInTheBackgroundBeforeTheyExpire() async throws {
+        try await FCMHarness.run(
+            configure: { $0.accessTokenLifetimeSeconds = 2 },
+            configureClient: { $0.tokenRefreshMargin = .seconds(1) }
+        ) { harness in
+            _ = try await harness.send(try FCMHarness.request("device"))
+            try await Task.sleep(for: .milliseconds(3500))
+            // Refreshed at half of each 2 s life with no request in between: 1 + at least 3.
+            #expect(harness.server.tokenExchangeCount >= 4)
+            #expect(harness.client.isReady)
+            let response = try await harness.send(try FCMHarness.request("device"))
+            #expect(response.decision == .delivered)
+            #expect(!response.accessTokenRefreshed)
+            #expect(harness.server.statusCounts()[401] == nil)
+        }
+    }
+
+    @Test func anUntrustedKeyGetsNoTokenAndTheSourceIsNotReady() async throws {
+        let otherKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        try await FCMHarness.run(signingKey: otherKey) { harness in
+            await #expect {
+                _ = try await harness.send(try FCMHarness.request("device"))
+            } throws: { error in
+                (error as? FCMTransportError)?.isAccessTokenUnavailable == true
+            }
+            #expect(!harness.client.isReady)
+            #expect(harness.server.refusedAssertionCount >= 1)
+            #expect(harness.server.requestCount(token: "device") == 0)
+        }
+    }
+
+    @Test func aPackageNoCredentialServesIsNotSent() async throws {
+        try await FCMHarness.run(configureClient: { configuration in
+            let account = configuration.credentials.fallback!
+            configuration.credentials = FCMCredentials(entries: [.init(packages: ["com.example.other"], serviceAccount: account)])
+        }) { harness in
+            await #expect(throws: FCMNoCredentialError(package: "com.example.shop")) {
+                _ = try await harness.send(try FCMHarness.request("device"))
+            }
+        }
+    }
+
+    @Test func goAwayLosesNothingAndRepeatsNothing() async throws {
+        try await FCMHarness.run(configure: { $0.faults = MockFCMFaults(goAwayAfterRequests: 7) }) { harness in
+            try await withThrowingTaskGroup(of: FCMResponse.self) { group in
+                for index in 0..<40 { group.addTask { try await harness.deliver(try FCMHarness.request("device-\(index)")).response } }
+                for try await response in group { #expect(response.decision == .delivered) }
+            }
+            for index in 0..<40 { #expect(harness.server.deliveredCount(token: "device-\(index)") == 1) }
+        }
+    }
+
+    /// POSTs `body` to the send endpoint with `bearer`, outside Herald's validation.
+    private func rawPost(_ harness: FCMHarness, bearer: String, body: String) async throws -> FCMResponse {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(harness.caPath))]
+        let client = HTTPClient(configuration: HTTPClient.Configuration(tlsConfiguration: tls))
+        do {
+            var request = HTTPClientRequest(url: "https://127.0.0.1:\(harness.port)/v1/projects/\(FCMHarness.projectID)/messages:send")
+            request.method = .POST
+            request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+            request.body = .bytes(ByteBuffer(string: body))
+            let answer = try await client.execute(request, timeout: .seconds(5))
+            let bytes = try await answer.body.collect(upTo: 65_536)
+            try await client.shutdown()
+            return FCMResponse(status: Int(answer.status.code), body: bytes.readableBytesView, retryAfterHeader: nil, nowMilliseconds: 0)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+}
