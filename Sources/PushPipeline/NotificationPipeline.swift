@@ -183,7 +183,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             while !isStopping.load(ordering: .relaxed) {
                 var room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
                 if room < refill, !paused {
-                    room = try await waitForRoom(tracker)
+                    room = await waitForRoom(tracker)
                 }
                 if (room <= 0) != paused {
                     paused.toggle()
@@ -191,16 +191,19 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 }
                 let messages = try await poll(lane, maxMessages: max(1, min(room, configuration.pollBatchSize)))
                 let consumedAt = clock.now
-                var requests: [KafkaMessage] = []
+                // Read once per poll: a record without a timestamp keeps this one for its ledger day.
+                let polledAtMilliseconds = WallClock.millisecondsSince1970()
+                var requests: [StartedMessage] = []
                 for message in messages {
-                    // A partition revoked during the poll is the new owner's: not started here.
-                    guard tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
+                    // A partition revoked (or being drained) during the poll is the new owner's: not started here.
+                    guard let generation = tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
+                    let started = StartedMessage(message, generation: generation, polledAtMilliseconds: polledAtMilliseconds)
                     if message.topic == configuration.topics.tokens {
-                        group.addTask { if await self.tokenUpdates.process(message) { tracker.finish(message) } }
+                        group.addTask { if await self.tokenUpdates.process(message) { tracker.finish(started) } }
                     } else if message.topic == configuration.topics.channels {
-                        group.addTask { if await self.channelCommands.process(message) { tracker.finish(message) } }
+                        group.addTask { if await self.channelCommands.process(started) { tracker.finish(started) } }
                     } else {
-                        requests.append(message)
+                        requests.append(started)
                     }
                 }
                 if !requests.isEmpty {
@@ -226,15 +229,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// and fetching them again after resuming costs a fetch round trip per window (measured:
     /// the window was consumed in steps of its size, about one a second; BENCHMARKS.md), so
     /// partitions are paused only when the window stays full, when APNs or PostgreSQL is slow
-    /// or down and polling must go on for rebalances.
-    private func waitForRoom(_ tracker: SharedOffsetTracker) async throws -> Int {
-        let clock = ContinuousClock()
-        let deadline = clock.now + configuration.windowFullPatience
-        while true {
-            let room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
-            if room >= refill || clock.now >= deadline || isStopping.load(ordering: .relaxed) { return room }
-            try await Task.sleep(for: .milliseconds(1))
-        }
+    /// or down and polling must go on for rebalances. The finish that makes the room wakes it.
+    private func waitForRoom(_ tracker: SharedOffsetTracker) async -> Int {
+        await tracker.waitForRoom(inFlightAtMost: configuration.maxInFlightMessages - refill, patience: configuration.windowFullPatience)
+        return configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
     }
 
     public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
@@ -260,20 +258,18 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     /// Runs on the consumer's poll thread (not the cooperative pool) while the pipeline's
-    /// children keep running: waits for the partitions' in-flight messages, within a bound, so
-    /// the next owner starts after their results are published and committed. Past the bound the
-    /// partitions are revoked with messages unfinished, and those messages' sends are fenced: an
-    /// APNs request already in flight ends (within the request timeout), none starts after it.
+    /// children keep running. From its start the partitions' sends are fenced: no APNs attempt
+    /// starts for their messages any more (a send waiting for its pace, a permit or a retry is
+    /// given up at once, and the new owner delivers it). It then waits, within a bound and woken
+    /// by the last one, for the requests already in flight to be recorded and published, so the
+    /// next owner starts from committed offsets and finds their outcomes in the ledger. Past the
+    /// bound the partitions are revoked with messages unfinished; their requests end within the
+    /// request timeout.
     public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
         let tracker = lane(of: partitions).tracker
-        let clock = ContinuousClock()
-        let deadline = clock.now + configuration.revocationDrainTimeout
-        while tracker.withLock({ $0.inFlightCount(in: partitions) }) > 0, clock.now < deadline {
-            Thread.sleep(forTimeInterval: 0.005)
-        }
-        let unfinished = tracker.withLock { $0.inFlightCount(in: partitions) }
+        let unfinished = tracker.drain(partitions, timeout: configuration.revocationDrainTimeout)
         if unfinished > 0 {
-            // Their sends start no further attempt from now on (the fence in `RequestProcessor.send`).
+            // Their sends start no further attempt (the fence, ``OffsetTracker/isFenced(_:generation:)``).
             logger.warning(
                 "revoking partitions with unfinished messages: their sends stop, the new owner delivers them",
                 metadata: [PipelineLoggingKeys.unfinished: "\(unfinished)"]

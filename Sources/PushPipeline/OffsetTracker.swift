@@ -1,103 +1,146 @@
+import Dispatch
+import ExactTime
 import Synchronization
 package import KafkaMessages
 
-/// Which offsets may be committed: per partition, the lowest offset still in flight, or one past
-/// the highest offset taken when nothing is in flight. A message that never finishes (a
-/// cancelled delivery) therefore holds its partition's commit back and is redelivered.
+/// Which offsets of one lane may be committed, and which of its messages may still start an
+/// APNs attempt here: per partition, the lowest offset not yet finished (in flight or given up),
+/// or one past the highest offset taken when none is. A message that never finishes (a cancelled
+/// delivery, a fenced send) therefore holds its partition's commit back and is redelivered.
 ///
-/// A partition revoked from this member takes no new message until it is assigned again:
-/// messages of it that a poll gathered before the revocation belong to the new owner, which
-/// reads them again from the committed offset; nothing is committed for it meanwhile.
+/// Every message starts under its partition's assignment generation: a number this member gives
+/// the partition each time it is assigned. A send may start an attempt only while the partition
+/// is still held under that generation and is not being drained for a revocation: a message
+/// polled before a revocation belongs to the new owner, even when the partition comes back to
+/// this member later (the new owner may have pushed it meanwhile).
 package struct OffsetTracker: Sendable {
     private struct PartitionState {
+        /// The assignment this state belongs to.
+        var generation: UInt64
+        /// Messages taken and not yet finished or given up.
         var inFlight: Set<Int64> = []
-        var nextOffset: Int64 = 0
+        /// Messages given up (their sends fenced): not finished, so they hold the commit point
+        /// back, but no work of theirs is left here.
+        var givenUp: Set<Int64> = []
+        /// One past the highest offset taken in this assignment; nil until one is: a partition
+        /// assigned and not read from has nothing to commit (committing 0 would rewind it).
+        var nextOffset: Int64?
         var committed: Int64?
+        /// True from the start of the revocation drain: no attempt starts any more.
+        var draining = false
 
         /// Takes `offset`; false when it was in flight already.
         mutating func start(_ offset: Int64) -> Bool {
-            nextOffset = max(nextOffset, offset + 1)
+            nextOffset = max(nextOffset ?? 0, offset + 1)
             return inFlight.insert(offset).inserted
         }
 
         /// The offset to commit, when it moved since the last commit.
         var pendingCommit: Int64? {
-            let commitPoint = inFlight.min() ?? nextOffset
+            guard let nextOffset else { return nil }
+            let commitPoint = min(inFlight.min() ?? nextOffset, givenUp.min() ?? nextOffset)
             return commitPoint == committed ? nil : commitPoint
         }
     }
 
     private var partitions: [KafkaTopicPartition: PartitionState] = [:]
-    /// Partitions revoked and not assigned again since.
-    private var revoked: Set<KafkaTopicPartition> = []
-    /// Partitions assigned to this member now.
-    private var assigned: Set<KafkaTopicPartition> = []
-    /// Messages taken and not yet finished, over all partitions.
+    /// The generation the next assignment gets.
+    private var nextGeneration: UInt64 = 1
+    /// Messages taken and not yet finished or given up, over all partitions.
     public private(set) var inFlightCount = 0
 
     public init() {}
 
-    /// Records that `offset` of `partition` was taken for processing; false (and nothing
-    /// recorded) when the partition was revoked from this member: the message must not start.
-    public mutating func start(_ partition: KafkaTopicPartition, offset: Int64) -> Bool {
-        guard !revoked.contains(partition) else { return false }
+    /// Records that `offset` of `partition` was taken for processing; returns the assignment
+    /// generation it started under, or nil (nothing recorded) when the partition is not this
+    /// member's or is being revoked: the message must not start.
+    ///
+    /// A partition never announced by ``assign(_:)`` counts as assigned (generation 0): sources
+    /// without a rebalance listener (the embedding examples' in-memory ones) own every partition.
+    public mutating func start(_ partition: KafkaTopicPartition, offset: Int64) -> UInt64? {
+        if partitions[partition] == nil {
+            guard !revoked.contains(partition) else { return nil }
+            partitions[partition] = PartitionState(generation: 0)
+        }
         // Mutated in place: a copy taken out of the dictionary would copy the whole in-flight set
         // on insert (`_NativeSet.copy` in `perf record` of `herald-bench pipeline`).
-        if partitions[partition, default: PartitionState()].start(offset) { inFlightCount += 1 }
-        return true
+        guard partitions[partition]?.draining == false else { return nil }
+        if partitions[partition]?.start(offset) == true { inFlightCount += 1 }
+        return partitions[partition]?.generation
     }
 
-    /// Whether `partition` was revoked from this member and not assigned again since: its
-    /// messages are the new owner's, and no new APNs attempt may start for them here.
-    public func isRevoked(_ partition: KafkaTopicPartition) -> Bool {
-        revoked.contains(partition)
+    /// Partitions revoked from this member and not assigned again since.
+    private var revoked: Set<KafkaTopicPartition> = []
+
+    /// Whether a message of `partition` started under `generation` may no longer start an APNs
+    /// attempt here: the partition was revoked (even if assigned again since) or is being drained.
+    public func isFenced(_ partition: KafkaTopicPartition, generation: UInt64) -> Bool {
+        guard let state = partitions[partition] else { return true }
+        return state.generation != generation || state.draining
     }
 
-    /// Records that these partitions now belong to this member.
+    /// Records that these partitions now belong to this member, each under a new generation.
     public mutating func assign(_ assigned: [KafkaTopicPartition]) {
-        revoked.subtract(assigned)
-        self.assigned.formUnion(assigned)
+        for partition in assigned {
+            revoked.remove(partition)
+            partitions[partition] = PartitionState(generation: nextGeneration)
+            nextGeneration += 1
+        }
     }
 
     /// How many partitions are assigned to this member now.
-    public var assignedCount: Int { assigned.count }
+    public var assignedCount: Int { partitions.count }
 
     /// Per assigned partition, the offset last committed (partitions not committed yet are left out).
     public var committedOffsets: [KafkaTopicPartition: Int64] {
-        var offsets: [KafkaTopicPartition: Int64] = [:]
-        for partition in assigned {
-            if let committed = partitions[partition]?.committed { offsets[partition] = committed }
-        }
-        return offsets
+        partitions.compactMapValues(\.committed)
     }
 
-    /// Records that every result of `offset` is published.
-    public mutating func finish(_ partition: KafkaTopicPartition, offset: Int64) {
-        if partitions[partition]?.inFlight.remove(offset) != nil { inFlightCount -= 1 }
+    /// Records that every result of `offset` is published; a message of an earlier assignment
+    /// of the partition changes nothing. True when this ended a revocation drain's wait.
+    @discardableResult
+    public mutating func finish(_ partition: KafkaTopicPartition, offset: Int64, generation: UInt64) -> Bool {
+        guard partitions[partition]?.generation == generation, partitions[partition]?.inFlight.remove(offset) != nil else { return false }
+        inFlightCount -= 1
+        return partitions[partition]?.draining == true && partitions[partition]?.inFlight.isEmpty == true
+    }
+
+    /// Records that `offset` is given up here (its sends were fenced and none of its work is
+    /// left): it holds the commit point back until the partition goes, so the new owner reads it
+    /// again, but no longer counts as in flight. True when this ended a revocation drain's wait.
+    @discardableResult
+    public mutating func giveUp(_ partition: KafkaTopicPartition, offset: Int64, generation: UInt64) -> Bool {
+        guard partitions[partition]?.generation == generation, partitions[partition]?.inFlight.remove(offset) != nil else { return false }
+        inFlightCount -= 1
+        partitions[partition]?.givenUp.insert(offset)
+        return partitions[partition]?.draining == true && partitions[partition]?.inFlight.isEmpty == true
     }
 
     /// The offsets to commit now: only partitions whose commit point moved since the last call
     /// to ``markCommitted(_:)``.
     public func committableOffsets() -> [KafkaTopicPartition: Int64] {
-        var offsets: [KafkaTopicPartition: Int64] = [:]
-        for (partition, state) in partitions {
-            if let commitPoint = state.pendingCommit { offsets[partition] = commitPoint }
-        }
-        return offsets
+        partitions.compactMapValues(\.pendingCommit)
     }
 
-    /// Messages of `partitions` taken and not yet finished.
+    /// Messages of `partitions` in flight (neither finished nor given up).
     public func inFlightCount(in partitions: [KafkaTopicPartition]) -> Int {
         partitions.reduce(0) { $0 + (self.partitions[$1]?.inFlight.count ?? 0) }
     }
 
+    /// Starts the revocation drain of `partitions`: from now on no message of theirs starts and
+    /// no send of theirs starts an attempt, so what is left to wait for is the requests already
+    /// in flight, their ledger writes and their publication. Returns how many messages are left.
+    public mutating func beginDrain(_ draining: [KafkaTopicPartition]) -> Int {
+        for partition in draining { partitions[partition]?.draining = true }
+        return inFlightCount(in: draining)
+    }
+
     /// Forgets revoked partitions and returns the offsets to commit for them before they go.
     /// Messages of theirs still in flight no longer count against the window.
-    public mutating func revoke(_ revoked: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
+    public mutating func revoke(_ revokedPartitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
         var offsets: [KafkaTopicPartition: Int64] = [:]
-        self.revoked.formUnion(revoked)
-        assigned.subtract(revoked)
-        for partition in revoked {
+        revoked.formUnion(revokedPartitions)
+        for partition in revokedPartitions {
             guard let state = partitions.removeValue(forKey: partition) else { continue }
             inFlightCount -= state.inFlight.count
             if let commitPoint = state.pendingCommit { offsets[partition] = commitPoint }
@@ -113,22 +156,107 @@ package struct OffsetTracker: Sendable {
     }
 }
 
-/// The offset tracker behind its lock, shared by the consume loop (start, commit, rebalance)
-/// and request processing (finish).
-final class SharedOffsetTracker: Sendable {
-    private let tracker = Mutex(OffsetTracker())
+/// A message this member started: where it came from, the assignment generation it started
+/// under (``OffsetTracker/start(_:offset:)``), which every later step of it is checked against,
+/// and the record timestamp its ledger day is taken from, decided once when it was polled.
+struct StartedMessage: Sendable {
+    var message: KafkaMessage
+    var generation: UInt64
+    /// The record's timestamp, or for a record without one (message format v0) the wall clock
+    /// when it was polled: the ledger lookup and the ledger write of the message use the same day.
+    var recordTimestampMilliseconds: Int64
 
-    func withLock<Result: Sendable>(_ body: (inout OffsetTracker) -> Result) -> Result {
-        tracker.withLock { body(&$0) }
+    init(_ message: KafkaMessage, generation: UInt64, polledAtMilliseconds: Int64) {
+        self.message = message
+        self.generation = generation
+        recordTimestampMilliseconds = message.timestampMilliseconds ?? polledAtMilliseconds
+    }
+}
+
+/// The offset tracker behind its lock, shared by the consume loop (start, commit, rebalance)
+/// and request processing (finish), with the two waits that need a wake-up: the consume loop's
+/// for room in the window, and the poll thread's revocation drain.
+final class SharedOffsetTracker: Sendable {
+    private struct State {
+        var tracker = OffsetTracker()
+        /// The consume loop waiting for the in-flight count to fall to this many or fewer.
+        var roomWaiter: (atMost: Int, continuation: CheckedContinuation<Void, Never>)?
     }
 
-    /// Whether `message`'s partition was revoked from this member (``OffsetTracker/isRevoked(_:)``).
-    func isRevoked(_ message: KafkaMessage) -> Bool {
-        tracker.withLock { $0.isRevoked(message.topicPartition) }
+    private let state = Mutex(State())
+    /// Signalled when the last message of the partitions being drained finishes; waited on by
+    /// the poll thread (the rebalance callback may block; it never runs on the cooperative pool).
+    private let drained = DispatchSemaphore(value: 0)
+
+    func withLock<Result: Sendable>(_ body: (inout OffsetTracker) -> Result) -> Result {
+        state.withLock { body(&$0.tracker) }
+    }
+
+    /// Whether `message` may no longer start an APNs attempt here (``OffsetTracker/isFenced(_:generation:)``).
+    func isFenced(_ message: StartedMessage) -> Bool {
+        state.withLock { $0.tracker.isFenced(message.message.topicPartition, generation: message.generation) }
     }
 
     /// Marks a message whose results are all published; its offset may now be committed.
-    func finish(_ message: KafkaMessage) {
-        tracker.withLock { $0.finish(message.topicPartition, offset: message.offset) }
+    func finish(_ message: StartedMessage) {
+        settle(message) { $0.finish($1.topicPartition, offset: $1.offset, generation: message.generation) }
+    }
+
+    /// Marks a message given up (its sends fenced, nothing of it left to do here).
+    func giveUp(_ message: StartedMessage) {
+        settle(message) { $0.giveUp($1.topicPartition, offset: $1.offset, generation: message.generation) }
+    }
+
+    private func settle(_ message: StartedMessage, _ body: (inout OffsetTracker, KafkaMessage) -> Bool) {
+        let (drainEnded, room) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            let drainEnded = body(&state.tracker, message.message)
+            guard let waiter = state.roomWaiter, state.tracker.inFlightCount <= waiter.atMost else { return (drainEnded, nil) }
+            state.roomWaiter = nil
+            return (drainEnded, waiter.continuation)
+        }
+        if drainEnded { drained.signal() }
+        room?.resume()
+    }
+
+    /// Waits until at most `inFlight` messages are in flight, or `patience` passed, or the task
+    /// is cancelled; woken by the finish that makes the room, not by polling.
+    func waitForRoom(inFlightAtMost inFlight: Int, patience: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let resumeNow = self.state.withLock { state in
+                            if Task.isCancelled || state.tracker.inFlightCount <= inFlight { return true }
+                            state.roomWaiter = (inFlight, continuation)
+                            return false
+                        }
+                        if resumeNow { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.state.withLock { state in
+                        defer { state.roomWaiter = nil }
+                        return state.roomWaiter?.continuation
+                    }?.resume()
+                }
+            }
+            group.addTask { try? await Task.sleep(for: patience) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Drains `partitions` before they are revoked (``OffsetTracker/beginDrain(_:)``): blocks the
+    /// calling thread, which must not be one of the cooperative pool's, until their in-flight
+    /// messages are finished or given up, or `timeout` passed; returns how many are left.
+    func drain(_ partitions: [KafkaTopicPartition], timeout: Duration) -> Int {
+        // A signal left from an earlier drain that timed out as its last message finished.
+        while drained.wait(timeout: .now()) == .success {}
+        var left = withLock { $0.beginDrain(partitions) }
+        let deadline = DispatchTime.now() + .nanoseconds(Int(timeout.wholeNanoseconds))
+        // Each partition that empties signals once; the wait ends when all of them have.
+        while left > 0, drained.wait(timeout: deadline) == .success {
+            left = withLock { $0.inFlightCount(in: partitions) }
+        }
+        return withLock { $0.inFlightCount(in: partitions) }
     }
 }

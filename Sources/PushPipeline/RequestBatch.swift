@@ -6,7 +6,7 @@ import KafkaMessages
 final class RequestBatch: Sendable {
     /// The batch's ID in the ``DeliveryCoordinator``.
     let id: UInt64
-    private let messages: [KafkaMessage]
+    private let messages: [StartedMessage]
     /// The lane the batch was polled from: its offsets, permits and pacing.
     let lane: InputLane
     /// When the batch was polled.
@@ -14,7 +14,7 @@ final class RequestBatch: Sendable {
     /// Each message's event trace, when tracing is on.
     private let traces: [EventTrace]?
 
-    init(id: UInt64, messages: [KafkaMessage], lane: InputLane, consumedAt: ContinuousClock.Instant, traces: [EventTrace]?) {
+    init(id: UInt64, messages: [StartedMessage], lane: InputLane, consumedAt: ContinuousClock.Instant, traces: [EventTrace]?) {
         self.id = id
         self.messages = messages
         self.lane = lane
@@ -31,11 +31,23 @@ final class RequestBatch: Sendable {
     /// tracing is on, otherwise the `traceparent` (and `tracestate`) the message carried, so
     /// results stay in the producer's trace whether or not Herald exports spans.
     func resultHeaders(_ index: Int) -> [KafkaHeader] {
-        traces?[index].headers ?? TraceContextHeaders.propagated(from: messages[index].headers)
+        traces?[index].headers ?? TraceContextHeaders.propagated(from: messages[index].message.headers)
     }
 
     /// Message `index` of the batch.
-    func message(_ index: Int) -> KafkaMessage {
+    func message(_ index: Int) -> StartedMessage {
         messages[index]
+    }
+
+    /// Whether message `index` may no longer start an APNs attempt here: its partition was
+    /// revoked since it started, or is being drained (``OffsetTracker/isFenced(_:generation:)``).
+    func isFenced(_ index: Int) -> Bool {
+        lane.tracker.isFenced(messages[index])
+    }
+
+    /// Message `index` is finished (every result published), or given up (a send of it was
+    /// fenced, and nothing else of it is left to do).
+    func settle(_ index: Int, givenUp: Bool) {
+        if givenUp { lane.tracker.giveUp(messages[index]) } else { lane.tracker.finish(messages[index]) }
     }
 }

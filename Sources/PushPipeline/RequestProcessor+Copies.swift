@@ -11,8 +11,9 @@ extension RequestProcessor {
         while true {
             switch coordinator.claim(key) {
             case .claimed:
-                do { try await admitSend(from: delivery.ticket.batch.lane) } catch { return }
-                return await send(delivery, consumedAt: consumedAt)
+                let admitted: Bool
+                do { admitted = try await admitSend(delivery.ticket) } catch { return }
+                return admitted ? await send(delivery, consumedAt: consumedAt) : ()
             case .recordedLately:
                 return await deliverRecordedLately([delivery], consumedAt: consumedAt)
             case .busy:
@@ -42,8 +43,9 @@ extension RequestProcessor {
                 guard let key = ticket.claim else { continue }
                 switch coordinator.claimSending(key) {
                 case .claimed:
-                    do { try await admitSend(from: ticket.batch.lane) } catch { return }
-                    group.addTask { await self.send(delivery, consumedAt: consumedAt) }
+                    let admitted: Bool
+                    do { admitted = try await admitSend(ticket) } catch { return }
+                    if admitted { group.addTask { await self.send(delivery, consumedAt: consumedAt) } }
                 case .recordedLately, .busy:
                     group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
                 }

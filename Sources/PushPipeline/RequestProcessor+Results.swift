@@ -41,10 +41,10 @@ extension RequestProcessor {
                 metrics.recordRepublished()
             }
         }
-        for index in finished {
+        for (index, givenUp) in finished {
             let ticket = results[index].ticket
             ticket.batch.trace(ticket.message)?.span.end()
-            ticket.batch.lane.tracker.finish(ticket.batch.message(ticket.message))
+            ticket.batch.settle(ticket.message, givenUp: givenUp)
         }
     }
 
@@ -82,14 +82,10 @@ extension RequestProcessor {
         return messages
     }
 
-    /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (the
-    /// consumer's clock for a record without a timestamp, which only message format v0 lacks).
-    func ledgerEvent(_ event: NotificationEvent, of message: KafkaMessage) -> LedgerEvent {
-        LedgerEvent(
-            eventID: event.id,
-            topic: event.topic,
-            recordTimestampMilliseconds: message.timestampMilliseconds ?? Self.epochMilliseconds()
-        )
+    /// Where `event`'s outcomes are kept: its ID and the day of the record that carried it (for
+    /// a record without a timestamp, the day it was polled: ``StartedMessage``).
+    func ledgerEvent(_ event: NotificationEvent, of message: StartedMessage) -> LedgerEvent {
+        LedgerEvent(eventID: event.id, topic: event.topic, recordTimestampMilliseconds: message.recordTimestampMilliseconds)
     }
 
     func resultMessage(_ result: [UInt8], eventID: String, headers: [KafkaHeader]) -> KafkaOutgoingMessage {

@@ -21,6 +21,9 @@ extension RequestProcessor {
         /// The status of a new result, counted once published (nil: a republished one).
         var status: DeliveryResult.Status?
 
+        /// Whether the message may no longer start an APNs attempt here (``RequestBatch/isFenced(_:)``).
+        var isFenced: Bool { batch.isFenced(message) }
+
         init(_ batch: RequestBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
             self.batch = batch
             self.message = message
@@ -47,13 +50,17 @@ extension RequestProcessor {
     /// attempts, and hands each outcome, and a 410's registry mark, to the ledger writer as it
     /// arrives; ``publishRecorded(_:)`` publishes what stands.
     func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
-        let requests = deliveries.map { (request: Self.request(for: $0), environment: $0.destination.environment) }
+        let requests = deliveries.map { delivery in
+            var request = Self.request(for: delivery)
+            // The bulk lane's requests wait behind every urgent one for an HTTP/2 stream too.
+            request.precedence = delivery.ticket.batch.lane.priority == .bulk ? .bulk : .urgent
+            return (request: request, environment: delivery.destination.environment)
+        }
         let traces = deliveries.map { delivery in
             tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
         }
         await sender.deliverAll(requests, consumedAt: consumedAt) { index in
-            let ticket = deliveries[index].ticket
-            return ticket.batch.lane.tracker.isRevoked(ticket.batch.message(ticket.message))
+            deliveries[index].ticket.isFenced
         } report: { index, result in
             switch result {
             case .success(let outcome):
@@ -152,14 +159,17 @@ extension RequestProcessor {
         ledgerWriter.submit(recorded, marking: mark, ticket: counted, urgent: ticket.batch.lane.priority == .urgent)
     }
 
-    /// Gives up a send whose partition was revoked before its next attempt: the member that owns
-    /// the partition now reads the message again and delivers it, so starting another attempt
-    /// here would push twice. Its claim ends without an outcome (a copy here may send it if the
-    /// partition comes back), its permit is returned, and its batch stops waiting for the message.
-    func abandonFenced(_ ticket: DeliveryTicket) {
+    /// Gives up a send whose partition was revoked (or is being drained) before its next
+    /// attempt: the member that owns the partition now reads the message again and delivers it,
+    /// so starting another attempt here would push twice. Its claim ends without an outcome (a
+    /// copy here may send it if the partition comes back), its permit, if it holds one, is
+    /// returned, and once nothing else of its message is outstanding the message is given up.
+    func abandonFenced(_ ticket: DeliveryTicket, holdingPermit: Bool = true) {
         metrics.recordFencedSend()
-        if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: ticket.batch.lane.priority) {
+        let lane = ticket.batch.lane.priority
+        if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: holdingPermit ? lane : nil) {
             ticket.batch.trace(ticket.message)?.span.end()
+            ticket.batch.settle(ticket.message, givenUp: true)
         }
     }
 }

@@ -82,12 +82,12 @@ final class RequestProcessor: Sendable {
     /// without sending, and a task per device only for its APNs request, which hands the outcome
     /// to the ledger writer without waiting; the writer's batch is published as a whole
     /// (``publishRecorded(_:)``), and the batch's task wakes once, at the end.
-    func process(_ messages: [KafkaMessage], from lane: InputLane, consumedAt: ContinuousClock.Instant) async {
+    func process(_ messages: [StartedMessage], from lane: InputLane, consumedAt: ContinuousClock.Instant) async {
         await withDiscardingTaskGroup { group in
-            var events: [(KafkaMessage, NotificationEvent)] = []
+            var events: [(StartedMessage, NotificationEvent)] = []
             for message in messages {
                 do throws(InputRejection) {
-                    var event = try NotificationEvent(json: message.value)
+                    var event = try NotificationEvent(json: message.message.value)
                     if configuration.derivesCollapseID, event.collapseID == nil {
                         // Once per event, not per device: every device and every copy gets the same.
                         event.collapseID = NotificationID.collapseID(eventID: event.id)
@@ -95,13 +95,13 @@ final class RequestProcessor: Sendable {
                     events.append((message, event))
                 } catch {
                     group.addTask {
-                        if (try? await self.deadLetters.send(message, error)) != nil { lane.tracker.finish(message) }
+                        if (try? await self.deadLetters.send(message.message, error)) != nil { lane.tracker.finish(message) }
                     }
                 }
             }
             guard !events.isEmpty else { return }
             let traces = tracer.map { tracer in
-                events.map { EventTrace(tracer: tracer, message: $0.0, eventID: $0.1.id, users: $0.1.userIDs.count) }
+                events.map { EventTrace(tracer: tracer, message: $0.0.message, eventID: $0.1.id, users: $0.1.userIDs.count) }
             }
             guard let resolved = try? await resolve(events) else { return }
             let plans = events.map { plan($0.1, of: $0.0, resolved: resolved, consumedAt: consumedAt) }
@@ -150,32 +150,53 @@ final class RequestProcessor: Sendable {
             // batch in one go, a busy one what its finished sends make room for.
             var next = sends.startIndex
             while next < sends.endIndex {
-                let admitted: Int
-                do { admitted = try await admitSends(from: lane, upTo: sends.endIndex - next) } catch { return }
-                let chunk = Array(sends[next..<next + admitted])
-                next += admitted
-                group.addTask { await self.send(chunk, consumedAt: consumedAt) }
+                let chunk: ArraySlice<Delivery>
+                do { chunk = try await admitSends(sends, from: &next, lane: lane) } catch { return }
+                if !chunk.isEmpty { group.addTask { await self.send(Array(chunk), consumedAt: consumedAt) } }
             }
             await coordinator.waitUntilFinished(batchID)
         }
     }
 
-    /// Waits for the lane's pace (the bulk lane's HERALD_BULK_MAX_RATE), then for a send permit
-    /// in the lane's queue; throws when cancelled. The coordinator takes the permit back once
-    /// the result is published (or the send is fenced).
-    func admitSend(from lane: InputLane) async throws {
-        try await lane.pacer?.waitForSlot()
-        try await coordinator.acquirePermit(lane.priority)
+    /// Admits one send: waits for the lane's pace (the bulk lane's HERALD_BULK_MAX_RATE), then
+    /// for a send permit in the lane's queue. A send whose message is fenced (its partition
+    /// revoked or being drained) is given up instead, before it takes a pacer slot and after the
+    /// pace's wait. Returns whether it may start; throws when cancelled. The coordinator takes
+    /// the permit back once the result is published (or the send is fenced).
+    func admitSend(_ ticket: DeliveryTicket) async throws -> Bool {
+        guard !ticket.isFenced else {
+            abandonFenced(ticket, holdingPermit: false)
+            return false
+        }
+        try await ticket.batch.lane.pacer?.waitForSlot()
+        guard !ticket.isFenced else {
+            abandonFenced(ticket, holdingPermit: false)
+            return false
+        }
+        try await coordinator.acquirePermit(ticket.batch.lane.priority)
+        return true
     }
 
-    /// Admits up to `count` sends at once (at least one, waiting as ``admitSend(from:)`` does);
-    /// a paced lane admits one per slot of its pace. Returns how many.
-    private func admitSends(from lane: InputLane, upTo count: Int) async throws -> Int {
+    /// Admits the next sends of `sends` from `next` on and moves `next` past them: those whose
+    /// message is fenced are given up at once, without a pacer slot or a permit; a paced lane
+    /// admits one send per slot of its pace, any other lane as many as permits are free (at
+    /// least one, waiting for it). Throws when cancelled.
+    private func admitSends(_ sends: [Delivery], from next: inout Int, lane: InputLane) async throws -> ArraySlice<Delivery> {
         if lane.pacer != nil {
-            try await admitSend(from: lane)
-            return 1
+            while next < sends.endIndex {
+                defer { next += 1 }
+                if try await admitSend(sends[next].ticket) { return sends[next...next] }
+            }
+            return []
         }
-        return try await coordinator.acquirePermits(lane.priority, upTo: count)
+        while next < sends.endIndex, sends[next].ticket.isFenced {
+            abandonFenced(sends[next].ticket, holdingPermit: false)
+            next += 1
+        }
+        guard next < sends.endIndex else { return [] }
+        let admitted = try await coordinator.acquirePermits(lane.priority, upTo: sends.endIndex - next)
+        defer { next += admitted }
+        return sends[next..<next + admitted]
     }
 
     private struct ResolvedBatch: Sendable {
@@ -187,7 +208,7 @@ final class RequestProcessor: Sendable {
 
     /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
     /// (each on its own connection), so the batch waits for the slower one, not for both.
-    private func resolve(_ messages: [(KafkaMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
+    private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
         let ledgerEvents = Array(Set(messages.map { ledgerEvent($0.1, of: $0.0) }))
         let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
@@ -230,7 +251,7 @@ final class RequestProcessor: Sendable {
 
     private func plan(
         _ event: NotificationEvent,
-        of message: KafkaMessage,
+        of message: StartedMessage,
         resolved: ResolvedBatch,
         consumedAt: ContinuousClock.Instant
     ) -> EventPlan {

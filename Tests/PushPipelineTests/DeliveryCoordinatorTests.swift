@@ -29,7 +29,7 @@ struct DeliveryCoordinatorTests {
         #expect(answer4)
 
         let first = machine.published([Published(batch: batch, message: 0, permit: .urgent)])
-        #expect(first.finished == [], "message 0 has a second result")
+        #expect(first.finished.isEmpty, "message 0 has a second result")
         #expect(first.resume == [50], "its permit goes to the waiting sender at once")
         let answer5 = machine.recorded([1, 2])
         #expect(answer5 == [])
@@ -38,7 +38,8 @@ struct DeliveryCoordinatorTests {
             Published(batch: batch, message: 1, permit: .urgent),
             Published(batch: batch, message: 0, permit: nil),
         ])
-        #expect(last.finished == [0, 1], "both messages finished, in the order given")
+        #expect(last.finished.map(\.index) == [0, 1], "both messages finished, in the order given")
+        #expect(last.finished.allSatisfy { !$0.givenUp })
         #expect(last.resume == [99], "the batch's task wakes once, with nothing left")
         #expect(machine.permitsHeld == 1, "the waiter holds the third permit")
         #expect(machine.openBatches == 0)
@@ -54,7 +55,10 @@ struct DeliveryCoordinatorTests {
         #expect(machine.openBatches == 0)
     }
 
-    @Test func aFencedSendGivesBackItsClaimPermitAndMessageAtOnce() {
+    /// A fenced send gives back its claim and permit at once; its message is given up (not
+    /// finished) once its other results are settled too, so a delivery of it still in flight is
+    /// recorded and published first.
+    @Test func aFencedSendGivesBackItsClaimAndPermitAndItsMessageIsGivenUpWhenNothingIsLeft() {
         var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
         let batch = machine.openBatch(results: [2, 1])
         let answer8 = machine.claim(7)
@@ -72,21 +76,23 @@ struct DeliveryCoordinatorTests {
         let answer12 = machine.waitForBatch(batch, 90)
         #expect(answer12)
 
-        let (actions, abandoned) = machine.fenced(batch: batch, message: 0, claim: 7, permit: .bulk)
-        #expect(abandoned)
+        let (actions, givenUp) = machine.fenced(batch: batch, message: 0, claim: 7, permit: .bulk)
+        #expect(!givenUp, "its other device's result is still to come")
         #expect(actions.resume == [70, 80], "the copy claims again, the permit goes on")
-        #expect(actions.finished == [])
+        #expect(actions.finished.isEmpty)
         let answer13 = machine.claim(7)
         #expect(answer13 == .claimed, "released, not remembered as recorded")
-        let answer14 = machine.fenced(batch: batch, message: 0, claim: nil, permit: .urgent).abandoned
-        #expect(!answer14, "given up once")
 
-        let late = machine.published([Published(batch: batch, message: 0, permit: nil)])
-        #expect(late.finished == [], "a result published after the fence finishes nothing")
+        let other = machine.published([Published(batch: batch, message: 0, permit: nil)])
+        #expect(other.finished.map(\.index) == [0])
+        #expect(other.finished.first?.givenUp == true, "a message with a fenced send is given up, not finished")
+        let late = machine.fenced(batch: batch, message: 0, claim: nil, permit: nil)
+        #expect(!late.givenUp, "given up once")
         let last = machine.published([Published(batch: batch, message: 1, permit: nil)])
-        #expect(last.finished == [0])
+        #expect(last.finished.map(\.index) == [0])
+        #expect(last.finished.first?.givenUp == false)
         #expect(last.resume == [90])
-        #expect(machine.permitsHeld == 0)
+        #expect(machine.permitsHeld == 1, "the urgent waiter holds the permit the fenced send gave back")
     }
 
     /// The lost wake-ups: each time, what the waiter waits for happens between its "not yet"
@@ -132,8 +138,8 @@ struct DeliveryCoordinatorTests {
 
     /// Random interleavings of whole notifications (claim, permit, publish; some fenced) over
     /// several batches and both lanes: no more permits than the limit are held, every waiter is
-    /// resumed exactly once, every message finishes exactly once (an abandoned one never), and
-    /// at the end every permit is back and every batch closed.
+    /// resumed exactly once, every message ends exactly once (given up when a send of it was
+    /// fenced, finished otherwise), and at the end every permit is back and every batch closed.
     @Test(arguments: 1...20) func randomInterleavingsFinishEveryMessageOnceAndReturnEveryPermit(seed: UInt64) {
         var random = SplitMix(seed: seed)
         let limit = Int(random.next() % 4) + 1
@@ -149,7 +155,8 @@ struct DeliveryCoordinatorTests {
         var waitingForPermit: [Int: Send] = [:]
         var sending: [Send] = []
         var finished: Set<[UInt64]> = []
-        var abandoned: Set<[UInt64]> = []
+        var givenUp: Set<[UInt64]> = []
+        var fencedMessages: Set<[UInt64]> = []
         var batchWaiters: [Int: UInt64] = [:]
         var nextWaiter = 0
 
@@ -167,10 +174,11 @@ struct DeliveryCoordinatorTests {
         toAdmit.shuffle(using: &random)
 
         func resume(_ actions: Machine.Actions, published: [Send]) {
-            for index in actions.finished {
+            for (index, wasGivenUp) in actions.finished {
                 let key = [published[index].batch, UInt64(published[index].message)]
-                #expect(finished.insert(key).inserted, "finished twice")
-                #expect(!abandoned.contains(key), "an abandoned message finished")
+                #expect(wasGivenUp == fencedMessages.contains(key), "given up exactly when a send of it was fenced")
+                let first = wasGivenUp ? givenUp.insert(key).inserted : finished.insert(key).inserted
+                #expect(first, "ended twice")
             }
             grant(actions.resume)
         }
@@ -201,8 +209,10 @@ struct DeliveryCoordinatorTests {
                 let done = Array(sending.suffix(count))
                 sending.removeLast(count)
                 if random.next() % 10 == 0, let fenced = done.first {
-                    let (actions, first) = machine.fenced(batch: fenced.batch, message: fenced.message, claim: nil, permit: fenced.lane)
-                    if first { abandoned.insert([fenced.batch, UInt64(fenced.message)]) }
+                    let key = [fenced.batch, UInt64(fenced.message)]
+                    fencedMessages.insert(key)
+                    let (actions, last) = machine.fenced(batch: fenced.batch, message: fenced.message, claim: nil, permit: fenced.lane)
+                    if last { #expect(givenUp.insert(key).inserted, "given up twice") }
                     resume(actions, published: [])
                     let rest = Array(done.dropFirst())
                     resume(machine.published(rest.map { Published(batch: $0.batch, message: $0.message, permit: $0.lane) }), published: rest)
@@ -220,7 +230,8 @@ struct DeliveryCoordinatorTests {
         #expect(machine.openBatches == 0)
         #expect(batchWaiters.isEmpty, "every batch's task was woken")
         let everyMessage = Set(messageResults.flatMap { batch, results in results.indices.map { [batch, UInt64($0)] } })
-        #expect(finished.union(abandoned) == everyMessage)
+        #expect(finished.union(givenUp) == everyMessage)
+        #expect(finished.isDisjoint(with: givenUp))
     }
 
     @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
@@ -263,7 +274,7 @@ struct DeliveryCoordinatorTests {
         let coordinator = DeliveryCoordinator(permitLimit: 4)
         let (batch, claims) = coordinator.openBatch(results: [1, 2], claiming: [11, 12, 13])
         #expect(claims == [.claimed, .claimed, .claimed])
-        await withTaskGroup(of: [Int].self) { group in
+        await withTaskGroup(of: [(index: Int, givenUp: Bool)].self) { group in
             group.addTask {
                 await coordinator.waitUntilFinished(batch)
                 return []

@@ -227,20 +227,3 @@ struct DeliveryHardeningTests {
         }
     }
 }
-
-@Suite struct OffsetTrackerRevocationTests {
-    @Test func aRevokedPartitionTakesNothingUntilAssignedAgain() {
-        let partition = KafkaTopicPartition(topic: "t", partition: 3)
-        var tracker = OffsetTracker()
-        let startedWhileOwned = tracker.start(partition, offset: 1)
-        let inFlightAtRevocation = tracker.revoke([partition])
-        let startedAfterRevocation = tracker.start(partition, offset: 2)
-        #expect(startedWhileOwned)
-        #expect(inFlightAtRevocation == [partition: 1])
-        #expect(!startedAfterRevocation)
-        #expect(tracker.committableOffsets().isEmpty)
-        tracker.assign([partition])
-        let startedWhenAssignedAgain = tracker.start(partition, offset: 2)
-        #expect(startedWhenAssignedAgain)
-    }
-}

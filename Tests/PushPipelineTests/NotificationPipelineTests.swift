@@ -232,25 +232,6 @@ struct NotificationPipelineTests {
     }
 }
 
-@Suite struct OffsetTrackerTests {
-    let partition = KafkaTopicPartition(topic: "t", partition: 0)
-
-    @Test func commitsOnlyBelowTheLowestUnfinishedOffset() {
-        var tracker = OffsetTracker()
-        for offset in 10..<15 { _ = tracker.start(partition, offset: Int64(offset)) }
-        tracker.finish(partition, offset: 10)
-        tracker.finish(partition, offset: 12)
-        #expect(tracker.committableOffsets()[partition] == 11)
-        tracker.markCommitted([partition: 11])
-        #expect(tracker.committableOffsets().isEmpty, "nothing new to commit")
-        tracker.finish(partition, offset: 11)
-        tracker.finish(partition, offset: 13)
-        tracker.finish(partition, offset: 14)
-        #expect(tracker.committableOffsets()[partition] == 15)
-        #expect(tracker.inFlightCount == 0)
-    }
-}
-
 @Suite struct RetryPolicyTests {
     @Test func backoffDoublesUpToTheCapWithFullJitter() {
         let policy = RetryPolicy(initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2))

@@ -24,13 +24,13 @@ struct ChannelCommands: Sendable {
 
     /// Handles one message; returns true once it is done (answered or dead-lettered), false when
     /// cancelled first (it is then left unfinished and redelivered).
-    func process(_ message: KafkaMessage) async -> Bool {
+    func process(_ message: StartedMessage) async -> Bool {
         do {
             let command: ChannelCommand
             do {
-                command = try ChannelCommand(json: message.value)
+                command = try ChannelCommand(json: message.message.value)
             } catch {
-                try await deadLetters.send(message, error)
+                try await deadLetters.send(message.message, error)
                 return true
             }
             let claim = DeliveryCoordinator.claimKey(eventID: command.ledgerEventID, token: ChannelCommand.ledgerToken)
@@ -42,7 +42,7 @@ struct ChannelCommands: Sendable {
             let ledgerEvent = LedgerEvent(
                 eventID: command.ledgerEventID,
                 topic: command.topic,
-                recordTimestampMilliseconds: message.timestampMilliseconds ?? WallClock.millisecondsSince1970()
+                recordTimestampMilliseconds: message.recordTimestampMilliseconds
             )
             let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: [ledgerEvent]) }
             let answer: [UInt8]

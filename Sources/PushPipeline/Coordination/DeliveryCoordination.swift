@@ -21,8 +21,9 @@ struct DeliveryCoordination<Waiter> {
         /// Waiters to resume: permits handed to them, claims settled, batches finished.
         var resume: [Waiter] = []
         /// Indexes, into the results given to ``published(_:)``, of those that were the last
-        /// result of their message: the caller finishes those messages.
-        var finished: [Int] = []
+        /// result of their message: the caller finishes those messages, or gives up those with
+        /// a fenced send (`givenUp`), whose new owner delivers them.
+        var finished: [(index: Int, givenUp: Bool)] = []
     }
 
     /// One published result: of which message of which batch, and the lane of the permit its
@@ -137,8 +138,8 @@ struct DeliveryCoordination<Waiter> {
         var returned: [Lane: Int] = [:]
         for (index, result) in results.enumerated() {
             if let lane = result.permit { returned[lane, default: 0] += 1 }
-            guard batches[result.batch]?.publish(result.message) == true else { continue }
-            actions.finished.append(index)
+            guard let settled = batches[result.batch]?.publish(result.message) else { continue }
+            actions.finished.append((index, settled == .givenUp))
             if let waiter = closeIfFinished(result.batch) { actions.resume.append(waiter) }
         }
         // Urgent first: its waiters are served before bulk ones either way.
@@ -148,14 +149,15 @@ struct DeliveryCoordination<Waiter> {
         return actions
     }
 
-    /// A send was fenced off (its partition revoked before its next attempt): ends its claim
-    /// without an outcome, gives its permit back and gives up its message, whose new owner
-    /// delivers it. `abandoned` is true the first time the message is given up.
-    mutating func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane) -> (actions: Actions, abandoned: Bool) {
+    /// A send was fenced off (its partition revoked, or being drained, before its next attempt):
+    /// ends its claim without an outcome and gives its permit back (nil: it held none yet). Its
+    /// message will not finish here: `givenUp` is true when this was the message's last result
+    /// outstanding, so the caller gives the message up (the new owner delivers it).
+    mutating func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane?) -> (actions: Actions, givenUp: Bool) {
         var actions = Actions()
         if let claim { actions.resume += claims.release(claim) }
-        actions.resume += permits.release(1, from: permit)
-        guard batches[batch]?.abandon(message) == true else { return (actions, false) }
+        if let permit { actions.resume += permits.release(1, from: permit) }
+        guard batches[batch]?.fence(message) == .givenUp else { return (actions, false) }
         if let waiter = closeIfFinished(batch) { actions.resume.append(waiter) }
         return (actions, true)
     }
@@ -169,7 +171,12 @@ struct DeliveryCoordination<Waiter> {
 
     /// The results still to publish for each message of one batch.
     private struct BatchProgress {
+        /// How a message with no result left to publish ended.
+        enum Settled { case finished, givenUp }
+
         var pending: [Int]
+        /// Messages with a fenced send: they are given up, not finished, once nothing is pending.
+        var fencedMessages: Set<Int> = []
         /// Messages with results still to publish.
         var unfinished: Int
         /// The batch's task, waiting until `unfinished` is 0.
@@ -180,21 +187,19 @@ struct DeliveryCoordination<Waiter> {
             unfinished = pending.count { $0 > 0 }
         }
 
-        /// Counts a published result of `message`; true when it was the message's last.
-        mutating func publish(_ message: Int) -> Bool {
-            guard pending[message] > 0 else { return false }
+        /// Counts a published result of `message`; how the message ended when it was its last.
+        mutating func publish(_ message: Int) -> Settled? {
+            guard pending[message] > 0 else { return nil }
             pending[message] -= 1
-            guard pending[message] == 0 else { return false }
+            guard pending[message] == 0 else { return nil }
             unfinished -= 1
-            return true
+            return fencedMessages.contains(message) ? .givenUp : .finished
         }
 
-        /// Gives up `message`; true when it was not finished or given up before.
-        mutating func abandon(_ message: Int) -> Bool {
-            guard pending[message] > 0 else { return false }
-            pending[message] = 0
-            unfinished -= 1
-            return true
+        /// Counts a result of `message` that will never be published (its send was fenced).
+        mutating func fence(_ message: Int) -> Settled? {
+            fencedMessages.insert(message)
+            return publish(message)
         }
     }
 }

@@ -111,19 +111,19 @@ final class DeliveryCoordinator: Sendable {
     }
 
     /// See ``DeliveryCoordination/published(_:)``; returns the indexes of the results that
-    /// finished their message.
-    func published(_ results: [Coordination.PublishedResult]) -> [Int] {
+    /// were their message's last, and whether that message is given up rather than finished.
+    func published(_ results: [Coordination.PublishedResult]) -> [(index: Int, givenUp: Bool)] {
         let actions = state.withLock { $0.published(results) }
         resume(actions.resume)
         return actions.finished
     }
 
-    /// See ``DeliveryCoordination/fenced(batch:message:claim:permit:)``; true the first time
-    /// the message is given up.
-    func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane) -> Bool {
+    /// See ``DeliveryCoordination/fenced(batch:message:claim:permit:)``; true when the message
+    /// has nothing left outstanding and is given up.
+    func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane?) -> Bool {
         let outcome = state.withLock { $0.fenced(batch: batch, message: message, claim: claim, permit: permit) }
         resume(outcome.actions.resume)
-        return outcome.abandoned
+        return outcome.givenUp
     }
 
     private func resume(_ waiters: [CheckedContinuation<Void, any Error>]) {
