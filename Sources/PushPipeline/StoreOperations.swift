@@ -15,7 +15,8 @@ import Logging
 ///
 /// A timed-out attempt is abandoned, not awaited (``withTimeout(_:tracking:abandoning:)``), and
 /// ends when PostgreSQL or the connection does; at most `maxAbandoned` are left running at once
-/// (`herald_postgres_abandoned_operations`), past which attempts wait instead of starting.
+/// (`herald_postgres_abandoned_operations`): past it, attempts wait instead of starting, and a
+/// timed-out one is awaited, and ``blockingCauses`` names `abandoned_operations` (Herald unready).
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
     let timeout: Duration
@@ -23,10 +24,8 @@ struct StoreOperations: Sendable {
     let backoff: Backoff
     /// The wait between attempts after a permanent failure.
     let permanentBackoff: Backoff
-    /// The most timed-out attempts left running at once (see ``withTimeout(_:tracking:abandoning:)``).
-    let maxAbandoned: Int
-    /// Timed-out attempts still running.
-    let abandoned = AbandonedOperations()
+    /// Timed-out attempts still running, at most `maxAbandoned` (see ``withTimeout(_:tracking:abandoning:)``).
+    let abandoned: AbandonedOperations
     /// Sorts a failure into transient or permanent (the store knows its errors).
     let classify: @Sendable (any Error) -> StoreFailure
     let metrics: PipelineMetrics
@@ -43,7 +42,7 @@ struct StoreOperations: Sendable {
         logger: Logger
     ) {
         self.timeout = timeout
-        self.maxAbandoned = maxAbandoned
+        abandoned = AbandonedOperations(limit: maxAbandoned)
         self.backoff = backoff
         self.permanentBackoff = permanentBackoff
         self.classify = classify
@@ -51,8 +50,9 @@ struct StoreOperations: Sendable {
         self.logger = logger
     }
 
-    /// The permanent failures holding operations right now (empty when the store works).
-    var blockingCauses: [String] { blocked.causes }
+    /// The permanent failures holding operations right now, and `abandoned_operations` while
+    /// the bound of abandoned time-outs is full (empty when the store works).
+    var blockingCauses: [String] { blocked.causes + (abandoned.isFull ? ["abandoned_operations"] : []) }
 
     /// Runs `operation` until it succeeds; throws only when cancelled.
     func run<Result: Sendable>(
@@ -63,7 +63,7 @@ struct StoreOperations: Sendable {
         defer { if let heldBy { release(heldBy) } }
         while true {
             if Task.isCancelled { throw CancellationError() }
-            if abandoned.count >= maxAbandoned {
+            if abandoned.isFull {
                 // PostgreSQL holds that many timed-out calls already: another would only add one.
                 try await attempts.waitAfterFailure(backoff)
                 continue

@@ -8,14 +8,35 @@ package struct OperationTimedOut: Error, CustomStringConvertible {
 
 /// Operations ``withTimeout(_:tracking:abandoning:)`` stopped waiting for (time-out or caller
 /// cancelled) that have not ended yet: each still holds what it held (a PostgreSQL connection
-/// mid-query, say) until it ends by itself.
+/// mid-query, say) until it ends by itself. At most `limit` are abandoned at a time-out: the
+/// count is taken as the operation is abandoned, so callers that time out together cannot pass
+/// it; a caller past it waits for its operation instead. (A caller that is cancelled, at shutdown,
+/// always stops waiting.)
 package final class AbandonedOperations: Sendable {
     private let running = Atomic(0)
+    /// The most operations left running by time-outs.
+    package let limit: Int
 
-    package init() {}
+    package init(limit: Int = .max) {
+        self.limit = limit
+    }
 
     /// How many are still running.
     package var count: Int { running.load(ordering: .relaxed) }
+
+    /// Whether another time-out would find the bound full.
+    package var isFull: Bool { count >= limit }
+
+    /// Counts one more abandoned at a time-out, unless `limit` are already: false then.
+    fileprivate func abandonWithinLimit() -> Bool {
+        var current = running.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, original) = running.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
 
     fileprivate func abandoned() { running.add(1, ordering: .relaxed) }
     fileprivate func ended() { running.subtract(1, ordering: .relaxed) }
@@ -53,11 +74,16 @@ package func withTimeout<Result: Sendable>(
                 return nil
             }
             defer { group.cancelAll() }
-            guard case .some(.some(let value)) = try await group.next() else {
-                work.cancel()
+            if case .some(.some(let value)) = try await group.next() { return value }
+            work.cancel()
+            // The time limit passed. Past the bound of abandoned operations, wait for this one.
+            guard handOver.abandonAtTimeOut() else {
+                while let next = try await group.next() {
+                    if let value = next { return value }
+                }
                 throw OperationTimedOut(timeout: timeout)
             }
-            return value
+            throw OperationTimedOut(timeout: timeout)
         }
     } onCancel: {
         work.cancel()
@@ -102,6 +128,30 @@ private final class HandOver<Value: Sendable>: Sendable {
             }
         }
         waiter?.resume(with: result)
+    }
+
+    /// The caller's time limit passed: releases the waiter (counting the operation as
+    /// abandoned) unless the bound of abandoned operations is full or the result is in; returns
+    /// whether the caller stops waiting.
+    func abandonAtTimeOut() -> Bool {
+        let waiter = state.withLock { state -> (released: Bool, continuation: CheckedContinuation<Value, any Error>?) in
+            switch state {
+            case .pending:
+                guard abandoned?.abandonWithinLimit() ?? true else { return (false, nil) }
+                state = .abandoned
+                return (true, nil)
+            case .waiting(let continuation):
+                guard abandoned?.abandonWithinLimit() ?? true else { return (false, nil) }
+                state = .abandoned
+                return (true, continuation)
+            case .delivered:
+                return (false, nil)
+            case .abandoned, .closed:
+                return (true, nil)
+            }
+        }
+        waiter.continuation?.resume(throwing: CancellationError())
+        return waiter.released
     }
 
     var value: Value {

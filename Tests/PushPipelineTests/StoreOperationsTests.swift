@@ -63,4 +63,36 @@ struct StoreOperationsTests {
         for _ in 0..<200 where operations.abandoned.count > 0 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(operations.abandoned.count == 0, "each abandoned call counted out when it ended")
     }
+
+    /// Callers that pass the bound's check together must not all be abandoned: the bound holds
+    /// at the moment of abandoning, and a full bound is a blocking cause (Herald unready), not a
+    /// silent wait.
+    @Test func concurrentCallersNeverLeaveMoreThanTheBoundAbandoned() async throws {
+        let operations = StoreOperations(
+            timeout: .milliseconds(20),
+            maxAbandoned: 3,
+            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            classify: { _ in .transient("test") },
+            metrics: PipelineMetrics(),
+            logger: Logger(label: "test")
+        )
+        let hung = Hung()
+        let callers = (0..<12).map { caller in
+            Task {
+                try await operations.run {
+                    await hung.run()
+                    return caller
+                }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(operations.abandoned.count <= 3, "\(operations.abandoned.count) abandoned with a bound of 3")
+        #expect(operations.blockingCauses == ["abandoned_operations"])
+        hung.release()
+        for (caller, task) in callers.enumerated() { #expect(try await task.value == caller) }
+        for _ in 0..<200 where operations.abandoned.count > 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(operations.abandoned.count == 0)
+        #expect(operations.blockingCauses.isEmpty)
+    }
 }
