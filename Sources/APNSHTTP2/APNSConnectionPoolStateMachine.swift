@@ -8,7 +8,7 @@ protocol APNSPooledConnection: Sendable {
 }
 
 /// The connection pool's state: connections per environment with their stream budgets, and the
-/// FIFO queue of callers waiting for a stream. A value type behind a lock; every method returns
+/// callers waiting for a stream (``WaiterQueue``: urgent ones first, then bulk, each in FIFO order). A value type behind a lock; every method returns
 /// what the caller must do (resume waiters, open or close connections) outside the lock.
 ///
 /// Generic over the connection and the waiter's continuation so tests can drive it without sockets.
@@ -18,6 +18,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         let id: UInt64
         let continuation: Continuation
         let deadline: NIODeadline
+        var precedence: APNSStreamPrecedence = .urgent
     }
 
     /// Side effects to perform after the lock is released.
@@ -89,10 +90,11 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     private struct Pool {
         var slots: [Slot] = []
-        var waiters = CircularBuffer<Waiter>()
+        var waiters = WaiterQueue()
         var consecutiveFailures = 0
-        /// Whether the latest connection attempt failed before it was ready (none yet: false).
-        var lastConnectFailed = false
+        /// When the latest connection attempt failed before it was ready (nil: none yet, or a
+        /// connection became ready since).
+        var lastConnectFailure: NIODeadline?
 
         var liveSlots: Int { slots.reduce(0) { $0 + ($1.phase == .draining ? 0 : 1) } }
         var hasConnecting: Bool { slots.contains { $0.phase == .connecting } }
@@ -150,8 +152,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         var waiters: [Waiter] = []
         var connections: [Connection] = []
         for index in pools.indices {
-            waiters.append(contentsOf: pools[index].waiters)
-            pools[index].waiters.removeAll()
+            waiters += pools[index].waiters.removeAll()
             connections.append(contentsOf: pools[index].slots.compactMap(\.connection))
         }
         return (waiters, connections, timer)
@@ -164,28 +165,28 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0, pool.slots.reduce(0) { $0 + $1.inUse })
     }
 
-    /// What this pool knows of the endpoint's reachability: a connection is ready, or the
+    /// What this pool knows of the endpoint's reachability: a connection is ready, or when the
     /// latest attempt to open one failed (neither: nothing known, e.g. never needed).
-    func reachability(_ environment: APNSEnvironment) -> (hasReadyConnection: Bool, lastConnectFailed: Bool) {
+    func reachability(_ environment: APNSEnvironment) -> APNSEndpointReachability {
         let pool = pools[Self.poolIndex(environment)]
-        return (pool.hasReady, pool.lastConnectFailed)
+        return APNSEndpointReachability(hasReadyConnection: pool.hasReady, lastConnectFailure: pool.lastConnectFailure)
     }
 
     // MARK: Leasing streams
 
-    /// The fast path: a free stream now, or `.mustWait` (also when others already wait: FIFO).
-    mutating func leaseIfAvailable(_ environment: APNSEnvironment) -> LeaseAttempt {
+    /// The fast path: a free stream now, or `.mustWait` (also when others wait ahead of it).
+    mutating func leaseIfAvailable(_ environment: APNSEnvironment, precedence: APNSStreamPrecedence = .urgent) -> LeaseAttempt {
         if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
-        return leaseFreeStreams(environment, upTo: 1).first.map { .leased($0) } ?? .mustWait
+        return leaseFreeStreams(environment, upTo: 1, precedence: precedence).first.map { .leased($0) } ?? .mustWait
     }
 
     /// Up to `count` free streams, split evenly over the connections with free streams (most
     /// free first) so they answer a large batch in parallel, but a batch of up to
-    /// ``smallBatch`` on one connection: one hop to one event loop. None while requests wait
-    /// (they go first) or after shutdown.
-    mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int) -> [Connection] {
+    /// ``smallBatch`` on one connection: one hop to one event loop. None while requests of the
+    /// same or a higher precedence wait (they go first) or after shutdown.
+    mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
-        guard !isShutDown, pools[poolIndex].waiters.isEmpty else { return [] }
+        guard !isShutDown, !pools[poolIndex].waiters.hasWaiters(aheadOf: precedence) else { return [] }
         let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })
         let evenShare = max(Self.smallBatch, (count + connections - 1) / connections)
         var leased: [Connection] = []
@@ -200,7 +201,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// Leases a stream if one is free, otherwise queues `waiter` (opening a connection when allowed).
     mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
         if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
-        if let connection = leaseFreeStreams(environment, upTo: 1).first { return .leased(connection) }
+        if let connection = leaseFreeStreams(environment, upTo: 1, precedence: waiter.precedence).first { return .leased(connection) }
         let poolIndex = Self.poolIndex(environment)
         guard pools[poolIndex].waiters.count < maximumWaiters else {
             return .failed(.overloaded("\(maximumWaiters) requests already wait for an APNs stream"))
@@ -232,18 +233,9 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         var actions = Actions()
         var earliest: NIODeadline?
         for poolIndex in pools.indices where !pools[poolIndex].waiters.isEmpty {
-            var kept = CircularBuffer<Waiter>(initialCapacity: pools[poolIndex].waiters.count)
-            for waiter in pools[poolIndex].waiters {
-                if waiter.deadline <= now {
-                    actions.failures.append(
-                        (waiter, .deadlineExceeded("no APNs stream became free before the deadline"))
-                    )
-                } else {
-                    kept.append(waiter)
-                    earliest = earliest.map { min($0, waiter.deadline) } ?? waiter.deadline
-                }
-            }
-            pools[poolIndex].waiters = kept
+            let (expired, earliestKept) = pools[poolIndex].waiters.removeExpired(at: now)
+            actions.failures += expired.map { (waiter: $0, error: APNSTransportError.deadlineExceeded("no APNs stream became free before the deadline")) }
+            if let earliestKept { earliest = earliest.map { min($0, earliestKept) } ?? earliestKept }
         }
         if let earliest {
             waiterTimer = WaiterTimer(deadline: earliest, scheduled: nil)
@@ -255,8 +247,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     /// Removes a waiter whose deadline passed or whose task was cancelled.
     mutating func removeWaiter(_ id: UInt64, for environment: APNSEnvironment) -> Waiter? {
         let poolIndex = Self.poolIndex(environment)
-        guard let index = pools[poolIndex].waiters.firstIndex(where: { $0.id == id }) else { return nil }
-        return pools[poolIndex].waiters.remove(at: index)
+        return pools[poolIndex].waiters.remove(id: id)
     }
 
     /// A stream ended. `status` is APNs' answer, nil when there was none.
@@ -290,7 +281,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         }
         pools[poolIndex].slots[slot].connection = connection
         pools[poolIndex].slots[slot].serverStreamLimit = streamLimit
-        pools[poolIndex].lastConnectFailed = false
+        pools[poolIndex].lastConnectFailure = nil
         if pools[poolIndex].slots[slot].phase == .connecting {
             pools[poolIndex].slots[slot].phase = .ready
         }
@@ -323,12 +314,13 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     mutating func connectionClosed(
         connectionID: Int,
         environment: APNSEnvironment,
-        failure: APNSTransportError?
+        failure: APNSTransportError?,
+        now: NIODeadline = .now()
     ) -> Actions {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         let neverReady = pools[poolIndex].slots[slot].phase == .connecting
-        if neverReady { pools[poolIndex].lastConnectFailed = true }
+        if neverReady { pools[poolIndex].lastConnectFailure = now }
         countFailureIfUnanswered(poolIndex, slot)
         pools[poolIndex].slots.remove(at: slot)
 
@@ -337,9 +329,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
             // Nothing can serve the queue soon: fail it now (callers retry with their own backoff)
             // rather than letting every waiter run into its deadline.
             let error = (failure ?? .connectionFailed("connection closed during the handshake")).detailed("cannot connect to APNs")
-            while let waiter = pools[poolIndex].waiters.popFirst() {
-                actions.failures.append((waiter, error))
-            }
+            actions.failures += pools[poolIndex].waiters.removeAll().map { (waiter: $0, error: error) }
             return actions
         }
         actions.open = planConnectionIfNeeded(poolIndex, environment)
@@ -354,11 +344,11 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         pools[poolIndex].consecutiveFailures += 1
     }
 
-    /// Hands free streams to waiters in FIFO order.
+    /// Hands free streams to waiters, urgent ones first.
     private mutating func serveWaiters(_ poolIndex: Int) -> Actions {
         var actions = Actions()
         while !pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
-            let waiter = pools[poolIndex].waiters.removeFirst()
+            guard let waiter = pools[poolIndex].waiters.popFirst() else { break }
             pools[poolIndex].slots[slot].lease()
             actions.leases.append((waiter, pools[poolIndex].slots[slot].connection!))
         }

@@ -29,20 +29,29 @@ extension APNSHTTP2Client {
                 group.addTask { await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered) }
             }
             guard let nioDeadline, !leased.isEmpty else { return }
-            let again = await start(leased, of: requests, deadline: nioDeadline, answered: answered)
-            for retry in again {
-                group.addTask {
-                    let index = retry.index
-                    guard let first = retry.expired else {
-                        return await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered)
-                    }
-                    do {
-                        let response = try await self.sendAgain(requests[index], environment: environment, deadline: deadline, afterExpired: first)
-                        answered(index, .success(response))
-                    } catch {
-                        answered(index, .failure(error))
+            let batch = BatchStreams(leased, of: requests)
+            await withTaskCancellationHandler {
+                start(batch, deadline: nioDeadline, answered: answered)
+                // Each request to try again starts as soon as its first answer is known, with the
+                // batch's deadline still ahead of it: never behind the batch's slowest stream.
+                while let again = await batch.nextRetries() {
+                    for retry in again {
+                        group.addTask {
+                            let index = retry.index
+                            guard let first = retry.expired else {
+                                return await self.send(requests[index], at: index, environment: environment, deadline: deadline, answered: answered)
+                            }
+                            do {
+                                let response = try await self.sendAgain(requests[index], environment: environment, deadline: deadline, afterExpired: first)
+                                answered(index, .success(response))
+                            } catch {
+                                answered(index, .failure(error))
+                            }
+                        }
                     }
                 }
+            } onCancel: {
+                batch.cancel()
             }
         }
     }
@@ -79,7 +88,9 @@ extension APNSHTTP2Client {
         }
         var leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)] = []
         for (pool, indexes) in byPool.values {
-            let connections = pool.state.withLockedValue { $0.leaseFreeStreams(environment, upTo: indexes.count) }
+            // A batch comes from one lane: its first request's precedence is every request's.
+            let precedence = requests[indexes[0]].precedence
+            let connections = pool.state.withLockedValue { $0.leaseFreeStreams(environment, upTo: indexes.count, precedence: precedence) }
             leased += zip(indexes, connections).map { ($0, $1, pool) }
             rest += indexes.dropFirst(connections.count)
         }
@@ -94,28 +105,96 @@ extension APNSHTTP2Client {
         var expired: (outcome: APNSStreamOutcome, connection: APNSConnection)?
     }
 
-    /// What a batch's streams still owe: the count of unanswered ones, the requests to try
-    /// again, and the waiting caller.
-    private struct BatchProgress: Sendable {
-        var unanswered: Int
-        var again: [SecondTry] = []
-        var waiter: CheckedContinuation<[SecondTry], Never>?
+    /// A batch's leased streams: what they still owe (the count of unanswered ones, the requests
+    /// to try again not yet taken, the waiting caller) and whether they were started or cancelled,
+    /// so a cancellation that lands before the streams reach their event loops still stops them.
+    private final class BatchStreams: Sendable {
+        typealias Stream = (index: Int, connection: APNSConnection, pool: CredentialPool, requestID: UInt64)
+
+        private struct State {
+            var unanswered: Int
+            var retries: [SecondTry] = []
+            var waiter: CheckedContinuation<[SecondTry]?, Never>?
+            var started = false
+            var cancelled = false
+        }
+
+        let streams: [Stream]
+        let requests: [APNSRequest]
+        private let state: NIOLockedValueBox<State>
+
+        init(_ leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)], of requests: [APNSRequest]) {
+            streams = leased.map { ($0.index, $0.connection, $0.pool, $0.connection.nextRequestID()) }
+            self.requests = requests
+            state = NIOLockedValueBox(State(unanswered: leased.count))
+        }
+
+        /// The streams by connection: each connection gets its share in one hop.
+        var byConnection: [[Stream]] { Array(Dictionary(grouping: streams, by: { ObjectIdentifier($0.connection) }).values) }
+
+        /// Marks the streams started, unless the batch was cancelled first: false then.
+        func markStarted() -> Bool {
+            state.withLockedValue { state in
+                state.started = !state.cancelled
+                return state.started
+            }
+        }
+
+        var isCancelled: Bool { state.withLockedValue { $0.cancelled } }
+
+        /// The caller was cancelled: resets the streams if they were started (a later start
+        /// finds the flag and resets them itself).
+        func cancel() {
+            let started = state.withLockedValue { state in
+                state.cancelled = true
+                return state.started
+            }
+            if started { resetStreams() }
+        }
+
+        func resetStreams() {
+            for share in byConnection { share[0].connection.cancel(share.map(\.requestID)) }
+        }
+
+        /// One stream was answered (`again`: it is to be tried again).
+        func answered(_ again: SecondTry?) {
+            let wake = state.withLockedValue { state -> (CheckedContinuation<[SecondTry]?, Never>, [SecondTry]?)? in
+                if let again { state.retries.append(again) }
+                state.unanswered -= 1
+                guard let waiter = state.waiter, !state.retries.isEmpty || state.unanswered == 0 else { return nil }
+                state.waiter = nil
+                defer { state.retries = [] }
+                return (waiter, state.retries.isEmpty ? nil : state.retries)
+            }
+            if let (waiter, retries) = wake { waiter.resume(returning: retries) }
+        }
+
+        /// The requests to try again known since the last call, waiting for the next one; nil
+        /// once every stream was answered and each retry taken.
+        func nextRetries() async -> [SecondTry]? {
+            await withCheckedContinuation { continuation in
+                let now = state.withLockedValue { state -> [SecondTry]?? in
+                    if !state.retries.isEmpty {
+                        defer { state.retries = [] }
+                        return .some(state.retries)
+                    }
+                    if state.unanswered == 0 { return .some(nil) }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        }
     }
 
-    /// Starts the leased streams, one hop per connection, and returns once each was answered
-    /// (each answer already given to `answered`), with the requests to try again.
+    /// Starts the batch's streams, one hop per connection; each answer goes to `answered` where
+    /// it arrives, and each request to try again to the batch (``BatchStreams/nextRetries()``).
     private func start(
-        _ leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)],
-        of requests: [APNSRequest],
+        _ batch: BatchStreams,
         deadline: NIODeadline,
         answered: @escaping @Sendable (Int, Result<APNSResponse, any Error>) -> Void
-    ) async -> [SecondTry] {
-        let progress = NIOLockedValueBox(BatchProgress(unanswered: leased.count))
-        let streams = leased.map { (index: $0.index, connection: $0.connection, pool: $0.pool, requestID: $0.connection.nextRequestID()) }
-        let byConnection = Dictionary(grouping: streams, by: { ObjectIdentifier($0.connection) })
-        @Sendable func finish(
-            _ stream: (index: Int, connection: APNSConnection, pool: CredentialPool, requestID: UInt64), _ result: Result<APNSStreamOutcome, any Error>
-        ) {
+    ) {
+        @Sendable func finish(_ stream: BatchStreams.Stream, _ result: Result<APNSStreamOutcome, any Error>) {
             releaseStream(on: stream.connection, status: try? result.get().response.status, pool: stream.pool)
             var again: SecondTry?
             switch result {
@@ -126,28 +205,21 @@ extension APNSHTTP2Client {
             default:
                 answered(stream.index, result.map(\.response))
             }
-            let last = progress.withLockedValue { progress -> (CheckedContinuation<[SecondTry], Never>, [SecondTry])? in
-                if let again { progress.again.append(again) }
-                progress.unanswered -= 1
-                guard progress.unanswered == 0, let waiter = progress.waiter else { return nil }
-                progress.waiter = nil
-                return (waiter, progress.again)
-            }
-            if let (waiter, again) = last { waiter.resume(returning: again) }
+            batch.answered(again)
         }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                progress.withLockedValue { $0.waiter = continuation }
-                for share in byConnection.values {
-                    let connection = share[0].connection
-                    connection.start(
-                        share.map { stream in (stream.requestID, requests[stream.index], .callback { finish(stream, $0) }) },
-                        deadline: deadline
-                    )
-                }
-            }
-        } onCancel: {
-            for share in byConnection.values { share[0].connection.cancel(share.map(\.requestID)) }
+        guard batch.markStarted() else {
+            // Cancelled before anything was sent: the leased streams go back unused.
+            for stream in batch.streams { finish(stream, .failure(CancellationError())) }
+            return
         }
+        for share in batch.byConnection {
+            share[0].connection.start(
+                share.map { stream in (stream.requestID, batch.requests[stream.index], .callback { finish(stream, $0) }) },
+                deadline: deadline
+            )
+        }
+        // A cancellation that came while the streams were handed over may have reset them
+        // before they reached their event loops: reset them again, after.
+        if batch.isCancelled { batch.resetStreams() }
     }
 }

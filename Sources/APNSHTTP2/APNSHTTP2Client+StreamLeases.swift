@@ -9,9 +9,10 @@ extension APNSHTTP2Client {
     func leaseStream(
         environment: APNSEnvironment,
         deadline: NIODeadline,
+        precedence: APNSStreamPrecedence,
         pool: CredentialPool
     ) async throws -> APNSConnection {
-        switch pool.state.withLockedValue({ $0.leaseIfAvailable(environment) }) {
+        switch pool.state.withLockedValue({ $0.leaseIfAvailable(environment, precedence: precedence) }) {
         case .leased(let connection): return connection
         case .failed(let error): throw error
         case .mustWait: break
@@ -20,7 +21,7 @@ extension APNSHTTP2Client {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline)
+                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline, precedence: precedence)
                 switch pool.state.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
@@ -106,16 +107,15 @@ extension APNSHTTP2Client {
         routing.withLockedValue { Array($0.routing.poolsByIdentity.values) }
     }
 
-    /// Whether Herald can reach APNs as far as its own connections tell: an endpoint is
-    /// unreachable only when no connection to it is ready and the latest attempt to open one
-    /// failed. It opens nothing: readiness probes and scrapes must never connect to APNs (Apple
-    /// treats rapid connect and disconnect as an attack), so an endpoint Herald has not needed
-    /// yet counts as reachable until a real request fails to connect.
+    /// Whether Herald can reach APNs as far as its own connections tell
+    /// (``APNSEndpointReachability/isReachable(_:now:)``). It opens nothing: readiness probes and
+    /// scrapes must never connect to APNs (Apple treats rapid connect and disconnect as an
+    /// attack), so an endpoint Herald has not needed yet counts as reachable until a real request
+    /// fails to connect.
     public var endpointsReachable: Bool {
-        let pools = currentPools
-        return [APNSEnvironment.production, .sandbox].allSatisfy { environment in
-            let states = pools.map { pool in pool.state.withLockedValue { $0.reachability(environment) } }
-            return states.contains { $0.hasReadyConnection } || !states.contains { $0.lastConnectFailed }
+        let states = currentPools.flatMap { pool in
+            [APNSEnvironment.production, .sandbox].map { environment in pool.state.withLockedValue { $0.reachability(environment) } }
         }
+        return APNSEndpointReachability.isReachable(states, now: .now())
     }
 }

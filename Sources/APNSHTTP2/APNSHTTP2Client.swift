@@ -262,7 +262,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         while true {
             let connection: APNSConnection
             do {
-                connection = try await leaseStream(environment: environment, deadline: nioDeadline, pool: pool)
+                connection = try await leaseStream(environment: environment, deadline: nioDeadline, precedence: request.precedence, pool: pool)
             } catch let error as APNSTransportError where error.isShuttingDown && pool.isRetired {
                 // The credential was replaced before this request got a stream: nothing was
                 // sent, so it moves to the current credential without counting an attempt.

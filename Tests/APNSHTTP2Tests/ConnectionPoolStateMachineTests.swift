@@ -18,8 +18,8 @@ struct ConnectionPoolStateMachineTests {
     /// The deadline every waiter gets unless a test says otherwise.
     private static let later = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
 
-    private func waiter(_ id: UInt64, deadline: NIODeadline = later) -> Machine.Waiter {
-        Machine.Waiter(id: id, continuation: "waiter-\(id)", deadline: deadline)
+    private func waiter(_ id: UInt64, deadline: NIODeadline = later, precedence: APNSStreamPrecedence = .urgent) -> Machine.Waiter {
+        Machine.Waiter(id: id, continuation: "waiter-\(id)", deadline: deadline, precedence: precedence)
     }
 
     private func queuedPlan(_ result: Machine.EnqueueResult) -> APNSConnectionPlan?? {
@@ -67,6 +67,40 @@ struct ConnectionPoolStateMachineTests {
         let afterSuccess = machine.release(connectionID: 1, environment: .production, status: 200)
         #expect(leased(afterSuccess) == (3...12).map { "waiter-\($0)" })
         #expect(afterSuccess.leases.allSatisfy { $0.connection == connection })
+    }
+
+    /// Finding 4: when APNs grants fewer streams than Herald has permits, a campaign's requests
+    /// queue for streams; urgent requests queued after them are served first, in their order.
+    @Test func urgentWaitersGoAheadOfBulkOnes() {
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        let connection = FakeConnection(id: 1, environment: .production)
+        _ = machine.enqueue(waiter(1, precedence: .bulk), for: .production)
+        _ = machine.connectionReady(connection, streamLimit: 1)
+        for id in 2...4 { _ = machine.enqueue(waiter(UInt64(id), precedence: .bulk), for: .production) }
+        _ = machine.enqueue(waiter(5), for: .production)
+        _ = machine.enqueue(waiter(6, precedence: .bulk), for: .production)
+        _ = machine.enqueue(waiter(7), for: .production)
+        var served: [String] = []
+        for _ in 0..<6 { served += leased(machine.release(connectionID: 1, environment: .production, status: 200)) }
+        #expect(served == ["waiter-5", "waiter-7", "waiter-2", "waiter-3", "waiter-4", "waiter-6"])
+    }
+
+    /// Finding 10: one endpoint or credential that failed to connect (the sandbox host, say)
+    /// does not make Herald unready while another connection works, and a failure nothing has
+    /// retried since (no demand) is forgotten after a minute instead of holding readiness.
+    @Test func oneFailedEndpointDoesNotMakeHeraldUnreachableAndFailuresAreForgotten() {
+        let failedAt = NIODeadline.uptimeNanoseconds(10_000_000_000)
+        let failed = APNSEndpointReachability(hasReadyConnection: false, lastConnectFailure: failedAt)
+        let ready = APNSEndpointReachability(hasReadyConnection: true, lastConnectFailure: nil)
+        let unused = APNSEndpointReachability(hasReadyConnection: false, lastConnectFailure: nil)
+        #expect(APNSEndpointReachability.isReachable([ready, failed], now: failedAt + .seconds(1)))
+        #expect(!APNSEndpointReachability.isReachable([unused, failed], now: failedAt + .seconds(1)))
+        #expect(APNSEndpointReachability.isReachable([unused, failed], now: failedAt + .seconds(61)))
+        var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .sandbox)
+        _ = machine.connectionClosed(connectionID: 1, environment: .sandbox, failure: .connectionFailed("refused"), now: failedAt)
+        #expect(machine.reachability(.sandbox) == failed)
+        #expect(machine.reachability(.production) == unused)
     }
 
     @Test func certificateConnectionsUseTheServerLimitAtOnce() {
