@@ -7,23 +7,31 @@ import Synchronization
 
 /// The days the partitioned ledger keeps at an instant: every day that may hold an outcome
 /// younger than the retention, and a few ahead so that new days never start in the default
-/// partition.
+/// partition; and when an outcome kept in the default partition (a record dated outside the
+/// days kept) expires.
 package struct LedgerWindow: Sendable, Hashable {
     /// The first day kept: it holds the instant `retention` ago, so every earlier day is older.
     package var oldestDay: Int32
     /// The last day created ahead.
     package var newestDay: Int32
+    /// Outcomes in the default partition completed before this instant (milliseconds since
+    /// 1970) are expired: they are kept by when they were recorded, not by their record's day, so
+    /// an outcome recorded lately for an old record survives until a redelivery can no longer come.
+    package var expiredBeforeMilliseconds: Int64
 
     /// Days created ahead of today.
     package static let daysAhead: Int32 = 3
 
+    /// A window whose default-partition outcomes expire at the start of `oldestDay`.
     package init(oldestDay: Int32, newestDay: Int32) {
         self.oldestDay = oldestDay
         self.newestDay = newestDay
+        expiredBeforeMilliseconds = Int64(oldestDay) * 86_400_000
     }
 
     package init(nowMilliseconds: Int64, retention: Duration) {
-        oldestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds - retention.wholeMilliseconds)
+        expiredBeforeMilliseconds = nowMilliseconds - retention.wholeMilliseconds
+        oldestDay = LedgerEvent.day(ofMilliseconds: expiredBeforeMilliseconds)
         newestDay = LedgerEvent.day(ofMilliseconds: nowMilliseconds) + Self.daysAhead
     }
 }
@@ -32,8 +40,10 @@ package struct LedgerWindow: Sendable, Hashable {
 package struct LedgerMaintenance: Sendable, Hashable {
     package var partitionsCreated = 0
     package var partitionsDropped = 0
-    /// The default partition was rebuilt (it held expired rows, or rows of a day created now).
+    /// The default partition was rebuilt (it held rows of a day created now).
     package var defaultRebuilt = false
+    /// Outcomes deleted from the default partition because they expired.
+    package var defaultRowsExpired = 0
     /// `push.deliveries` (before migration 5) was dropped: its newest row had expired.
     package var unpartitionedDropped = false
     /// Another instance held the maintenance lock, so this pass changed nothing.
@@ -44,13 +54,16 @@ package struct LedgerMaintenance: Sendable, Hashable {
 
 extension PostgresDeviceTokenStore {
     /// Brings `push.delivery_ledger`'s partitions to `window`: drops every day before it,
-    /// creates every missing day in it, and rebuilds the default partition when it holds rows of
-    /// a day up to the window's end (expired ones are not copied). Drops `push.deliveries` once
-    /// its newest row is older than `unpartitionedBefore` (milliseconds since 1970).
+    /// deletes the default partition's expired outcomes (by when they were completed), creates
+    /// every missing day in it, and rebuilds the default partition only when it holds rows of a
+    /// day created now. Drops `push.deliveries` once its newest row is older than
+    /// `unpartitionedBefore` (milliseconds since 1970).
     ///
-    /// One instance at a time (a session advisory lock; others skip the pass). Every DDL runs in
-    /// a short transaction with a 2 s `lock_timeout`, so a long query in the way fails the pass
-    /// (retried at the next) instead of queueing the pipeline's statements behind the DDL's lock.
+    /// One instance at a time (a session advisory lock; others skip the pass; a lock that cannot
+    /// be released closes its connection, which releases it). Every DDL runs in a short
+    /// transaction whose lock wait ends after 100 ms and is tried again after a pause, so the
+    /// pipeline's statements never queue behind a waiting DDL for longer than that; the rebuild
+    /// copy has a statement time limit.
     package func maintainLedger(window: LedgerWindow, unpartitionedBefore: Int64) async throws -> LedgerMaintenance {
         let logger = self.logger
         return try await client.withConnection { connection in
@@ -63,12 +76,24 @@ extension PostgresDeviceTokenStore {
             do {
                 try await Self.maintain(window: window, unpartitionedBefore: unpartitionedBefore, report: &report, on: connection, logger: logger)
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: logger)
+                await Self.releaseMaintenanceLock(on: connection, logger: logger)
                 throw error
             }
-            try await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: logger)
+            await Self.releaseMaintenanceLock(on: connection, logger: logger)
             if report.unpartitionedDropped { unpartitionedLedger.markDropped() }
             return report
+        }
+    }
+
+    /// Releases the session's maintenance lock; when that fails, closes the connection, whose
+    /// session end releases it: a pooled connection left holding it would make every instance
+    /// skip maintenance until writes pile into the default partition.
+    private static func releaseMaintenanceLock(on connection: PostgresConnection, logger: Logger) async {
+        do {
+            try await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: logger)
+        } catch {
+            logger.warning("ledger maintenance lock not released; closing its connection", metadata: ["error": "\(error)"])
+            try? await connection.close()
         }
     }
 
@@ -96,15 +121,31 @@ extension PostgresDeviceTokenStore {
             }
             report.partitionsDropped += 1
         }
-        let missing = (window.oldestDay...window.newestDay).filter { existing[$0] == nil }
-        let defaultHoldsWindowRows =
-            try await connection.query(
-                "SELECT EXISTS (SELECT 1 FROM push.delivery_ledger_default WHERE day <= \(window.newestDay))",
+        try await inShortTransaction(on: connection, logger: logger) {
+            // Row locks only: the pipeline's reads and writes go on.
+            let expired = try await connection.query(
+                """
+                WITH expired AS (DELETE FROM push.delivery_ledger_default WHERE completed_at < \(window.expiredBeforeMilliseconds) RETURNING 1)
+                SELECT count(*) FROM expired
+                """,
                 logger: logger
-            ).decode(Bool.self).first(where: { _ in true }) ?? false
-        if defaultHoldsWindowRows {
+            )
+            report.defaultRowsExpired = try await expired.decode(Int.self).first(where: { _ in true }) ?? 0
+        }
+        let missing = (window.oldestDay...window.newestDay).filter { existing[$0] == nil }
+        // Only the days about to be created: a row of another day stays where it is.
+        var defaultHoldsMissingDays = false
+        if !missing.isEmpty {
+            defaultHoldsMissingDays =
+                try await connection.query(
+                    "SELECT EXISTS (SELECT 1 FROM push.delivery_ledger_default WHERE day = ANY(\(missing)))",
+                    logger: logger
+                ).decode(Bool.self).first(where: { _ in true }) ?? false
+        }
+        if defaultHoldsMissingDays {
             try await inShortTransaction(on: connection, logger: logger) {
-                try await rebuildDefault(creating: missing, keepingFrom: window.oldestDay, on: connection, logger: logger)
+                try await connection.query("SET LOCAL statement_timeout = '30s'", logger: logger)
+                try await rebuildDefault(creating: missing, on: connection, logger: logger)
             }
             report.defaultRebuilt = true
             report.partitionsCreated += missing.count
@@ -119,11 +160,10 @@ extension PostgresDeviceTokenStore {
         report.unpartitionedDropped = try await dropUnpartitionedIfExpired(before: unpartitionedBefore, on: connection, logger: logger)
     }
 
-    /// Moves the default partition's rows that are not expired into a new default partition or
-    /// the day partitions created here, in one transaction: lookups see every row throughout.
+    /// Moves the default partition's rows into a new default partition or the day partitions
+    /// created here, in one transaction: lookups see every row throughout.
     private static func rebuildDefault(
         creating days: [Int32],
-        keepingFrom oldestDay: Int32,
         on connection: PostgresConnection,
         logger: Logger
     ) async throws {
@@ -136,7 +176,7 @@ extension PostgresDeviceTokenStore {
         }
         for day in days { try await createPartition(day, on: connection, logger: logger) }
         try await connection.query(
-            "INSERT INTO push.delivery_ledger SELECT * FROM push.delivery_ledger_rebuilt_default WHERE day >= \(oldestDay)",
+            "INSERT INTO push.delivery_ledger SELECT * FROM push.delivery_ledger_rebuilt_default",
             logger: logger
         )
         try await connection.query("DROP TABLE push.delivery_ledger_rebuilt_default", logger: logger)
@@ -187,20 +227,29 @@ extension PostgresDeviceTokenStore {
         return true
     }
 
-    /// Runs `body` in a transaction whose lock waits end after 2 s.
+    /// Runs `body` in a transaction whose lock waits end after 100 ms: while a DDL waits for
+    /// its lock, every statement on the ledger queues behind it, so it waits briefly and is tried
+    /// again after a pause that lets them through (up to 20 times, then the pass fails and the
+    /// next one tries again).
     private static func inShortTransaction(
         on connection: PostgresConnection,
         logger: Logger,
         _ body: () async throws -> Void
     ) async throws {
-        try await connection.query("BEGIN", logger: logger)
-        do {
-            try await connection.query("SET LOCAL lock_timeout = '2s'", logger: logger)
-            try await body()
-            try await connection.query("COMMIT", logger: logger)
-        } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
-            throw error
+        for attempt in 1... {
+            try await connection.query("BEGIN", logger: logger)
+            do {
+                try await connection.query("SET LOCAL lock_timeout = '100ms'", logger: logger)
+                try await body()
+                try await connection.query("COMMIT", logger: logger)
+                return
+            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" && attempt < 20 {
+                _ = try? await connection.query("ROLLBACK", logger: logger)  // lock_not_available
+                try await Task.sleep(for: .milliseconds(500))
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
         }
     }
 }

@@ -20,6 +20,10 @@ package struct HousekeepingConfiguration: Sendable, Hashable {
     /// Tombstones (unregistrations that arrived before their token's row) older than this are
     /// deleted, by their unregistration time. Default: 30 days.
     package var tombstoneRetention: Duration = .seconds(30 * 86_400)
+    /// Whether the service's passes keep the ledger's partitions (create, drop, expire the
+    /// default partition's rows). Off where the service's database role may not change the schema:
+    /// `herald migrate`, run on a schedule by the schema owner's role, keeps them. Default: on.
+    package var maintainsPartitions = true
 
     package init() {}
 }
@@ -123,7 +127,7 @@ package final class RegistryHousekeeping: Service, Sendable {
     package func runPass() async throws -> HousekeepingReport {
         let start = now()
         var report = HousekeepingReport()
-        report.ledger = try await maintainLedger(at: start)
+        if configuration.maintainsPartitions { report.ledger = try await maintainLedger(at: start) }
         report.tombstonesApplied = try await store.applyPendingTombstones()
         report.tombstonesPruned = try await store.pruneTombstones(
             unregisteredBefore: start.before(configuration.tombstoneRetention)

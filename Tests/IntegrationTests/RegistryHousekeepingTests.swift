@@ -18,7 +18,12 @@ extension TokenRegistryTests {
     static let year2003 = Timestamp(millisecondsSince1970: 1_041_379_200_000)
 
     /// An outcome of `eventID` in the ledger day `day` (days since 1970).
-    static func ledgerOutcome(_ eventID: String, day: Int32, token: String = TestDevice.randomToken()) -> RecordedDelivery {
+    static func ledgerOutcome(
+        _ eventID: String,
+        day: Int32,
+        completedOnDay: Int32? = nil,
+        token: String = TestDevice.randomToken()
+    ) -> RecordedDelivery {
         RecordedDelivery(
             event: LedgerEvent(eventID: eventID, topic: "com.example.shop", day: day),
             token: token,
@@ -31,7 +36,7 @@ extension TokenRegistryTests {
                     reason: nil,
                     attempts: 2,
                     latencyMilliseconds: 41,
-                    completedAtMilliseconds: Int64(day) * 86_400_000 + 5
+                    completedAtMilliseconds: Int64(completedOnDay ?? day) * 86_400_000 + 5
                 )
             )
         )
@@ -71,6 +76,25 @@ extension TokenRegistryTests {
                 logger: database.sqlLogger
             ).collect().map { try $0.decode(Int.self) }
             #expect(partitions == [4], "10,001 to 10,003 and the default partition")
+        }
+    }
+
+    /// Finding 5: the outcome of a record older than the retention (a backlog read late, a
+    /// redelivery after a crash) waits in the default partition; a maintenance pass (the first
+    /// runs at start-up) keeps it until the outcome itself is older than the retention, so the
+    /// redelivery finds it instead of pushing again. Outcomes dated in the future expire too.
+    @Test func anOldRecordsOutcomeRecordedLatelySurvivesMaintenanceAndExpiresByItsOwnAge() async throws {
+        try await RegistryDatabase.withScratchDatabase { store, database in
+            let backlog = Self.ledgerOutcome("backlog", day: 9_000, completedOnDay: 10_001)
+            let future = Self.ledgerOutcome("future", day: 20_000, completedOnDay: 9_999)
+            #expect(try await store.record([(backlog, nil), (future, nil)]) == [backlog, future])
+            let report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_000, newestDay: 10_002), unpartitionedBefore: 0)
+            #expect(!report.defaultRebuilt, "nothing in the default partition belongs to a day created now")
+            #expect(report.defaultRowsExpired == 1)
+            let found = try await store.recordedDeliveries(of: [backlog.event, future.event])
+            #expect(found[backlog.event]?[backlog.token] == backlog, "recorded on day 10,001: not expired")
+            #expect(found[future.event] == nil, "completed before the window: expired, whatever its record's day")
+            #expect(try await database.partitions(of: [backlog]) == ["push.delivery_ledger_default"])
         }
     }
 
