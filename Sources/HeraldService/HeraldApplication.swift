@@ -25,10 +25,14 @@ package enum HeraldApplication {
         try await withTokenStore(postgresURL: configuration.postgresURL, logger: logger) { store in
             try await store.migrate()
             let report = try await RegistryHousekeeping(configuration: configuration.housekeeping, store: store, logger: logger).maintainLedger()
-            logger.info(
-                "delivery ledger partitions ready",
-                metadata: ["push.housekeeping.ledger_partitions_created": "\(report.partitionsCreated)"]
-            )
+            if report.skipped {
+                logger.info("delivery ledger partitions not checked: another instance is maintaining them (the service's housekeeping does it)")
+            } else {
+                logger.info(
+                    "delivery ledger partitions ready",
+                    metadata: ["push.housekeeping.ledger_partitions_created": "\(report.partitionsCreated)"]
+                )
+            }
         }
     }
 
@@ -117,11 +121,13 @@ package enum HeraldApplication {
             topics: [topics.requests, topics.tokens, topics.channels],
             logger: logger
         )
-        // The bulk lane is a member of its own in the same group: its fetch queue never holds
-        // push.requests back. A missing bulk topic is logged once by the consumer and ignored.
+        // The bulk lane is a consumer of its own in a group of its own (HERALD_KAFKA_GROUP +
+        // ".bulk"): its fetch queue never holds push.requests back, and neither lane's rebalance
+        // waits for the other's drain (with the eager protocol a rebalance ends only when every
+        // member of the group has rejoined). A missing bulk topic is logged once and ignored.
         let bulkConsumer = try KafkaConsumer(
             configuration: configuration.kafka,
-            groupID: configuration.consumerGroup,
+            groupID: configuration.bulkConsumerGroup,
             topics: [topics.bulkRequests],
             logger: logger
         )

@@ -1,22 +1,39 @@
 import APNSCore
 import DeviceTokenStore
-import Foundation
 #if OTLPTracing
 import OTel
 #endif
 import PushPipeline
 package import Logging
 
-/// One JSON object per line on standard error: `ts`, `level`, `msg`, `label`, then metadata.
-package struct JSONLogHandler: LogHandler {
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Herald's log lines: one JSON object per line (`ts`, `level`, `msg`, `label`, then metadata)
+/// or one line of text, handed to a ``LogLineWriter``, so a slow log pipe never blocks the
+/// thread that logs (a NIO event loop carrying APNs connections, say).
+package struct LineLogHandler: LogHandler {
     package var logLevel: Logger.Level
     package var metadata: Logger.Metadata = [:]
     package var metadataProvider: Logger.MetadataProvider?
     private let label: String
+    private let format: HeraldConfiguration.LogFormat
+    private let writer: LogLineWriter
 
-    package init(label: String, level: Logger.Level, metadataProvider: Logger.MetadataProvider? = nil) {
+    package init(
+        label: String,
+        level: Logger.Level,
+        format: HeraldConfiguration.LogFormat,
+        writer: LogLineWriter = .standardError,
+        metadataProvider: Logger.MetadataProvider? = nil
+    ) {
         self.label = label
         self.logLevel = level
+        self.format = format
+        self.writer = writer
         self.metadataProvider = metadataProvider
     }
 
@@ -26,28 +43,20 @@ package struct JSONLogHandler: LogHandler {
     }
 
     package func log(event: LogEvent) {
-        var object: [(String, String)] = [
-            ("ts", Self.timestamp()),
-            ("level", event.level.rawValue),
-            ("msg", "\(event.message)"),
-            ("label", label),
-        ]
         let provided = metadataProvider?.get() ?? [:]
         let merged = metadata.merging(provided) { _, new in new }.merging(event.metadata ?? [:]) { _, new in new }
-        for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
-            object.append((key, "\(value)"))
+        let fields = merged.sorted(by: { $0.key < $1.key })
+        let timestamp = RFC3339.format(Timestamp.now())
+        switch format {
+        case .json:
+            var line = "{\"ts\":" + JSONString.quoted(timestamp) + ",\"level\":" + JSONString.quoted(event.level.rawValue)
+            line += ",\"msg\":" + JSONString.quoted("\(event.message)") + ",\"label\":" + JSONString.quoted(label)
+            for (key, value) in fields { line += "," + JSONString.quoted(key) + ":" + JSONString.quoted("\(value)") }
+            writer.write(line + "}\n")
+        case .text:
+            let pairs = fields.map { " \($0.key)=\($0.value)" }.joined()
+            writer.write("\(timestamp) \(event.level) \(label):\(pairs) \(event.message)\n")
         }
-        var line = "{"
-        for (index, (key, value)) in object.enumerated() {
-            if index > 0 { line += "," }
-            line += JSONString.quoted(key) + ":" + JSONString.quoted(value)
-        }
-        line += "}\n"
-        FileHandle.standardError.write(Data(line.utf8))
-    }
-
-    private static func timestamp() -> String {
-        RFC3339.format(Timestamp.now())
     }
 }
 
@@ -62,18 +71,12 @@ extension HeraldConfiguration {
         #else
         let provider = Logger.MetadataProvider.heraldEvent
         #endif
-        switch logFormat {
-        case .json:
-            LoggingSystem.bootstrap({ label, provider in JSONLogHandler(label: label, level: level, metadataProvider: provider) }, metadataProvider: provider)
-        case .text:
-            LoggingSystem.bootstrap(
-                { label, provider in
-                    var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
-                    handler.logLevel = level
-                    return handler
-                },
-                metadataProvider: provider
-            )
-        }
+        let format = logFormat
+        LoggingSystem.bootstrap(
+            { label, provider in LineLogHandler(label: label, level: level, format: format, metadataProvider: provider) },
+            metadataProvider: provider
+        )
+        // Lines still queued when the process exits (a subcommand's last words) are written first.
+        atexit { LogLineWriter.standardError.flush() }
     }
 }

@@ -19,7 +19,7 @@ package enum OperatorCommands {
         let topics = pipeline.topics
         var lines = [
             "kafka brokers: \(configuration.kafka.bootstrapServers)",
-            "kafka group: \(configuration.consumerGroup)",
+            "kafka groups: \(configuration.consumerGroup) (urgent lane), \(configuration.bulkConsumerGroup) (bulk lane)",
             "kafka properties set: \(configuration.kafka.properties.keys.sorted().joined(separator: ", ").nonEmpty ?? "none") (values not shown)",
             "topics: requests \(topics.requests), tokens \(topics.tokens), results \(topics.results), unregistered \(topics.unregistered), dead letters \(topics.deadLetters), channels \(topics.channels), channel results \(topics.channelResults)",
             "postgres: \(configuration.postgresURL) sslmode \(configuration.postgresURL.sslMode.rawValue), pool \(configuration.postgresPoolSize)",

@@ -136,6 +136,9 @@ final class ProducedAt: Sendable {
 
     func record(_ id: String) { times.withLock { $0[id] = WallClock.millisecondsSince1970() } }
 
+    /// When `id` was produced, if it was.
+    func time(_ id: String) -> Int64? { times.withLock { $0[id] } }
+
     /// p50 and max of produce -> result over `results` (result, record timestamp).
     func latencies(_ results: [(ResultRecord, Int64)]) -> (p50: Int64, max: Int64) {
         let values = times.withLock { times in results.compactMap { result in times[result.0.eventID].map { result.1 - $0 } } }.sorted()

@@ -9,7 +9,10 @@ package import PushPipeline
 /// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
 package struct HeraldConfiguration: Sendable {
     package var kafka: KafkaConfiguration
+    /// The urgent lane's consumer group (HERALD_KAFKA_GROUP): push.requests, push.tokens, push.channels.
     package var consumerGroup: String
+    /// The bulk lane's consumer group, of its own: `consumerGroup` + ".bulk" (push.requests.bulk).
+    package var bulkConsumerGroup: String { consumerGroup + ".bulk" }
     package var pipeline: PipelineConfiguration
     package var postgresURL: PostgresURL
     /// The most PostgreSQL connections the service opens (HERALD_POSTGRES_POOL_SIZE).
@@ -46,7 +49,7 @@ package struct HeraldConfiguration: Sendable {
 
     /// The service's own keys (the rest are its components': ``keys``).
     static let serviceKeys = [
-        "HERALD_CONFIG_FILE", "HERALD_POSTGRES_URL", "HERALD_POSTGRES_POOL_SIZE", "HERALD_SHUTDOWN_GRACE_S", "HERALD_HTTP_PORT",
+        "HERALD_CONFIG_FILE", "HERALD_POSTGRES_URL", "HERALD_POSTGRES_URL_FILE", "HERALD_POSTGRES_POOL_SIZE", "HERALD_SHUTDOWN_GRACE_S", "HERALD_HTTP_PORT",
         "HERALD_OTEL_TRACES", "HERALD_LOG_LEVEL", "HERALD_LOG_FORMAT", "HERALD_MIGRATE_ON_START",
     ]
 
@@ -80,11 +83,18 @@ package struct HeraldConfiguration: Sendable {
             unknownKeys.append("\(key) is not a Herald configuration key\(hint)")
         }
 
-        kafka = KafkaConfiguration(reading: source)
+        kafka = try KafkaConfiguration(reading: source)
         consumerGroup = KafkaConfiguration.consumerGroup(reading: source)
         housekeeping = try HousekeepingConfiguration(reading: source)
         pipeline = try PipelineConfiguration(reading: source, ledgerRetention: housekeeping.ledgerRetention)
-        postgresURL = try PostgresURL(source.string("HERALD_POSTGRES_URL", default: "postgres://localhost/herald"))
+        if let path = source["HERALD_POSTGRES_URL_FILE"] {
+            guard source["HERALD_POSTGRES_URL"] == nil else {
+                throw ConfigurationError("set HERALD_POSTGRES_URL or HERALD_POSTGRES_URL_FILE, not both")
+            }
+            postgresURL = try PostgresURL(SecretFile.read(path, for: "HERALD_POSTGRES_URL_FILE"))
+        } else {
+            postgresURL = try PostgresURL(source.string("HERALD_POSTGRES_URL", default: "postgres://localhost/herald"))
+        }
         postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
         let apnsSettings = try APNSClientConfiguration.Settings(reading: source)
         apns = apnsSettings.client

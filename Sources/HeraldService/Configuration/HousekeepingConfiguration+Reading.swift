@@ -4,6 +4,7 @@ extension HousekeepingConfiguration {
     /// The keys housekeeping's configuration is read from.
     static let keys = [
         "HERALD_HOUSEKEEPING_INTERVAL_S", "HERALD_LEDGER_RETENTION_HOURS", "HERALD_TOKEN_PURGE_DAYS", "HERALD_TOKEN_TOMBSTONE_DAYS",
+        "HERALD_HOUSEKEEPING_PARTITIONS",
     ]
 
     /// Housekeeping's interval and retentions; HERALD_TOKEN_PURGE_DAYS unset or 0 keeps
@@ -17,5 +18,6 @@ extension HousekeepingConfiguration {
         unregisteredTokenRetention = purgeDays == 0 ? nil : .seconds(purgeDays * 86_400)
         let tombstoneDays = try source.integer("HERALD_TOKEN_TOMBSTONE_DAYS", default: 30, in: 1...36_500)
         tombstoneRetention = .seconds(tombstoneDays * 86_400)
+        maintainsPartitions = try source.boolean("HERALD_HOUSEKEEPING_PARTITIONS", default: true)
     }
 }

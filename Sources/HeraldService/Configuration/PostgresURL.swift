@@ -1,4 +1,5 @@
 import Foundation
+package import NIOSSL
 package import PostgresNIO
 
 /// `postgres://user:password@host:port/database`, split into what postgres-nio needs.
@@ -13,6 +14,10 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     /// `?sslrootcert=path`: the PEM roots `verify-ca` and `verify-full` trust (default: the
     /// system's).
     package var sslRootCertificatePath: String?
+    /// `?sslcert=path&sslkey=path`: the PEM client certificate (chain) and its unencrypted PEM
+    /// key, for servers that authenticate clients by certificate (`hostssl ... cert`); read
+    /// when the configuration is, so a file that cannot be used stops Herald at start-up.
+    package var sslClientCertificate: (chain: [NIOSSLCertificate], key: NIOSSLPrivateKey)?
 
     /// libpq's TLS modes: `disable` (plaintext), `prefer` (TLS when the server offers it,
     /// unverified), `require` (TLS or no connection, unverified), `verify-ca` (TLS with a
@@ -48,12 +53,29 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
         if let path = sslRootCertificatePath, !FileManager.default.isReadableFile(atPath: path) {
             throw ConfigurationError("HERALD_POSTGRES_URL: cannot read sslrootcert=\(path)")
         }
+        switch (query["sslcert"], query["sslkey"]) {
+        case (nil, nil):
+            sslClientCertificate = nil
+        case (let certificatePath?, let keyPath?):
+            guard mode != .disable else { throw ConfigurationError("HERALD_POSTGRES_URL: sslcert and sslkey need TLS (sslmode=disable)") }
+            do {
+                sslClientCertificate = (try NIOSSLCertificate.fromPEMFile(certificatePath), try NIOSSLPrivateKey(file: keyPath, format: .pem))
+            } catch {
+                throw ConfigurationError("HERALD_POSTGRES_URL: cannot use sslcert=\(certificatePath) and sslkey=\(keyPath) (PEM, key unencrypted): \(error)")
+            }
+        default:
+            throw ConfigurationError("HERALD_POSTGRES_URL: sslcert and sslkey go together")
+        }
     }
 
     /// postgres-nio's TLS setting for ``sslMode``.
     var tls: PostgresClient.Configuration.TLS {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if let sslRootCertificatePath { configuration.trustRoots = .file(sslRootCertificatePath) }
+        if let (chain, key) = sslClientCertificate {
+            configuration.certificateChain = chain.map { .certificate($0) }
+            configuration.privateKey = .privateKey(key)
+        }
         switch sslMode {
         case .disable:
             return .disable
