@@ -188,6 +188,7 @@ let package = Package(
             name: "PushPipeline",
             dependencies: [
                 "APNSCore",
+                "FCMCore",
                 "ExactTime",
                 "DeviceTokenStore",
                 "KafkaMessages",
@@ -417,7 +418,7 @@ let package = Package(
         .testTarget(
             name: "PushPipelineTests",
             dependencies: [
-                "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "KafkaMessages",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "FCMCore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -16,6 +16,7 @@ source .local/run/services.env
 echo "demo: building (the first build takes several minutes)"
 swift build --product herald >"$RUN/build.log" 2>&1 || { tail -40 "$RUN/build.log"; exit 1; }
 swift build --product mock-apns >>"$RUN/build.log" 2>&1 || { tail -40 "$RUN/build.log"; exit 1; }
+swift build --product mock-fcm >>"$RUN/build.log" 2>&1 || { tail -40 "$RUN/build.log"; exit 1; }
 swift build --product herald-demo >>"$RUN/build.log" 2>&1 || { tail -40 "$RUN/build.log"; exit 1; }
 BIN="$(swift build --show-bin-path)"
 
@@ -44,6 +45,14 @@ PIDS+=($!)
 for _ in $(seq 100); do [[ -s "$RUN/mock.port" ]] && break; sleep 0.1; done
 MOCK_PORT=$(cat "$RUN/mock.port")
 echo "demo: mock APNs on https://127.0.0.1:$MOCK_PORT"
+# The mock FCM writes the service-account key file Herald signs its token requests with.
+rm -f "$RUN/mock-fcm.port" "$RUN/fcm-service-account.json"
+"$BIN/mock-fcm" --port 0 --port-file "$RUN/mock-fcm.port" --ca-out "$RUN/mock-fcm-ca.pem" \
+  --write-service-account "demo-project=$RUN/fcm-service-account.json" >"$RUN/mock-fcm.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [[ -s "$RUN/mock-fcm.port" && -s "$RUN/fcm-service-account.json" ]] && break; sleep 0.1; done
+FCM_PORT=$(cat "$RUN/mock-fcm.port")
+echo "demo: mock FCM on https://127.0.0.1:$FCM_PORT"
 
 HERALD_POSTGRES_URL="$HERALD_POSTGRES_URL" \
 HERALD_KAFKA_BROKERS="$HERALD_KAFKA_BROKERS" \
@@ -54,6 +63,8 @@ HERALD_APNS_SANDBOX_URL="https://127.0.0.1:$MOCK_PORT" \
 HERALD_APNS_CHANNELS_PRODUCTION_URL="https://127.0.0.1:$MOCK_PORT" \
 HERALD_APNS_CHANNELS_SANDBOX_URL="https://127.0.0.1:$MOCK_PORT" \
 HERALD_APNS_CA_PATH="$RUN/mock-ca.pem" \
+HERALD_FCM_URL="https://127.0.0.1:$FCM_PORT" HERALD_FCM_CA_PATH="$RUN/mock-fcm-ca.pem" \
+HERALD_FCM_SERVICE_ACCOUNT_PATH="$RUN/fcm-service-account.json" \
 HERALD_HTTP_PORT=0 HERALD_MIGRATE_ON_START=true HERALD_LOG_FORMAT=text \
   "$BIN/herald" run >"$RUN/herald.log" 2>&1 &
 PIDS+=($!)

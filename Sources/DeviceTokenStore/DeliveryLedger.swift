@@ -65,9 +65,16 @@ public struct RecordedDelivery: Sendable, Hashable {
         public var latencyMilliseconds: Int64
         public var completedAtMilliseconds: Int64
         public var apnsUniqueID: String?
-        /// APNs' 410 timestamp, kept only when this outcome marked the token unregistered (its
-        /// push.unregistered event is then published with the result).
+        /// APNs' 410 timestamp (for FCM, when the request that got UNREGISTERED was sent), kept
+        /// only when this outcome marked the token unregistered (its push.unregistered event is
+        /// then published with the result).
         public var unregisteredAtMilliseconds: Int64?
+        /// The service the device was sent to.
+        public var platform: DevicePlatform
+        /// FCM's HTTP status (FCM outcomes only).
+        public var fcmStatus: Int?
+        /// The message `name` FCM returned (FCM outcomes only).
+        public var fcmMessageID: String?
 
         public init(
             status: DeliveryStatus,
@@ -78,7 +85,10 @@ public struct RecordedDelivery: Sendable, Hashable {
             latencyMilliseconds: Int64,
             completedAtMilliseconds: Int64,
             apnsUniqueID: String? = nil,
-            unregisteredAtMilliseconds: Int64? = nil
+            unregisteredAtMilliseconds: Int64? = nil,
+            platform: DevicePlatform = .apns,
+            fcmStatus: Int? = nil,
+            fcmMessageID: String? = nil
         ) {
             self.status = status
             self.environment = environment
@@ -89,6 +99,9 @@ public struct RecordedDelivery: Sendable, Hashable {
             self.completedAtMilliseconds = completedAtMilliseconds
             self.apnsUniqueID = apnsUniqueID
             self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
+            self.platform = platform
+            self.fcmStatus = fcmStatus
+            self.fcmMessageID = fcmMessageID
         }
     }
 

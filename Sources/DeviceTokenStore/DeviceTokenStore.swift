@@ -1,16 +1,43 @@
 public import APNSCore
 
+/// The push service a device is reached through.
+public enum DevicePlatform: String, Sendable, Hashable, CaseIterable {
+    /// Apple Push Notification service: iPhones, iPads, Macs and watches.
+    case apns
+    /// Firebase Cloud Messaging (HTTP v1): Android devices.
+    case fcm
+}
+
+/// What an FCM device's string is: a registration token (sent as `message.token`) or a
+/// Firebase Installation ID (sent as `message.fid`).
+public enum FCMTargetKind: String, Sendable, Hashable {
+    case token
+    case fid
+}
+
 /// An active device of a user for one app.
 public struct DeviceToken: Sendable, Hashable {
     public var userID: String
-    /// Lowercase hex.
+    /// APNs: lowercase hex. FCM: the registration token or Installation ID exactly as the app got it.
     public var token: String
+    /// APNs' environment; always production for FCM.
     public var environment: APNSEnvironment
+    public var platform: DevicePlatform
+    /// For FCM: how `token` is addressed (ignored for APNs).
+    public var fcmTarget: FCMTargetKind
 
-    public init(userID: String, token: String, environment: APNSEnvironment) {
+    public init(
+        userID: String,
+        token: String,
+        environment: APNSEnvironment,
+        platform: DevicePlatform = .apns,
+        fcmTarget: FCMTargetKind = .token
+    ) {
         self.userID = userID
         self.token = token
         self.environment = environment
+        self.platform = platform
+        self.fcmTarget = fcmTarget
     }
 }
 
@@ -24,12 +51,16 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
     public var action: Action
     /// Required for `register`.
     public var userID: String?
-    /// Lowercase hex.
+    /// APNs: lowercase hex. FCM: exactly as the app got it.
     public var token: String
+    /// APNs: the bundle ID. FCM: the Android package name.
     public var topic: String
     public var environment: APNSEnvironment
     /// When the app registered or unregistered the token.
     public var timestamp: Timestamp
+    public var platform: DevicePlatform
+    /// For FCM: how `token` is addressed.
+    public var fcmTarget: FCMTargetKind
 
     public init(
         action: Action,
@@ -37,7 +68,9 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
         token: String,
         topic: String,
         environment: APNSEnvironment,
-        timestamp: Timestamp
+        timestamp: Timestamp,
+        platform: DevicePlatform = .apns,
+        fcmTarget: FCMTargetKind = .token
     ) {
         self.action = action
         self.userID = userID
@@ -45,6 +78,8 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
         self.topic = topic
         self.environment = environment
         self.timestamp = timestamp
+        self.platform = platform
+        self.fcmTarget = fcmTarget
     }
 }
 
@@ -53,12 +88,10 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
 /// Every write follows the ordering rule of the contract: an update with time t applies only if
 /// t is later than the row's `registered_at` and later than its `unregistered_at` when set.
 public protocol DeviceTokenStore: Sendable {
-    /// The active tokens of `userIDs` for `topic`, optionally of one environment, by user ID.
-    func activeTokens(
-        topic: String,
-        userIDs: [String],
-        environment: APNSEnvironment?
-    ) async throws -> [String: [DeviceToken]]
+    /// The active devices of `userIDs`, by user ID, in one round trip: APNs devices under
+    /// `apnsTopic` (the bundle ID) and FCM devices under `fcmPackage` (the Android package); a
+    /// nil one looks up no device of that platform.
+    func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]]
 
     /// Applies a push.tokens update; returns whether it changed the registry.
     @discardableResult
@@ -94,6 +127,16 @@ public struct StoreFailure: Sendable, Hashable {
 }
 
 extension DeviceTokenStore {
+    /// The active APNs tokens of `userIDs` for `topic`, optionally of one environment, by user ID.
+    public func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
+        let devices = try await activeDevices(apnsTopic: topic, fcmPackage: nil, userIDs: userIDs)
+        guard let environment else { return devices }
+        return devices.compactMapValues { found in
+            let kept = found.filter { $0.environment == environment }
+            return kept.isEmpty ? nil : kept
+        }
+    }
+
     /// Classifies an error this store threw; a store that cannot tell calls every error transient.
     public func failure(of error: any Error) -> StoreFailure {
         .transient("unknown")

@@ -75,22 +75,29 @@ struct Herald: AsyncParsableCommand {
         struct Register: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Register a device token for a user of an app.")
             @Option(help: "The user ID.") var user: String
-            @Option(help: "The app's bundle ID.") var topic: String
-            @Option(help: "The device token (hex).") var token: String
-            @Option(help: "production or sandbox.") var environment = "production"
+            @Option(help: "The app's bundle ID (for fcm: the Android package).") var topic: String
+            @Option(help: "The device token (APNs: hex; FCM: as the app got it).") var token: String
+            @Option(help: "production or sandbox (APNs).") var environment = "production"
+            @Option(help: "apns or fcm.") var platform = "apns"
+            @Option(help: "For fcm: token (a registration token) or fid (a Firebase Installation ID).") var fcmTarget: String?
 
             func run() async throws {
-                try await Herald.publishToken(register: true, user: user, token: token, topic: topic, environment: environment)
+                try await Herald.publishToken(
+                    register: true, user: user, token: token, topic: topic, environment: environment, platform: platform, fcmTarget: fcmTarget
+                )
             }
         }
 
         struct Unregister: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Unregister a device token of an app.")
-            @Option(help: "The app's bundle ID.") var topic: String
-            @Option(help: "The device token (hex).") var token: String
+            @Option(help: "The app's bundle ID (for fcm: the Android package).") var topic: String
+            @Option(help: "The device token.") var token: String
+            @Option(help: "apns or fcm.") var platform = "apns"
 
             func run() async throws {
-                try await Herald.publishToken(register: false, user: nil, token: token, topic: topic, environment: "production")
+                try await Herald.publishToken(
+                    register: false, user: nil, token: token, topic: topic, environment: "production", platform: platform, fcmTarget: nil
+                )
             }
         }
     }
@@ -100,7 +107,8 @@ struct Herald: AsyncParsableCommand {
             abstract: "Publish a test alert for a user to push.requests and print its results (a smoke test against a running Herald)."
         )
         @Option(help: "The user ID.") var user: String
-        @Option(help: "The app's bundle ID.") var topic: String
+        @Option(help: "The app's bundle ID: its APNs devices get the alert.") var topic: String?
+        @Option(help: "The Android package: its FCM devices get the alert.") var package: String?
         @Option(help: "The alert text.") var alert: String
         @Option(help: "Seconds to wait for results.") var timeout = 30
 
@@ -110,6 +118,7 @@ struct Herald: AsyncParsableCommand {
                 try await OperatorCommands.sendTestAlert(
                     user: user,
                     topic: topic,
+                    package: package,
                     alert: alert,
                     timeout: .seconds(timeout),
                     configuration: configuration,
@@ -189,7 +198,15 @@ struct Herald: AsyncParsableCommand {
         }
     }
 
-    static func publishToken(register: Bool, user: String?, token: String, topic: String, environment: String) async throws {
+    static func publishToken(
+        register: Bool,
+        user: String?,
+        token: String,
+        topic: String,
+        environment: String,
+        platform: String,
+        fcmTarget: String?
+    ) async throws {
         let configuration = await Herald.loadConfiguration()
         let line = try await refusingBadInput {
             try await OperatorCommands.publishTokenUpdate(
@@ -198,6 +215,8 @@ struct Herald: AsyncParsableCommand {
                 token: token,
                 topic: topic,
                 environment: environment,
+                platform: platform,
+                fcmTarget: fcmTarget,
                 configuration: configuration,
                 logger: Logger(label: "herald.token")
             )

@@ -34,6 +34,7 @@ struct Publish: AsyncParsableCommand {
 
     @Option(help: "Kafka bootstrap servers.") var brokers: String
     @Option(help: "The app's bundle ID.") var bundleID = "com.example.shop"
+    @Option(help: "The Android app's package.") var androidPackage = "com.example.shop.android"
     @Option(help: "How many notification events to publish.") var events = 20
     @Option(help: "A device token the mock APNs reports as unregistered (410).") var unregisteredToken: String
     @Option(help: "Seconds to wait for all results.") var timeout = 90
@@ -47,12 +48,13 @@ struct Publish: AsyncParsableCommand {
         )
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
 
-        // alice: an iPhone (production) and an iPad (sandbox); bob: one iPhone whose app was
-        // deleted (APNs answers 410); carol: no device at all.
-        let devices: [(user: String, token: String, environment: String)] = [
-            ("alice", Self.token(seed: 1), "production"),
-            ("alice", Self.token(seed: 2), "sandbox"),
-            ("bob", unregisteredToken, "production"),
+        // alice: an iPhone (production), an iPad (sandbox) and a Pixel (Android, through FCM);
+        // bob: one iPhone whose app was deleted (APNs answers 410); carol: no device at all.
+        let devices: [(user: String, token: String, environment: String, platform: String)] = [
+            ("alice", Self.token(seed: 1), "production", "apns"),
+            ("alice", Self.token(seed: 2), "sandbox", "apns"),
+            ("alice", Self.pixelToken, "production", "fcm"),
+            ("bob", unregisteredToken, "production", "apns"),
         ]
         for device in devices {
             try await producer.send(
@@ -60,13 +62,14 @@ struct Publish: AsyncParsableCommand {
                     topic: "push.tokens",
                     key: Array(device.token.utf8),
                     value: Self.json([
-                        "action": "register", "user_id": device.user, "token": device.token, "topic": bundleID,
-                        "environment": device.environment, "timestamp": "2026-11-01T09:00:00Z",
+                        "action": "register", "user_id": device.user, "token": device.token,
+                        "topic": device.platform == "fcm" ? androidPackage : bundleID, "environment": device.environment,
+                        "platform": device.platform, "timestamp": "2026-11-01T09:00:00Z",
                     ])
                 )
             )
         }
-        print("registered \(devices.count) devices for alice and bob; carol has none")
+        print("registered \(devices.count) devices for alice (one of them Android) and bob; carol has none")
         // Registrations and events travel on different topics: give Herald a moment to store them.
         try await Task.sleep(for: .seconds(3))
 
@@ -79,6 +82,10 @@ struct Publish: AsyncParsableCommand {
                         "id": "order-\(index)-shipped", "user_ids": ["alice", "bob", "carol"], "topic": bundleID,
                         "collapse_id": "order-\(index)",
                         "payload": ["aps": ["alert": ["title": "Shipped", "body": "Order \(index) is on its way"]]],
+                        "fcm": [
+                            "package": androidPackage,
+                            "message": ["notification": ["title": "Shipped", "body": "Order \(index) is on its way"], "data": ["order": "\(index)"]],
+                        ],
                     ])
                 )
             )
@@ -129,9 +136,9 @@ struct Publish: AsyncParsableCommand {
         )
         print("published a score update to the channel")
 
-        // alice has 2 devices, bob 1 (unregistered after the first 410), carol 0: 4 results per
+        // alice has 3 devices, bob 1 (unregistered after the first 410), carol 0: 5 results per
         // event, plus the broadcast's one.
-        let expectedResults = events * 4 + 1
+        let expectedResults = events * 5 + 1
         while ContinuousClock.now < deadline,
             records.filter({ $0.topic == "push.results" }).count < expectedResults
                 || !records.contains(where: { $0.topic == "push.dlq" })
@@ -151,10 +158,10 @@ struct Publish: AsyncParsableCommand {
         var byUserAndStatus: [String: Int] = [:]
         for result in results {
             let audience = (result["user_id"] as? String) ?? (result["channel_id"] != nil ? "channel" : "?")
-            let key = "\(audience)\t\(result["status"] as? String ?? "?")"
+            let key = "\(audience)\t\(result["platform"] as? String ?? "-")\t\(result["status"] as? String ?? "?")"
             byUserAndStatus[key, default: 0] += 1
         }
-        print("user\tstatus\tcount")
+        print("user\tplatform\tstatus\tcount")
         for (key, count) in byUserAndStatus.sorted(by: { $0.key < $1.key }) {
             print("\(key)\t\(count)")
         }
@@ -169,6 +176,9 @@ struct Publish: AsyncParsableCommand {
             print("push.dlq: herald-error=\(error ?? "?")")
         }
     }
+
+    /// alice's Pixel: an FCM registration token as an app gets one (opaque, mixed case).
+    static let pixelToken = "dEm0PiXeL:APA91b" + String(repeating: "Hk3_", count: 36)
 
     static func token(seed: UInt8) -> String {
         String(repeating: String(format: "%02x", seed), count: 32)

@@ -57,15 +57,18 @@ package enum OperatorCommands {
         token: String,
         topic: String,
         environment: String,
+        platform: String = "apns",
+        fcmTarget: String? = nil,
         configuration: HeraldConfiguration,
         logger: Logger
     ) async throws -> String {
         var fields = [
             ("action", register ? "register" : "unregister"), ("token", token), ("topic", topic),
-            ("timestamp", RFC3339.format(milliseconds: WallClock.millisecondsSince1970())),
+            ("timestamp", RFC3339.format(milliseconds: WallClock.millisecondsSince1970())), ("platform", platform),
         ]
         if let user { fields.append(("user_id", user)) }
         if register { fields.append(("environment", environment)) }
+        if let fcmTarget { fields.append(("fcm_target", fcmTarget)) }
         let value = JSONValue.object(fields.map { ($0.0, .string($0.1)) }).serialized()
         // The registry's own parser: what Herald would dead-letter is refused here.
         _ = try TokenRegistryUpdate(json: value)
@@ -74,7 +77,7 @@ package enum OperatorCommands {
             try await producer.send(KafkaOutgoingMessage(topic: configuration.pipeline.topics.tokens, key: Array(token.utf8), value: value))
         }
         let who = user.map { " of user \($0)" } ?? ""
-        return "published \(register ? "register" : "unregister") of token \(DeviceTokenText.redacted(token))\(who) for \(topic)"
+        return "published \(register ? "register" : "unregister") of \(platform) token \(DeviceTokenText.redacted(token))\(who) for \(topic)"
             + (register ? " (\(environment))" : "") + " to \(configuration.pipeline.topics.tokens)"
     }
 
@@ -82,17 +85,23 @@ package enum OperatorCommands {
     /// push.results within `timeout` (results keep coming for a second after the last).
     package static func sendTestAlert(
         user: String,
-        topic: String,
+        topic: String?,
+        package: String? = nil,
         alert: String,
         timeout: Duration,
         configuration: HeraldConfiguration,
         logger: Logger
     ) async throws -> [String] {
         let eventID = "herald-send-\(UUID().uuidString.lowercased())"
-        let payload = JSONValue.object([("aps", .object([("alert", .string(alert))]))])
-        let event = JSONValue.object([
-            ("id", .string(eventID)), ("user_ids", .array([.string(user)])), ("topic", .string(topic)), ("payload", payload),
-        ]).serialized()
+        var fields: [(String, JSONValue)] = [("id", .string(eventID)), ("user_ids", .array([.string(user)]))]
+        if let topic {
+            fields += [("topic", .string(topic)), ("payload", .object([("aps", .object([("alert", .string(alert))]))]))]
+        }
+        if let package {
+            let message = JSONValue.object([("notification", .object([("title", .string("Herald")), ("body", .string(alert))]))])
+            fields.append(("fcm", .object([("package", .string(package)), ("message", message)])))
+        }
+        let event = JSONValue.object(fields).serialized()
         _ = try NotificationEvent(json: event)
         // Read only what comes after joining: a fresh group from the end of push.results.
         var readerConfiguration = configuration.kafka
@@ -114,7 +123,8 @@ package enum OperatorCommands {
                     _ = try await reader.poll(maxMessages: 100, timeout: .milliseconds(100))
                 }
                 try await producer.send(KafkaOutgoingMessage(topic: configuration.pipeline.topics.requests, key: Array(eventID.utf8), value: event))
-                var lines = ["published event \(eventID) for user \(user) of \(topic) to \(configuration.pipeline.topics.requests)"]
+                let apps = [topic, package].compactMap { $0 }.joined(separator: " and ")
+                var lines = ["published event \(eventID) for user \(user) of \(apps) to \(configuration.pipeline.topics.requests)"]
                 var quietSince: ContinuousClock.Instant?
                 while clock.now < deadline, quietSince.map({ $0.duration(to: clock.now) < .seconds(1) }) ?? true {
                     for message in try await reader.poll(maxMessages: 100, timeout: .milliseconds(100)) {

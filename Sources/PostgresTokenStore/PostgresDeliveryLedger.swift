@@ -105,11 +105,11 @@ enum LedgerRow {
     static let selectedColumns = """
         l.event_key, l.day, CASE WHEN l.device THEN encode(l.token, 'hex') ELSE convert_from(l.token, 'UTF8') END,
         l.user_id, (\(statusCodes))[l.status], l.sandbox, l.apns_status, l.reason, l.attempts, l.latency_ms,
-        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message
+        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message, l.fcm
         """
 
     typealias Columns = (
-        UUID, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?
+        UUID, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?, Bool
     )
 
     /// The key of an event's rows: the MD5 of "<bundle ID>/<event ID>" (a bundle ID has no `/`)
@@ -134,7 +134,8 @@ enum LedgerRow {
 
     /// The delivery a row read as ``selectedColumns`` holds, for `event`.
     static func delivery(_ columns: Columns, of event: LedgerEvent) throws -> RecordedDelivery {
-        let (_, _, token, userID, status, sandbox, apnsStatus, reason, attempts, latency, completedAt, uniqueID, unregisteredAt, message) =
+        // An FCM row keeps FCM's status and message name in the provider's columns (migration 6).
+        let (_, _, token, userID, status, sandbox, providerStatus, reason, attempts, latency, completedAt, providerID, unregisteredAt, message, fcm) =
             columns
         let eventID = event.eventID
         let outcome: RecordedDelivery.Outcome
@@ -148,13 +149,16 @@ enum LedgerRow {
                 RecordedDelivery.SendOutcome(
                     status: status,
                     environment: sandbox ? .sandbox : .production,
-                    apnsStatus: apnsStatus.map(Int.init),
+                    apnsStatus: fcm ? nil : providerStatus.map(Int.init),
                     reason: reason,
                     attempts: Int(attempts),
                     latencyMilliseconds: Int64(latency),
                     completedAtMilliseconds: completedAt,
-                    apnsUniqueID: uniqueID,
-                    unregisteredAtMilliseconds: unregisteredAt
+                    apnsUniqueID: fcm ? nil : providerID,
+                    unregisteredAtMilliseconds: unregisteredAt,
+                    platform: fcm ? .fcm : .apns,
+                    fcmStatus: fcm ? providerStatus.map(Int.init) : nil,
+                    fcmMessageID: fcm ? providerID : nil
                 )
             )
         }
@@ -213,23 +217,23 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
             SELECT b.*, CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
             FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
                         $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],
-                        $14::bigint[], $15::text[])
+                        $14::bigint[], $15::text[], $16::boolean[])
                 AS b(event_key, day, token_text, device, user_id, status, sandbox, apns_status, reason, attempts,
-                     latency_ms, completed_at, apns_unique_id, unregistered_at, message)
+                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm)
         ), inserted AS (
             INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, apns_status,
-                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message)
+                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm)
             SELECT event_key, day, token, device, user_id,
                 coalesce(array_position(\(LedgerRow.statusCodes), status), 0), sandbox,
                 NULLIF(apns_status, 0), NULLIF(reason, ''), attempts, latency_ms, completed_at,
-                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, '')
+                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, ''), fcm
             FROM batch
             ON CONFLICT (event_key, token, day) DO NOTHING
             RETURNING event_key, day, token, device
         )
         SELECT false, i.event_key, i.day,
             CASE WHEN i.device THEN encode(i.token, 'hex') ELSE convert_from(i.token, 'UTF8') END,
-            '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint, NULL, NULL::bigint, NULL
+            '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint, NULL, NULL::bigint, NULL, false
         FROM inserted AS i
         UNION ALL
         SELECT true, \(LedgerRow.selectedColumns)
@@ -251,7 +255,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         let outcomes = deliveries.map(\.sendOutcome)
-        var bindings = PostgresBindings(capacity: 15)
+        var bindings = PostgresBindings(capacity: 16)
         bindings.append(deliveries.map { LedgerRow.eventKey($0.event) })
         bindings.append(deliveries.map(\.event.day))
         bindings.append(deliveries.map(\.token))
@@ -259,18 +263,19 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         bindings.append(deliveries.map(\.userID))
         bindings.append(outcomes.map { $0?.status.rawValue ?? "" })
         bindings.append(outcomes.map { $0?.environment == .sandbox })
-        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? 0) })
+        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? $0?.fcmStatus ?? 0) })
         bindings.append(outcomes.map { $0?.reason ?? "" })
         bindings.append(outcomes.map { Int16(clamping: $0?.attempts ?? 0) })
         bindings.append(outcomes.map { Int32(clamping: $0?.latencyMilliseconds ?? 0) })
         bindings.append(outcomes.map { $0?.completedAtMilliseconds ?? 0 })
-        bindings.append(outcomes.map { $0?.apnsUniqueID ?? "" })
+        bindings.append(outcomes.map { $0?.apnsUniqueID ?? $0?.fcmMessageID ?? "" })
         bindings.append(outcomes.map { $0?.unregisteredAtMilliseconds ?? .min })
         bindings.append(
             deliveries.map {
                 if case .message(let result, _) = $0.outcome { String(decoding: result, as: UTF8.self) } else { "" }
             }
         )
+        bindings.append(outcomes.map { $0?.platform == .fcm })
         return bindings
     }
 
@@ -289,7 +294,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
             eventKey, day, token, try random[4].decode(String.self), try random[5].decode(String?.self), try random[6].decode(Bool.self),
             try random[7].decode(Int16?.self), try random[8].decode(String?.self), try random[9].decode(Int16.self),
             try random[10].decode(Int32.self), try random[11].decode(Int64.self), try random[12].decode(String?.self),
-            try random[13].decode(Int64?.self), try random[14].decode(String?.self)
+            try random[13].decode(Int64?.self), try random[14].decode(String?.self), try random[15].decode(Bool.self)
         )
         return (key, try LedgerRow.delivery(columns, of: event))
     }

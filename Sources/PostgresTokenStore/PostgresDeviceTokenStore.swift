@@ -1,5 +1,5 @@
 package import DeviceTokenStore
-package import APNSCore
+import APNSCore
 package import Logging
 package import PostgresNIO
 
@@ -56,18 +56,17 @@ package struct PostgresDeviceTokenStore: DeviceTokenStore {
         }
     }
 
-    package func activeTokens(
-        topic: String,
-        userIDs: [String],
-        environment: APNSEnvironment?
-    ) async throws -> [String: [DeviceToken]] {
-        let statement = ActiveTokensStatement(topic: topic, userIDs: userIDs, environment: environment?.rawValue)
-        var tokens: [String: [DeviceToken]] = [:]
-        for (userID, token, environmentText) in try await client.rows(of: statement, logger: logger) {
-            guard let environment = APNSEnvironment(rawValue: environmentText) else { continue }
-            tokens[userID, default: []].append(DeviceToken(userID: userID, token: token, environment: environment))
+    package func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+        let statement = ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+        var devices: [String: [DeviceToken]] = [:]
+        for (userID, token, environmentText, platformText, targetText) in try await client.rows(of: statement, logger: logger) {
+            guard let environment = APNSEnvironment(rawValue: environmentText), let platform = DevicePlatform(rawValue: platformText) else {
+                continue
+            }
+            let target = targetText.flatMap(FCMTargetKind.init(rawValue:)) ?? .token
+            devices[userID, default: []].append(DeviceToken(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target))
         }
-        return tokens
+        return devices
     }
 
     @discardableResult
@@ -90,12 +89,14 @@ package struct PostgresDeviceTokenStore: DeviceTokenStore {
                         RETURNING unregistered_at
                     )
                     INSERT INTO push.device_tokens AS row
-                        (topic, token, user_id, environment, registered_at, updated_at, unregistered_at)
+                        (topic, token, user_id, environment, registered_at, updated_at, unregistered_at, platform, fcm_target)
                     SELECT \(update.topic), \(update.token), \(userID), \(update.environment.rawValue),
                            \(update.timestamp), now(),
-                           (SELECT unregistered_at FROM pending WHERE unregistered_at >= \(update.timestamp))
+                           (SELECT unregistered_at FROM pending WHERE unregistered_at >= \(update.timestamp)),
+                           \(update.platform.rawValue), \(update.platform == .fcm ? update.fcmTarget.rawValue : nil)
                     ON CONFLICT (topic, token) DO UPDATE
                     SET user_id = EXCLUDED.user_id, environment = EXCLUDED.environment,
+                        platform = EXCLUDED.platform, fcm_target = EXCLUDED.fcm_target,
                         registered_at = EXCLUDED.registered_at, updated_at = now(), unregistered_at = NULL
                     WHERE EXCLUDED.registered_at > row.registered_at
                       AND (row.unregistered_at IS NULL OR EXCLUDED.registered_at > row.unregistered_at)
@@ -207,23 +208,25 @@ package struct PostgresDeviceTokenStore: DeviceTokenStore {
 /// read every token of the app by topic (78 to 692 ms for 400 users); this shape reads 1.2 ms
 /// in that state (psql EXPLAIN ANALYZE; BENCHMARKS.md), and the pipeline's pool turns
 /// sequential scans off.
-struct ActiveTokensStatement: PostgresPreparedStatement {
+/// The active devices of a set of users on both platforms, in one round trip: APNs devices under
+/// `$1` (the bundle ID) and FCM devices under `$2` (the Android package); a NULL one matches none.
+struct ActiveDevicesStatement: PostgresPreparedStatement {
     static let sql = """
-        SELECT user_id, token, environment FROM push.device_tokens
-        WHERE user_id = ANY($2) AND unregistered_at IS NULL AND (topic || '') = $1
-          AND ($3::text IS NULL OR environment = $3::text)
+        SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens
+        WHERE user_id = ANY($3) AND unregistered_at IS NULL
+          AND (((topic || '') = $1::text AND platform = 'apns') OR ((topic || '') = $2::text AND platform = 'fcm'))
         """
-    typealias Row = (String, String, String)
+    typealias Row = (String, String, String, String, String?)
 
-    var topic: String
+    var apnsTopic: String?
+    var fcmPackage: String?
     var userIDs: [String]
-    var environment: String?
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 3)
-        bindings.append(topic)
+        bindings.append(apnsTopic)
+        bindings.append(fcmPackage)
         bindings.append(userIDs)
-        bindings.append(environment)
         return bindings
     }
 

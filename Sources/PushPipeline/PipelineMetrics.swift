@@ -25,7 +25,8 @@ public final class PipelineMetrics: Sendable {
 
     let sender: SenderMetrics
     private let consumed: [InputLane.Priority: Counter]
-    private let results: [InputLane.Priority: [DeliveryResult.Status: Counter]]
+    /// By lane, platform (nil: a user without devices) and status.
+    private let results: [InputLane.Priority: [DevicePlatform?: [DeliveryResult.Status: Counter]]]
     private let republished: Counter
     private let lookupsBeyondRetention: Counter
     private let unregisteredPublished: Counter
@@ -60,8 +61,16 @@ public final class PipelineMetrics: Sendable {
         consumed = perLane { Counter(label: "herald_messages_consumed_total", dimensions: [("lane", $0.label)], factory: factory) }
         results = perLane { lane in
             Dictionary(
-                uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
-                    ($0, Counter(label: "herald_results_total", dimensions: [("status", $0.rawValue), ("lane", lane.label)], factory: factory))
+                uniqueKeysWithValues: ([nil] + DevicePlatform.allCases.map(Optional.some)).map { platform in
+                    (
+                        platform,
+                        Dictionary(
+                            uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
+                                let dimensions = [("status", $0.rawValue), ("lane", lane.label), ("platform", platform?.rawValue ?? "none")]
+                                return ($0, Counter(label: "herald_results_total", dimensions: dimensions, factory: factory))
+                            }
+                        )
+                    )
                 }
             )
         }
@@ -123,7 +132,9 @@ public final class PipelineMetrics: Sendable {
     func recordLedgerLookupsBeyondRetention(_ count: Int) {
         if count > 0 { lookupsBeyondRetention.increment(by: count) }
     }
-    func recordResult(_ status: DeliveryResult.Status, lane: InputLane.Priority) { results[lane]?[status]?.increment() }
+    func recordResult(_ status: DeliveryResult.Status, lane: InputLane.Priority, platform: DevicePlatform?) {
+        results[lane]?[platform]?[status]?.increment()
+    }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }
     func recordPermanentPublishError(_ cause: String) { permanentPublishErrors.increment(cause) }
     func recordPublishError(_ cause: String) { publishErrors.increment(cause) }

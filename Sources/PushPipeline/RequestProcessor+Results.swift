@@ -3,6 +3,7 @@ import APNSCore
 import DeviceTokenStore
 import KafkaMessages
 import Tracing
+import FCMCore
 
 /// Results: publishing what the ledger recorded (or what needs no send), rebuilding a recorded
 /// outcome's records from its event, and the ledger's key of an event.
@@ -33,7 +34,7 @@ extension RequestProcessor {
         for (messages, ticket) in results {
             metrics.recordPublished(consumedAt: ticket.batch.consumedAt, handedOver: started, now: published)
             if let status = ticket.status {
-                metrics.recordResult(status, lane: ticket.batch.lane.priority)
+                metrics.recordResult(status, lane: ticket.batch.lane.priority, platform: ticket.platform)
                 if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {
                     metrics.recordUnregisteredPublished()
                 }
@@ -63,11 +64,12 @@ extension RequestProcessor {
                 send.unregisteredAtMilliseconds.map {
                     UnregisteredTokenEvent(
                         token: outcome.token,
-                        topic: event.topic,
+                        topic: send.platform == .fcm ? event.fcm?.package ?? event.topic : event.topic,
                         userID: outcome.userID,
                         environment: send.environment,
                         unregisteredAtMilliseconds: $0,
-                        eventID: event.id
+                        eventID: event.id,
+                        platform: send.platform
                     ).json()
                 }
             )
@@ -109,7 +111,8 @@ extension RequestProcessor {
             apnsID: nil,
             attempts: 0,
             latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
-            completedAtMilliseconds: Self.epochMilliseconds()
+            completedAtMilliseconds: Self.epochMilliseconds(),
+            platform: nil
         )
     }
 

@@ -1,6 +1,7 @@
 import ExactTime
 import APNSCore
 import DeviceTokenStore
+import FCMCore
 import KafkaMessages
 import Logging
 import ServiceContextModule
@@ -20,6 +21,8 @@ extension RequestProcessor {
         var claim: Int?
         /// The status of a new result, counted once published (nil: a republished one).
         var status: DeliveryResult.Status?
+        /// The service a new result's device was sent to (nil: no device, or not sent).
+        var platform: DevicePlatform?
 
         /// Whether the message may no longer start an APNs attempt here (``RequestBatch/isFenced(_:)``).
         var isFenced: Bool { batch.isFenced(message) }
@@ -39,6 +42,11 @@ extension RequestProcessor {
         var ticket: DeliveryTicket
 
         var event: NotificationEvent { ticket.event }
+
+        /// Whether it goes to an Android device (through FCM).
+        var isAndroid: Bool {
+            if case .device(let device) = destination { device.platform == .fcm } else { false }
+        }
     }
 
     /// Sends one delivery (its claim and a send permit held); see ``send(_:consumedAt:)``.
@@ -46,10 +54,22 @@ extension RequestProcessor {
         await send([delivery], consumedAt: consumedAt)
     }
 
-    /// Sends deliveries (each with its claim and a send permit held) in one batch of first
-    /// attempts, and hands each outcome, and a 410's registry mark, to the ledger writer as it
-    /// arrives; ``publishRecorded(_:)`` publishes what stands.
+    /// Sends deliveries (each with its claim and a send permit held): APNs ones in one batch of
+    /// first attempts, FCM ones each on its own; hands each outcome, and an unregistered token's
+    /// registry mark, to the ledger writer as it arrives; ``publishRecorded(_:)`` publishes what stands.
     func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
+        let android = deliveries.filter(\.isAndroid)
+        guard android.count < deliveries.count else { return await sendAndroid(android, consumedAt: consumedAt) }
+        guard android.isEmpty else {
+            async let androidSent: Void = sendAndroid(android, consumedAt: consumedAt)
+            await sendApple(deliveries.filter { !$0.isAndroid }, consumedAt: consumedAt)
+            return await androidSent
+        }
+        await sendApple(deliveries, consumedAt: consumedAt)
+    }
+
+    /// Sends APNs deliveries in one batch of first attempts.
+    private func sendApple(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
         let requests = deliveries.map { delivery in
             var request = Self.request(for: delivery)
             // The bulk lane's requests wait behind every urgent one for an HTTP/2 stream too.
@@ -73,6 +93,26 @@ extension RequestProcessor {
         }
     }
 
+    /// Sends FCM deliveries, each with its own retries (FCM has no batch endpoint).
+    private func sendAndroid(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
+        await withDiscardingTaskGroup { group in
+            for delivery in deliveries {
+                guard case .device(let device) = delivery.destination, let part = delivery.event.fcm else { continue }
+                group.addTask {
+                    let target: FCMTarget = device.fcmTarget == .fid ? .fid(device.token) : .token(device.token)
+                    let trace = self.tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
+                    do throws(DeliveryStopped) {
+                        let outcome = try await self.sender.deliver(part.request(to: target), consumedAt: consumedAt) { delivery.ticket.isFenced }
+                        self.record(outcome, of: delivery, trace: trace, consumedAt: consumedAt)
+                    } catch {
+                        trace?.end()
+                        if error == .fenced { self.abandonFenced(delivery.ticket) }
+                    }
+                }
+            }
+        }
+    }
+
     /// The APNs request of a delivery; its apns-id derives from the event and the destination,
     /// so every copy of one result carries the same.
     private static func request(for delivery: Delivery) -> APNSRequest {
@@ -86,7 +126,7 @@ extension RequestProcessor {
                 priority: event.priority,
                 requestID: apnsID,
                 expiration: event.expiration ?? 0,
-                payload: event.payload
+                payload: event.payload ?? []
             )
         case .device(let device):
             APNSRequest(
@@ -97,7 +137,8 @@ extension RequestProcessor {
                 apnsID: apnsID,
                 expiration: event.expiration,
                 collapseID: event.collapseID,
-                payload: event.payload
+                // An event with Apple devices to send to has an APNs payload (NotificationEvent).
+                payload: event.payload ?? []
             )
         }
     }
@@ -133,7 +174,8 @@ extension RequestProcessor {
         }
         var mark: UnregisterMark?
         if case .device(let device) = destination, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            mark = UnregisterMark(topic: event.topic, token: device.token, at: Timestamp(millisecondsSince1970: millis))
+            let app = device.platform == .fcm ? event.fcm?.package ?? event.topic : event.topic
+            mark = UnregisterMark(topic: app, token: device.token, at: Timestamp(millisecondsSince1970: millis))
         }
         // The first publication is built from what the ledger keeps, as every republication is.
         let recorded = RecordedDelivery(
@@ -150,12 +192,16 @@ extension RequestProcessor {
                     latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
                     completedAtMilliseconds: Self.epochMilliseconds(),
                     apnsUniqueID: outcome.apnsUniqueID,
-                    unregisteredAtMilliseconds: mark?.at.millisecondsSince1970
+                    unregisteredAtMilliseconds: mark?.at.millisecondsSince1970,
+                    platform: outcome.platform,
+                    fcmStatus: outcome.fcmStatus,
+                    fcmMessageID: outcome.fcmMessageID
                 )
             )
         )
         var counted = ticket
         counted.status = outcome.status
+        counted.platform = outcome.platform
         ledgerWriter.submit(recorded, marking: mark, ticket: counted, urgent: ticket.batch.lane.priority == .urgent)
     }
 

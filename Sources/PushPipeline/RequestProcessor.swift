@@ -5,6 +5,7 @@ import KafkaMessages
 import Logging
 import Synchronization
 import Tracing
+import FCMCore
 
 /// Turns poll batches of push.requests messages into results: validates the events (dead
 /// letters for bad ones), resolves their users' devices and recorded outcomes, claims each
@@ -199,9 +200,20 @@ final class RequestProcessor: Sendable {
         return sends[next..<next + admitted]
     }
 
+    /// The apps an event's devices belong to: its bundle ID (APNs) and its Android package (FCM).
+    private struct Apps: Hashable, Sendable {
+        var apnsTopic: String?
+        var fcmPackage: String?
+
+        init(_ event: NotificationEvent) {
+            apnsTopic = event.apnsTopic
+            fcmPackage = event.fcm?.package
+        }
+    }
+
     private struct ResolvedBatch: Sendable {
-        /// Active devices by app, then user.
-        var tokens: [String: [String: [DeviceToken]]] = [:]
+        /// Active devices of both platforms by apps, then user.
+        var tokens: [Apps: [String: [DeviceToken]]] = [:]
         /// Recorded outcomes by event, then token.
         var recorded: [LedgerEvent: [String: RecordedDelivery]] = [:]
     }
@@ -220,13 +232,13 @@ final class RequestProcessor: Sendable {
         let events = messages.map(\.1)
         var batch = ResolvedBatch()
         let started = ContinuousClock.now
-        // One query per app, one after the other: at once, on two shared cores, they took longer
-        // (BENCHMARKS.md, "Several apps in a batch").
-        for (topic, topicEvents) in Dictionary(grouping: events, by: \.topic) {
-            let users = Array(Set(topicEvents.flatMap(\.userIDs)))
+        // One query per app (both platforms in one round trip), one after the other: at once, on
+        // two shared cores, they took longer (BENCHMARKS.md, "Several apps in a batch").
+        for (apps, appEvents) in Dictionary(grouping: events, by: Apps.init) {
+            let users = Array(Set(appEvents.flatMap(\.userIDs)))
             guard !users.isEmpty else { continue }  // only events to broadcast channels
-            batch.tokens[topic] = try await storeOperations.run {
-                try await self.store.activeTokens(topic: topic, userIDs: users, environment: nil)
+            batch.tokens[apps] = try await storeOperations.run {
+                try await self.store.activeDevices(apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users)
             }
         }
         metrics.recordStage(.tokenLookup, since: started)
@@ -255,7 +267,7 @@ final class RequestProcessor: Sendable {
         resolved: ResolvedBatch,
         consumedAt: ContinuousClock.Instant
     ) -> EventPlan {
-        let tokens = resolved.tokens[event.topic] ?? [:]
+        let tokens = resolved.tokens[Apps(event)] ?? [:]
         let recorded = resolved.recorded[ledgerEvent(event, of: message)] ?? [:]
         var plan = EventPlan()
         if let channelID = event.channelID {
@@ -269,8 +281,9 @@ final class RequestProcessor: Sendable {
         }
         for userID in event.userIDs {
             let outcomes = recorded.values.filter { $0.userID == userID }
+            // The event's environment picks APNs devices; FCM devices have none to pick.
             let devices = (tokens[userID] ?? []).filter {
-                (event.environment == nil || $0.environment == event.environment) && recorded[$0.token] == nil
+                (event.environment == nil || $0.platform == .fcm || $0.environment == event.environment) && recorded[$0.token] == nil
             }
             if devices.isEmpty && outcomes.isEmpty {
                 plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))

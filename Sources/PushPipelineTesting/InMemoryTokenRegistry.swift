@@ -1,4 +1,4 @@
-public import APNSCore
+import APNSCore
 public import DeviceTokenStore
 import Synchronization
 
@@ -10,6 +10,8 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     private struct Row {
         var userID: String
         var environment: APNSEnvironment
+        var platform: DevicePlatform
+        var fcmTarget: FCMTargetKind
         var registeredAt: Timestamp
         var unregisteredAt: Timestamp?
     }
@@ -28,20 +30,23 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
             token: device.token,
             topic: topic,
             environment: device.environment,
-            timestamp: time
+            timestamp: time,
+            platform: device.platform,
+            fcmTarget: device.fcmTarget
         )
         _ = apply(newer: update)
     }
 
-    public func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
+    public func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
         rows.withLock { rows in
             var result: [String: [DeviceToken]] = [:]
             for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
                 let parts = key.split(separator: "|")
-                guard String(parts[0]) == topic, userIDs.contains(row.userID),
-                    environment == nil || environment == row.environment
-                else { continue }
-                result[row.userID, default: []].append(DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment))
+                let topic = String(parts[0])
+                guard userIDs.contains(row.userID), topic == (row.platform == .apns ? apnsTopic : fcmPackage) else { continue }
+                result[row.userID, default: []].append(
+                    DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment, platform: row.platform, fcmTarget: row.fcmTarget)
+                )
             }
             return result
         }
@@ -98,7 +103,13 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                 if let row = rows[key], !(update.timestamp > row.registeredAt && (row.unregisteredAt.map { update.timestamp > $0 } ?? true)) {
                     return false
                 }
-                rows[key] = Row(userID: update.userID ?? "", environment: update.environment, registeredAt: update.timestamp)
+                rows[key] = Row(
+                    userID: update.userID ?? "",
+                    environment: update.environment,
+                    platform: update.platform,
+                    fcmTarget: update.fcmTarget,
+                    registeredAt: update.timestamp
+                )
                 return true
             }
         case .unregister:

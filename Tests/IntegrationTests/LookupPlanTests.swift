@@ -39,9 +39,9 @@ import Testing
                 """,
                 logger: logger
             )
-            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text[], text) AS " + ActiveTokensStatement.sql), logger: logger)
+            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text, text[]) AS " + ActiveDevicesStatement.sql), logger: logger)
             let plan = try await connection.query(
-                "EXPLAIN EXECUTE lookup_plan('com.example.plan', ARRAY['u-1', 'u-2'], NULL)",
+                "EXPLAIN EXECUTE lookup_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'])",
                 logger: logger
             ).collect().map { try $0.decode(String.self) }
             try await connection.query("ROLLBACK", logger: logger)
@@ -50,7 +50,7 @@ import Testing
         }
         #expect(settings == ["force_generic_plan", "off"])
         #expect(plan.contains("device_tokens_active_by_user_first"), "\(plan)")
-        #expect(plan.contains("Index Cond: (user_id = ANY ($2))"), "\(plan)")
+        #expect(plan.contains("Index Cond: (user_id = ANY ($3))"), "\(plan)")
         #expect(!plan.contains("device_tokens_pkey") && !plan.contains("Seq Scan"), "\(plan)")
     }
 

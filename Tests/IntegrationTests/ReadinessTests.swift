@@ -25,16 +25,19 @@ struct ReadinessTests {
     }
 
     /// APNs readiness comes from Herald's own connections: probes and scrapes never connect to
-    /// APNs (the mocks count every TCP connection), an endpoint whose connection attempt failed
-    /// makes Herald unready, and a later request that connects makes it ready again.
+    /// APNs (the mocks count every TCP connection); Herald is unready only while no connection
+    /// to any APNs endpoint works and an attempt failed lately; one endpoint failing (the sandbox
+    /// host here) leaves it ready while another works (finding 10 of issue 37).
     @Test func apnsReadinessComesFromHeraldsOwnConnectionsAndProbesNeverConnect() async throws {
         let phone = TestDevice(user: "u-1", token: TestDevice.randomToken(), environment: "production")
         let tablet = TestDevice(user: "u-2", token: TestDevice.randomToken(), environment: "sandbox")
         let testbed = try HeraldTestbed()
         try await testbed.withMocks {
+            let productionPort = try freePort()
             let sandboxPort = try freePort()
             let httpPort = try freePort()
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            environment["HERALD_APNS_PRODUCTION_URL"] = "https://127.0.0.1:\(productionPort)"
             environment["HERALD_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
             environment["HERALD_HTTP_PORT"] = String(httpPort)
             environment["HERALD_RETRY_MAX_ATTEMPTS"] = "2"
@@ -49,10 +52,10 @@ struct ReadinessTests {
             }
             #expect(testbed.production.acceptedConnectionCount == 0, "a probe or scrape connected to APNs")
 
-            // A sandbox push cannot connect: unready, naming APNs; the production push goes through.
+            // No APNs endpoint can be reached: a push fails to connect and Herald is unready.
             try await testbed.register([phone, tablet])
             try await testbed.waitForActiveTokens(users: ["u-1", "u-2"], count: 2)
-            try await testbed.publishEvent(id: "e-unreachable", users: ["u-1", "u-2"])
+            try await testbed.publishEvent(id: "e-unreachable", users: ["u-1"])
             let down = try await Self.waitForReadiness(port: httpPort) { _, body in body == "not ready: apns_unreachable\n" }
             #expect(down.status == 503)
             #expect(down.body == "not ready: apns_unreachable\n")
@@ -60,17 +63,30 @@ struct ReadinessTests {
             for _ in 0..<10 { _ = httpGet(port: httpPort, path: "/metrics") }
             #expect(testbed.production.acceptedConnectionCount == connectionsBeforeProbes)
 
-            // The sandbox endpoint comes up (a forwarder to the sandbox mock starts on its
-            // port); the next sandbox push connects and Herald is ready again.
-            let forwarder = try LoopbackForwarder(from: sandboxPort, to: try await testbed.sandbox.listeningPort(), directory: testbed.directory)
-            defer { forwarder.stop() }
-            try await testbed.publishEvent(id: "e-reachable", users: ["u-2"])
-            let up = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
-            #expect(up.status == 200, "ready once a sandbox connection opened: \(up.body)")
             let reader = try TopicReader(topics: [testbed.topics.results])
-            let records = try await reader.read(timeout: .seconds(60)) { records in records.contains { ResultRecord($0)?.eventID == "e-reachable" } }
-            #expect(records.compactMap(ResultRecord.init).first { $0.eventID == "e-reachable" }?.status == "delivered")
-            #expect(testbed.sandbox.pushCount(token: tablet.token) == 1)
+            let failed = try await reader.read(timeout: .seconds(90)) { records in records.contains { ResultRecord($0)?.eventID == "e-unreachable" } }
+            #expect(failed.compactMap(ResultRecord.init).first { $0.eventID == "e-unreachable" }?.status == "failed")
+
+            // The production endpoint comes up (a forwarder to the production mock starts on its
+            // port); the next push connects and Herald is ready again.
+            let forwarder = try LoopbackForwarder(from: productionPort, to: try await testbed.production.listeningPort(), directory: testbed.directory)
+            defer { forwarder.stop() }
+            try await testbed.publishEvent(id: "e-reachable", users: ["u-1"])
+            let up = try await Self.waitForReadiness(port: httpPort) { status, _ in status == 200 }
+            #expect(up.status == 200, "ready once a production connection opened: \(up.body)")
+
+            // The sandbox endpoint still fails: its push is not delivered, yet Herald stays ready,
+            // since its production connection works.
+            try await testbed.publishEvent(id: "e-sandbox-down", users: ["u-2"])
+            let records = try await reader.read(timeout: .seconds(90)) { records in
+                Set(records.compactMap(ResultRecord.init).map(\.eventID)).isSuperset(of: ["e-reachable", "e-sandbox-down"])
+            }
+            let results = records.compactMap(ResultRecord.init)
+            #expect(results.first { $0.eventID == "e-reachable" }?.status == "delivered")
+            #expect(results.first { $0.eventID == "e-sandbox-down" }?.status == "failed")
+            let afterSandboxFailure = httpGet(port: httpPort, path: "/health/ready")
+            #expect(afterSandboxFailure?.status == 200, "one endpoint failing left Herald unready: \(afterSandboxFailure?.body ?? "")")
+            #expect(testbed.production.pushCount(token: phone.token) == 1)
 
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)

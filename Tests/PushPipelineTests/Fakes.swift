@@ -78,9 +78,9 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
         recordHangsLeft = Atomic(hangFirstRecords)
     }
 
-    func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
+    func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
         try await Self.inject(failures: lookupFailuresLeft, hangs: lookupHangsLeft)
-        return try await registry.activeTokens(topic: topic, userIDs: userIDs, environment: environment)
+        return try await registry.activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
     }
 
     @discardableResult

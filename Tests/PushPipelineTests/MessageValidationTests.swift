@@ -1,5 +1,6 @@
 import APNSCore
 import DeviceTokenStore
+import FCMCore
 import Foundation
 import PushPipeline
 import Testing
@@ -18,7 +19,7 @@ import Testing
         #expect(event.priority == .immediate)
         #expect(event.expiration == nil && event.collapseID == nil && event.environment == nil)
         #expect(
-            String(decoding: event.payload, as: UTF8.self)
+            String(decoding: event.payload ?? [], as: UTF8.self)
                 == #"{"aps":{"alert":{"title":"Shipped","body":"On its way é"}},"n":1.50}"#)
     }
 
@@ -88,7 +89,7 @@ import Testing
         #expect(throws: InputRejection.self) { try NotificationEvent(json: Array(alert.utf8)) }
         do { _ = try NotificationEvent(json: Array(alert.utf8)) } catch { #expect(error.code == .payloadTooLarge) }
         let voip = #"{"id":"e","user_ids":["u"],"topic":"t","push_type":"voip","payload":{"aps":{"alert":"\#(body)"}}}"#
-        #expect(try NotificationEvent(json: Array(voip.utf8)).payload.count < 5120)
+        #expect(try NotificationEvent(json: Array(voip.utf8)).payload?.count ?? .max < 5120)
     }
 
     @Test func thousandUsersAllowedButNotMore() throws {
@@ -186,10 +187,58 @@ import Testing
         #expect(
             Set(object.keys) == [
                 "event_id", "user_id", "token", "topic", "environment", "status", "apns_status",
-                "reason", "apns_id", "attempts", "latency_ms", "completed_at",
+                "reason", "apns_id", "attempts", "latency_ms", "completed_at", "platform",
             ])
         #expect(object["token"] is NSNull)
         #expect(object["status"] as? String == "no_devices")
         #expect(object["completed_at"] as? String == "2025-11-21T10:00:01.123Z")
+    }
+}
+
+/// An event's `fcm` part and a registration's `platform` at intake: what Herald would send to
+/// Android is validated before anything is sent, with the dead-letter codes of the APNs side.
+@Suite struct AndroidInputTests {
+    static let fcm = #""fcm":{"package":"com.example.shop.android","message":{"data":{"k":"v"}}}"#
+
+    @Test func anEventForAndroidOnlyNeedsNoTopicOrPayload() throws {
+        let event = try NotificationEvent(json: Array(#"{"id":"e","user_ids":["u"],\#(Self.fcm)}"#.utf8))
+        #expect(event.payload == nil && event.apnsTopic == nil)
+        #expect(event.topic == "com.example.shop.android", "its outcomes are kept under the package")
+        #expect(event.fcm?.package == "com.example.shop.android")
+    }
+
+    @Test func badAndroidPartsAreRefusedWithTheContractsCodes() {
+        func code(_ json: String) -> InputRejection.Code? {
+            do {
+                _ = try NotificationEvent(json: Array(json.utf8))
+                return nil
+            } catch {
+                return error.code
+            }
+        }
+        #expect(code(#"{"id":"e","user_ids":["u"]}"#) == .schemaViolation, "neither payload nor fcm")
+        #expect(code(#"{"id":"e","user_ids":["u"],"fcm":{"package":"p","message":{"data":{"n":1}}}}"#) == .schemaViolation, "data values are strings")
+        #expect(code(#"{"id":"e","user_ids":["u"],"fcm":{"package":"p","message":{"token":"t"}}}"#) == .schemaViolation, "Herald sets the target")
+        let big = String(repeating: "x", count: 5000)
+        #expect(code(#"{"id":"e","user_ids":["u"],"fcm":{"package":"p","message":{"data":{"k":"\#(big)"}}}}"#) == .payloadTooLarge)
+    }
+
+    static func registration(_ fields: String) -> [UInt8] {
+        Array(#"{"action":"register","user_id":"u",\#(fields),"timestamp":"2026-11-21T10:00:00Z"}"#.utf8)
+    }
+
+    @Test func anFCMRegistrationKeepsItsTokenAsGivenAndAnAPNsOneIsNormalised() throws {
+        let token = "cAbC-123:APA91b_MiXeD"
+        let fcm = try TokenRegistryUpdate(json: Self.registration(#""token":"\#(token)","topic":"p","platform":"fcm","fcm_target":"fid""#))
+        #expect(fcm.token == token && fcm.platform == .fcm && fcm.fcmTarget == .fid)
+        let hex = "<AB CD " + String(repeating: "ef", count: 15) + ">"
+        let apns = try TokenRegistryUpdate(json: Self.registration(#""token":"\#(hex)","topic":"t""#))
+        #expect(apns.platform == .apns && apns.token == "abcd" + String(repeating: "ef", count: 15))
+        #expect(throws: InputRejection.self) {
+            try TokenRegistryUpdate(json: Self.registration(#""token":"has space","topic":"p","platform":"fcm""#))
+        }
+        #expect(throws: InputRejection.self) {
+            try TokenRegistryUpdate(json: Self.registration(#""token":"t","topic":"p","platform":"fcm","environment":"sandbox""#))
+        }
     }
 }

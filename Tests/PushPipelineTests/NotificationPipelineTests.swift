@@ -1,6 +1,7 @@
 import KafkaMessages
 import APNSCore
 import DeviceTokenStore
+import FCMCore
 import Foundation
 import Logging
 import PushPipeline
@@ -65,6 +66,7 @@ struct NotificationPipelineTests {
         publisher: FakePublisher,
         store: FakeStore,
         apns: ScriptedAPNSClient,
+        fcm: (any FCMClientProtocol)? = nil,
         storeOperationTimeout: Duration = .seconds(10),
         until done: @escaping @Sendable () -> Bool
     ) async throws {
@@ -74,7 +76,7 @@ struct NotificationPipelineTests {
         configuration.storeOperationTimeout = storeOperationTimeout
         let pipeline = NotificationPipeline(
             configuration: configuration, source: source, publisher: publisher,
-            store: store, ledger: store, apns: apns, logger: Logger(label: "test"))
+            store: store, ledger: store, apns: apns, fcm: fcm, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }

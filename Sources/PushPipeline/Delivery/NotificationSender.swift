@@ -1,6 +1,7 @@
 import ExactTime
 public import DeviceTokenStore
 public import APNSCore
+public import FCMCore
 import Foundation
 
 /// The final answer for one device after retries.
@@ -16,6 +17,12 @@ public struct DeliveryOutcome: Sendable, Hashable {
     /// A channel management answer's `apns-channel-id` and body (a channel's settings, or the list).
     public var channelID: String?
     public var body: [UInt8]?
+    /// The service the device was sent to.
+    public var platform: DevicePlatform = .apns
+    /// FCM's HTTP status of its final answer (FCM only).
+    public var fcmStatus: Int?
+    /// The message `name` FCM returned (FCM only).
+    public var fcmMessageID: String?
 
     public init(
         status: DeliveryResult.Status,
@@ -63,21 +70,26 @@ public enum DeliveryStopped: Error, Sendable, Hashable {
 public struct NotificationSender: Sendable {
     let client: any APNSClientProtocol
     let broadcastClient: any APNSClientProtocol
+    /// Sends to Android devices; nil: none is served (each gets `rejected`, `NoCredentialForPackage`).
+    let fcmClient: (any FCMClientProtocol)?
     let policy: RetryPolicy
-    private let epochMilliseconds: @Sendable () -> Int64
+    let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
     private let metrics: SenderMetrics
 
-    /// `broadcastClient` sends broadcasts to channels; by default `client` does.
+    /// `broadcastClient` sends broadcasts to channels; by default `client` does. `fcmClient`
+    /// sends to Android devices.
     public init(
         client: any APNSClientProtocol,
         broadcastClient: (any APNSClientProtocol)? = nil,
+        fcmClient: (any FCMClientProtocol)? = nil,
         policy: RetryPolicy,
         metrics: SenderMetrics = SenderMetrics(),
         epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
     ) {
         self.client = client
         self.broadcastClient = broadcastClient ?? client
+        self.fcmClient = fcmClient
         self.policy = policy
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds

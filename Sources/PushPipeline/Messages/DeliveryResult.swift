@@ -1,5 +1,6 @@
 public import APNSCore
 public import DeviceTokenStore
+import FCMCore
 
 /// One push.results message: the outcome for one device (or one user without devices), or for
 /// one event to a broadcast channel (``channelID`` set; no user, token or apns-id).
@@ -28,6 +29,12 @@ public struct DeliveryResult: Sendable, Hashable {
     public var apnsRequestID: String?
     /// `apns-unique-id` from APNs' answer (the development environment sends one).
     public var apnsUniqueID: String?
+    /// The service the device was sent to; nil for a user with no device (`no_devices`).
+    public var platform: DevicePlatform?
+    /// FCM's HTTP status (FCM results only).
+    public var fcmStatus: Int?
+    /// The message `name` FCM returned (FCM results only).
+    public var fcmMessageID: String?
 
     public init(
         eventID: String,
@@ -44,7 +51,10 @@ public struct DeliveryResult: Sendable, Hashable {
         completedAtMilliseconds: Int64,
         channelID: String? = nil,
         apnsRequestID: String? = nil,
-        apnsUniqueID: String? = nil
+        apnsUniqueID: String? = nil,
+        platform: DevicePlatform? = .apns,
+        fcmStatus: Int? = nil,
+        fcmMessageID: String? = nil
     ) {
         self.eventID = eventID
         self.userID = userID
@@ -61,10 +71,14 @@ public struct DeliveryResult: Sendable, Hashable {
         self.channelID = channelID
         self.apnsRequestID = apnsRequestID
         self.apnsUniqueID = apnsUniqueID
+        self.platform = platform
+        self.fcmStatus = fcmStatus
+        self.fcmMessageID = fcmMessageID
     }
 
     /// The message value, with every field present (`null` when absent); `channel_id` and
-    /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one.
+    /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one,
+    /// `fcm_status` and `fcm_message_id` only for an FCM result.
     public func json() -> [UInt8] {
         var fields: [(String, JSONValue)] = [
             ("event_id", .string(eventID)),
@@ -79,28 +93,34 @@ public struct DeliveryResult: Sendable, Hashable {
             ("attempts", .number(String(attempts))),
             ("latency_ms", .number(String(latencyMilliseconds))),
             ("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
+            ("platform", platform.map { .string($0.rawValue) } ?? .null),
         ]
         if let channelID {
             fields.append(("channel_id", .string(channelID)))
             fields.append(("apns_request_id", apnsRequestID.map(JSONValue.string) ?? .null))
         }
         if let apnsUniqueID { fields.append(("apns_unique_id", .string(apnsUniqueID))) }
+        if platform == .fcm {
+            fields.append(("fcm_status", fcmStatus.map { .number(String($0)) } ?? .null))
+            fields.append(("fcm_message_id", fcmMessageID.map(JSONValue.string) ?? .null))
+        }
         return JSONValue.object(fields).serialized()
     }
 }
 
 extension DeliveryResult {
     /// The result of a send to `token` for `event`, from what the ledger kept of it: the event
-    /// gives its ID, topic and channel, and the apns-id sent is derived again.
+    /// gives its ID, topic (for FCM, its package) and channel, and the apns-id sent is derived again.
     init(recorded send: RecordedDelivery.SendOutcome, of event: NotificationEvent, token: String, userID: String) {
         // "The apns-id sent": none when no request was made; a channel's goes in apns_request_id.
-        let sentID = send.attempts > 0 ? NotificationID.derive(eventID: event.id, token: token) : nil
+        let fcm = send.platform == .fcm
+        let sentID = send.attempts > 0 && !fcm ? NotificationID.derive(eventID: event.id, token: token) : nil
         let toDevice = event.channelID == nil
         self.init(
             eventID: event.id,
             userID: toDevice ? userID : nil,
             token: toDevice ? token : nil,
-            topic: event.topic,
+            topic: fcm ? event.fcm?.package ?? event.topic : event.topic,
             environment: send.environment,
             status: send.status,
             apnsStatus: send.apnsStatus,
@@ -111,20 +131,26 @@ extension DeliveryResult {
             completedAtMilliseconds: send.completedAtMilliseconds,
             channelID: event.channelID,
             apnsRequestID: toDevice ? nil : sentID,
-            apnsUniqueID: send.apnsUniqueID
+            apnsUniqueID: send.apnsUniqueID,
+            platform: send.platform,
+            fcmStatus: send.fcmStatus,
+            fcmMessageID: send.fcmMessageID
         )
     }
 }
 
-/// One push.unregistered message: APNs said the token is gone and the registry row was marked.
+/// One push.unregistered message: APNs (410) or FCM (UNREGISTERED) said the token is gone and
+/// the registry row was marked.
 public struct UnregisteredTokenEvent: Sendable, Hashable {
     public var token: String
+    /// The bundle ID, or for FCM the Android package.
     public var topic: String
     public var userID: String
     public var environment: APNSEnvironment
-    /// APNs' timestamp, milliseconds since 1970.
+    /// APNs' timestamp, or for FCM when the request that got the answer was sent; milliseconds since 1970.
     public var unregisteredAtMilliseconds: Int64
     public var eventID: String
+    public var platform: DevicePlatform
 
     public init(
         token: String,
@@ -132,7 +158,8 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
         userID: String,
         environment: APNSEnvironment,
         unregisteredAtMilliseconds: Int64,
-        eventID: String
+        eventID: String,
+        platform: DevicePlatform = .apns
     ) {
         self.token = token
         self.topic = topic
@@ -140,6 +167,7 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
         self.environment = environment
         self.unregisteredAtMilliseconds = unregisteredAtMilliseconds
         self.eventID = eventID
+        self.platform = platform
     }
 
     public func json() -> [UInt8] {
@@ -150,6 +178,7 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
             ("environment", .string(environment.rawValue)),
             ("unregistered_at", .string(RFC3339.format(milliseconds: unregisteredAtMilliseconds))),
             ("event_id", .string(eventID)),
+            ("platform", .string(platform.rawValue)),
         ]).serialized()
     }
 }

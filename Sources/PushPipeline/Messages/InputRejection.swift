@@ -1,4 +1,5 @@
 import APNSCore
+import FCMCore
 
 /// Why an input message cannot be processed: the `herald-error` code and a detail for humans.
 public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible {
@@ -20,6 +21,11 @@ public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible
     }
 
     public var description: String { "\(code.rawValue): \(detail)" }
+
+    /// The same rejection of an event's or a registration's FCM part (its codes are the contract's).
+    init(_ rejection: FCMInputRejection) {
+        self.init(Code(rawValue: rejection.code.rawValue) ?? .schemaViolation, rejection.detail)
+    }
 }
 
 /// Turns a Kafka value into a JSON object, or says why it is not one.

@@ -1,4 +1,5 @@
 public import APNSCore
+public import FCMCore
 
 /// A validated push.requests event.
 public struct NotificationEvent: Sendable, Hashable {
@@ -9,7 +10,8 @@ public struct NotificationEvent: Sendable, Hashable {
     /// The Live Activity broadcast channel (base64, as APNs issued it) the event goes to instead
     /// of users: one request to the broadcast endpoint, one result.
     public var channelID: String?
-    /// The app's bundle ID.
+    /// The app's bundle ID; for an event with no APNs part (no `payload`), its Android package.
+    /// Its outcomes are kept in the ledger under it.
     public var topic: String
     public var pushType: APNSPushType
     public var priority: APNSPriority
@@ -18,11 +20,17 @@ public struct NotificationEvent: Sendable, Hashable {
     public var collapseID: String?
     /// When set, only tokens of this environment.
     public var environment: APNSEnvironment?
-    /// The payload as Herald sends it (compact JSON).
-    public var payload: [UInt8]
+    /// The APNs payload as Herald sends it (compact JSON); nil for an event to Android devices only.
+    public var payload: [UInt8]?
+    /// The Android part: the package and the FCM message for its devices; nil for APNs only.
+    public var fcm: FCMEventPart?
 
-    /// Validates a push.requests value against the contract.
-    public init(json value: [UInt8]?) throws(InputRejection) {
+    /// The bundle ID whose APNs devices the event goes to; nil when it has no APNs part.
+    public var apnsTopic: String? { payload == nil ? nil : topic }
+
+    /// Validates a push.requests value against the contract; `nowMilliseconds` dates the size
+    /// check of an FCM message's `ttl` (the time left until `expiration`).
+    public init(json value: [UInt8]?, nowMilliseconds: Int64 = WallClock.millisecondsSince1970()) throws(InputRejection) {
         let fields = FieldReader(object: try JSONObjectDecoder.decode(value))
         let object = fields.object
         id = try fields.string("id", bytes: 1...128, required: true)!
@@ -41,7 +49,15 @@ public struct NotificationEvent: Sendable, Hashable {
             userIDs = try Self.userIDs(users)
         }
 
-        topic = try fields.string("topic", bytes: 1...255, required: true, headerValue: true)!
+        let hasFCMPart = object["fcm"].map { $0 != .null } ?? false
+        let hasAPNsPart = object["payload"].map { $0 != .null } ?? false
+        guard hasAPNsPart || hasFCMPart else {
+            throw InputRejection(.schemaViolation, "an event needs payload (its APNs devices), fcm (its Android devices) or both")
+        }
+        if channelID != nil, hasFCMPart {
+            throw InputRejection(.schemaViolation, "an event to a channel has no fcm part")
+        }
+        let bundleID = try fields.string("topic", bytes: 1...255, required: hasAPNsPart, headerValue: true)
 
         let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
         if let pushTypeText {
@@ -73,6 +89,29 @@ public struct NotificationEvent: Sendable, Hashable {
 
         environment = try fields.environment() ?? (channelID == nil ? nil : .production)
 
+        if hasFCMPart, let fcmObject = object["fcm"] {
+            do throws(FCMInputRejection) {
+                fcm = try FCMEventPart(
+                    json: fcmObject.serialized(),
+                    priority: priority.rawValue,
+                    expiration: expiration,
+                    collapseID: collapseID,
+                    nowMilliseconds: nowMilliseconds
+                )
+            } catch {
+                throw InputRejection(error)
+            }
+        } else {
+            fcm = nil
+        }
+        guard let topic = bundleID ?? fcm?.package else {
+            throw InputRejection(.schemaViolation, "topic is required")
+        }
+        self.topic = topic
+        guard hasAPNsPart else {
+            payload = nil
+            return
+        }
         guard let payload = object["payload"], case .object = payload else {
             throw InputRejection(.schemaViolation, "payload must be a JSON object")
         }

@@ -1,5 +1,6 @@
 import APNSCore
 public import DeviceTokenStore
+import FCMCore
 
 extension TokenRegistryUpdate {
     /// Validates a push.tokens value against the contract and normalises its token.
@@ -21,13 +22,41 @@ extension TokenRegistryUpdate {
         guard let timestamp = RFC3339.parse(timestampText) else {
             throw InputRejection(.schemaViolation, "timestamp must be RFC 3339 with Z or an offset")
         }
-        self.init(
-            action: action,
-            userID: userID,
-            token: try DeviceTokenText.normalize(rawToken),
-            topic: topic,
-            environment: environment,
-            timestamp: timestamp
-        )
+        let platformText = try fields.string("platform", bytes: 1...16, required: false) ?? DevicePlatform.apns.rawValue
+        guard let platform = DevicePlatform(rawValue: platformText) else {
+            throw InputRejection(.schemaViolation, "platform must be apns or fcm")
+        }
+        let targetText = try fields.string("fcm_target", bytes: 1...16, required: false)
+        switch platform {
+        case .apns:
+            guard targetText == nil else { throw InputRejection(.schemaViolation, "fcm_target is for platform fcm only") }
+            self.init(
+                action: action,
+                userID: userID,
+                token: try DeviceTokenText.normalize(rawToken),
+                topic: topic,
+                environment: environment,
+                timestamp: timestamp
+            )
+        case .fcm:
+            guard environment == .production else { throw InputRejection(.schemaViolation, "an FCM device's environment is production") }
+            // Kept exactly as the app got it: never lowercased, never checked by pattern.
+            let target: FCMTarget
+            do throws(FCMInputRejection) {
+                target = try FCMTarget(registration: rawToken, kind: targetText)
+            } catch {
+                throw InputRejection(error)
+            }
+            self.init(
+                action: action,
+                userID: userID,
+                token: target.value,
+                topic: topic,
+                environment: .production,
+                timestamp: timestamp,
+                platform: .fcm,
+                fcmTarget: FCMTargetKind(rawValue: target.kind) ?? .token
+            )
+        }
     }
 }
