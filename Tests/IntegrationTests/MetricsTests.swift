@@ -54,8 +54,8 @@ struct MetricsTests {
             let tooMany = production[429] ?? 0
             #expect(tooMany > 0, "the mock answered some requests 429")
 
-            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "urgent"]) == Double(devices.count))
-            #expect(metrics.value("herald_results_total", ["status": "unregistered", "lane": "urgent"]) == 1)
+            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "urgent", "platform": "apns"]) == Double(devices.count))
+            #expect(metrics.value("herald_results_total", ["status": "unregistered", "lane": "urgent", "platform": "apns"]) == 1)
             #expect(metrics.value("herald_unregistered_published_total") == 1)
             #expect(metrics.value("herald_dead_letters_total", ["code": "invalid_json"]) == 1)
             #expect(metrics.value("herald_apns_responses_total", ["status": "410", "reason": "Unregistered"]) == 1)
@@ -74,7 +74,7 @@ struct MetricsTests {
             }
             #expect(metrics.value("herald_messages_consumed_total", ["lane": "urgent"]) ?? 0 >= Double(users.count + 1 + devices.count + 1))
             #expect(metrics.value("herald_messages_consumed_total", ["lane": "bulk"]) == 0, "nothing on the bulk topic")
-            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "bulk"]) == 0)
+            #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "bulk", "platform": "apns"]) == 0)
             #expect(metrics.value("herald_ready") == 1)
             #expect(metrics.value("herald_assigned_partitions", ["lane": "urgent"]) ?? 0 >= 1)
             for gauge in [

@@ -64,7 +64,7 @@ struct OperatorCommandsTests {
             #expect(registered.status == 0, "\(registered.errors)")
             #expect(
                 registered.output
-                    == "published register of token \(token.prefix(8))… of user u-ops for \(testbed.bundleID) (production) to \(testbed.topics.tokens)\n")
+                    == "published register of apns token \(token.prefix(8))… of user u-ops for \(testbed.bundleID) (production) to \(testbed.topics.tokens)\n")
             try await testbed.waitForActiveTokens(users: ["u-ops"], count: 1)
 
             let sent = try await Self.herald(

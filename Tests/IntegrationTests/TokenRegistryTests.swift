@@ -36,6 +36,43 @@ struct TokenRegistryTests {
         TokenRegistryUpdate(action: .unregister, userID: nil, token: token, topic: topic, environment: .production, timestamp: time)
     }
 
+    /// Android devices beside Apple ones: one lookup returns both platforms (each under its own
+    /// app: the bundle ID, the package), an FCM token is kept exactly as given, the ordering rule
+    /// and the unregistered answer's rule hold for it, and a row an app API writes without a
+    /// platform is an APNs device (migration 6's default).
+    @Test func bothPlatformsInOneLookupWithTheSameRules() async throws {
+        try await RegistryDatabase.withStore { store, database in
+            let package = topic + ".android"
+            let apple = TestDevice.randomToken()
+            let android = "Fcm:APA91b_" + UUID().uuidString + "-MiXeD"
+            #expect(try await store.apply(register(apple, at: t(1))))
+            let fcm = TokenRegistryUpdate(
+                action: .register, userID: "u-1", token: android, topic: package, environment: .production, timestamp: t(1),
+                platform: .fcm, fcmTarget: .fid)
+            #expect(try await store.apply(fcm))
+            try await database.query(
+                """
+                INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at)
+                VALUES (\(topic), \(TestDevice.randomToken()), 'u-2', 'production', now(), now())
+                """,
+                logger: database.sqlLogger
+            )
+            let found = try await store.activeDevices(apnsTopic: topic, fcmPackage: package, userIDs: ["u-1", "u-2"])
+            #expect(Set(found["u-1"]?.map(\.platform) ?? []) == [.apns, .fcm])
+            #expect(found["u-1"]?.first { $0.platform == .fcm } == DeviceToken(userID: "u-1", token: android, environment: .production, platform: .fcm, fcmTarget: .fid))
+            #expect(found["u-2"]?.map(\.platform) == [.apns], "a row written without a platform is an APNs device")
+            #expect(try await store.activeDevices(apnsTopic: nil, fcmPackage: topic, userIDs: ["u-1"]).isEmpty, "APNs rows are not FCM devices")
+            // UNREGISTERED at t(5); a registration sent after it keeps the token, one sent before does not.
+            #expect(try await store.markUnregistered(topic: package, token: android, at: t(5)))
+            var late = fcm
+            late.timestamp = t(4)
+            #expect(try await !store.apply(late))
+            late.timestamp = t(6)
+            #expect(try await store.apply(late))
+            #expect(try await store.activeDevices(apnsTopic: nil, fcmPackage: package, userIDs: ["u-1"])["u-1"]?.map(\.token) == [android])
+        }
+    }
+
     @Test func replayedAndOutOfOrderUpdatesChangeNothing() async throws {
         try await RegistryDatabase.withStore { store, database in
             let token = TestDevice.randomToken()
@@ -348,10 +385,11 @@ struct TokenRegistryTests {
             let first = try await database.appliedMigrations()
             try await store.migrate()
             let second = try await database.appliedMigrations()
-            #expect(first.map(\.version) == [1, 2, 3, 4, 5])
+            #expect(first.map(\.version) == [1, 2, 3, 4, 5, 6])
             #expect(
                 first.map(\.name) == [
                     "device tokens", "delivery ledger", "token tombstones", "device tokens by user first", "partitioned delivery ledger",
+                    "android devices",
                 ]
             )
             #expect(second == first, "a second run applies nothing: same versions, same applied_at")
