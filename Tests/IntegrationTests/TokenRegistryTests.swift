@@ -59,7 +59,8 @@ struct TokenRegistryTests {
             )
             let found = try await store.activeDevices(apnsTopic: topic, fcmPackage: package, userIDs: ["u-1", "u-2"])
             #expect(Set(found["u-1"]?.map(\.platform) ?? []) == [.apns, .fcm])
-            #expect(found["u-1"]?.first { $0.platform == .fcm } == DeviceToken(userID: "u-1", token: android, environment: .production, platform: .fcm, fcmTarget: .fid))
+            let expected = DeviceToken(userID: "u-1", token: android, environment: .production, platform: .fcm, fcmTarget: .fid)
+            #expect(found["u-1"]?.first { $0.platform == .fcm } == expected)
             #expect(found["u-2"]?.map(\.platform) == [.apns], "a row written without a platform is an APNs device")
             #expect(try await store.activeDevices(apnsTopic: nil, fcmPackage: topic, userIDs: ["u-1"]).isEmpty, "APNs rows are not FCM devices")
             // UNREGISTERED at t(5); a registration sent after it keeps the token, one sent before does not.
