@@ -188,6 +188,7 @@ let package = Package(
             name: "PushPipeline",
             dependencies: [
                 "APNSCore",
+                "FCMCore",
                 "ExactTime",
                 "DeviceTokenStore",
                 "KafkaMessages",

@@ -1,5 +1,6 @@
 public import APNSCore
 public import DeviceTokenStore
+public import FCMCore
 import Foundation
 public import KafkaMessages
 public import Logging
@@ -60,7 +61,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// of the same group, reads push.requests.bulk (nil: no bulk lane).
     /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
     /// reaches the channel management hosts for push.channels (without one, each command is
-    /// answered `rejected`, `ChannelManagementUnavailable`).
+    /// answered `rejected`, `ChannelManagementUnavailable`); `fcm` sends to Android devices
+    /// (without one, each is answered `rejected`, `NoCredentialForPackage`).
     public init(
         configuration: PipelineConfiguration,
         source: any MessageSource,
@@ -71,6 +73,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         apns: any APNSClientProtocol,
         broadcastAPNS: (any APNSClientProtocol)? = nil,
         channelManagementAPNS: (any APNSClientProtocol)? = nil,
+        fcm: (any FCMClientProtocol)? = nil,
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
         tracer: (any Tracer)? = nil,
         logger: Logger
@@ -126,6 +129,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             sender: NotificationSender(
                 client: apns,
                 broadcastClient: broadcastAPNS,
+                fcmClient: fcm,
                 policy: configuration.retry,
                 metrics: metrics.sender
             ),

@@ -1,6 +1,7 @@
 import ExactTime
 public import DeviceTokenStore
 public import APNSCore
+public import FCMCore
 import Foundation
 
 /// The final answer for one device after retries.
@@ -63,21 +64,26 @@ public enum DeliveryStopped: Error, Sendable, Hashable {
 public struct NotificationSender: Sendable {
     let client: any APNSClientProtocol
     let broadcastClient: any APNSClientProtocol
+    /// Sends to Android devices; nil: none is served (each gets `rejected`, `NoCredentialForPackage`).
+    let fcmClient: (any FCMClientProtocol)?
     let policy: RetryPolicy
     private let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
     private let metrics: SenderMetrics
 
-    /// `broadcastClient` sends broadcasts to channels; by default `client` does.
+    /// `broadcastClient` sends broadcasts to channels; by default `client` does. `fcmClient`
+    /// sends to Android devices.
     public init(
         client: any APNSClientProtocol,
         broadcastClient: (any APNSClientProtocol)? = nil,
+        fcmClient: (any FCMClientProtocol)? = nil,
         policy: RetryPolicy,
         metrics: SenderMetrics = SenderMetrics(),
         epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
     ) {
         self.client = client
         self.broadcastClient = broadcastClient ?? client
+        self.fcmClient = fcmClient
         self.policy = policy
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds
