@@ -416,7 +416,7 @@ def references(paths):
             known.add(os.path.relpath(os.path.join(folder, name), root))
             known.add(name)
     # Files the operator puts into Secrets, which the comments name too.
-    known |= {"credentials.json", "herald.yaml"}
+    known |= {"credentials.json", "herald.yaml", "service-account.json"}
     problems = []
     for path in paths:
         with open(path) as f:
@@ -426,6 +426,8 @@ def references(paths):
                 comment = line[line.index("#"):]
                 for cited in re.findall(r"[\w./-]+\.(?:yaml|yml|json|sh|md|swift|Dockerfile|env)\b", comment):
                     cited = cited.rstrip(".")
+                    if cited.startswith("//"):
+                        continue  # a URL's path (https://host/...), not a file of the repository
                     here = os.path.normpath(os.path.join(os.path.dirname(path), cited))
                     if cited not in known and os.path.basename(cited) not in known and not os.path.exists(here):
                         problems.append(f"{path}:{number}: cites {cited}, which does not exist")

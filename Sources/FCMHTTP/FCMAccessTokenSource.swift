@@ -47,12 +47,19 @@ public final class FCMAccessTokenSource: Service, Sendable {
     private let wakeup = Wakeup()
     private let httpClient: HTTPClient
     private let configuration: FCMClientConfiguration
+    private let metrics: FCMClientMetrics
     private let logger: Logger
 
     /// Parses every account's key (throws when one is not an RSA key); fetches nothing until
     /// ``run()``. `httpClient` carries the exchanges; its owner shuts it down.
-    init(configuration: FCMClientConfiguration, httpClient: HTTPClient, logger: Logger) throws(FCMServiceAccountError) {
+    init(
+        configuration: FCMClientConfiguration,
+        httpClient: HTTPClient,
+        metrics: FCMClientMetrics,
+        logger: Logger
+    ) throws(FCMServiceAccountError) {
         self.configuration = configuration
+        self.metrics = metrics
         self.httpClient = httpClient
         self.logger = logger
         var projects: [String: Project] = [:]
@@ -60,6 +67,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
             projects[projectID] = Project(signer: try OAuthAssertionSigner(account: account))
         }
         self.state = Mutex(State(projects: projects))
+        metrics.prepare(projectIDs: projects.keys)
     }
 
     /// True when every project has an access token that has not expired.
@@ -117,6 +125,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
         for (projectID, account) in credentials.accountsByProject {
             signers[projectID] = try OAuthAssertionSigner(account: account)
         }
+        metrics.prepare(projectIDs: signers.keys)
         let dropped = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
             var dropped: [CheckedContinuation<AccessToken, any Error>] = []
             for (projectID, project) in state.projects where signers[projectID] == nil {
@@ -248,6 +257,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
             state.projects[projectID] = project
             return waiters
         }
+        metrics.tokenExchange(projectID: projectID, succeeded: (try? result.get()) != nil)
         switch result {
         case .success(let fetched):
             logger.debug("FCM access token exchanged", metadata: ["fcm.project": "\(projectID)", "fcm.token_lifetime": "\(fetched.lifetime)"])

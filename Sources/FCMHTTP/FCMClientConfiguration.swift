@@ -42,8 +42,10 @@ public struct FCMCredentials: Sendable, Hashable {
 
 /// How an ``FCMHTTPClient`` reaches FCM and its token endpoint.
 public struct FCMClientConfiguration: Sendable {
+    /// Google's FCM host, the base URL when none is configured.
+    public static let defaultBaseURL = "https://fcm.googleapis.com"
     /// FCM's base URL (HERALD_FCM_URL); the send path `/v1/projects/<id>/messages:send` follows it.
-    public var baseURL: String = "https://fcm.googleapis.com"
+    public var baseURL: String = defaultBaseURL
     public var credentials: FCMCredentials
     /// A PEM bundle of extra trusted roots for FCM and the token endpoint (HERALD_FCM_CA_PATH).
     public var additionalTrustRootsPEMPath: String?
@@ -60,7 +62,7 @@ public struct FCMClientConfiguration: Sendable {
     public var maximumResponseBytes = 64 * 1024
 
     /// Creates a configuration; every other setting has the default documented on its property.
-    public init(baseURL: String = "https://fcm.googleapis.com", credentials: FCMCredentials, additionalTrustRootsPEMPath: String? = nil) {
+    public init(baseURL: String = defaultBaseURL, credentials: FCMCredentials, additionalTrustRootsPEMPath: String? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.credentials = credentials
         self.additionalTrustRootsPEMPath = additionalTrustRootsPEMPath

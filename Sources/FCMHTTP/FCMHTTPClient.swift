@@ -3,6 +3,7 @@ import AsyncHTTPClient
 public import FCMCore
 import Foundation
 public import Logging
+public import Metrics
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -23,10 +24,12 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     private let credentials: Mutex<FCMCredentials>
     private let configuration: FCMClientConfiguration
     private let logger: Logger
+    private let metrics: FCMClientMetrics
 
     /// Reads every service account's key; throws ``FCMServiceAccountError`` when one is not
-    /// usable and NIOSSL's error when the extra trust roots cannot be read.
-    public init(configuration: FCMClientConfiguration, logger: Logger) throws {
+    /// usable and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
+    /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
+    public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let path = configuration.additionalTrustRootsPEMPath {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
@@ -39,8 +42,9 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         )
         clientConfiguration.httpVersion = .automatic
         let httpClient = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: clientConfiguration)
+        let metrics = FCMClientMetrics(factory: metricsFactory)
         do {
-            self.tokens = try FCMAccessTokenSource(configuration: configuration, httpClient: httpClient, logger: logger)
+            self.tokens = try FCMAccessTokenSource(configuration: configuration, httpClient: httpClient, metrics: metrics, logger: logger)
         } catch {
             try? httpClient.syncShutdown()
             throw error
@@ -49,6 +53,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         self.credentials = Mutex(configuration.credentials)
         self.configuration = configuration
         self.logger = logger
+        self.metrics = metrics
     }
 
     /// True when every configured project has a valid access token.
@@ -108,6 +113,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         post.body = .bytes(ByteBuffer(bytes: request.body(nowMilliseconds: WallClock.millisecondsSince1970())))
         let left = ContinuousClock.now.duration(to: deadline)
         guard left > .zero else { throw FCMTransportError.deadlineExceeded("the deadline passed before the request") }
+        let sentAt = ContinuousClock.now
         do {
             let answer = try await httpClient.execute(post, deadline: .now() + TimeAmount(left), logger: logger)
             let body: ByteBuffer
@@ -117,6 +123,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
                 _ = error
                 body = ByteBuffer()
             }
+            metrics.request(duration: sentAt.duration(to: .now), answered: true)
             return FCMResponse(
                 status: Int(answer.status.code),
                 body: body.readableBytesView,
@@ -124,6 +131,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
                 nowMilliseconds: WallClock.millisecondsSince1970()
             )
         } catch {
+            metrics.request(duration: sentAt.duration(to: .now), answered: false)
             if Task.isCancelled, ContinuousClock.now < deadline { throw CancellationError() }
             throw FCMTransportErrors.map(error, deadlinePassed: ContinuousClock.now >= deadline)
         }

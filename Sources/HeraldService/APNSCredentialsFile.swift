@@ -19,6 +19,12 @@ import Foundation
 /// - Certificate authentication: `cert_path`, a PKCS#12 bundle with optional `cert_password`, or a
 ///   PEM certificate with its key in `cert_key_path` (or in the same PEM file).
 ///
+/// FCM entries (`"platform": "fcm"`) sit beside them: the Android packages a Google
+/// service-account key file serves (``fcmEntries(path:)``):
+/// ```json
+///   { "platform": "fcm", "packages": ["com.example.shop"], "service_account_path": "keys/shop-firebase.json" }
+/// ```
+///
 /// Relative paths are relative to the file's directory. Errors name the entry and the field,
 /// never a password or key material.
 package enum APNSCredentialsFile {
@@ -45,8 +51,12 @@ package enum APNSCredentialsFile {
     }
 
     /// One entry as written in the file.
-    private struct Entry: Decodable {
+    struct Entry: Decodable {
+        /// `apns` (the default) or `fcm`.
+        var platform: String?
         var topics: [String]?
+        var packages: [String]?
+        var serviceAccountPath: String?
         var keyPath: String?
         var keyID: String?
         var teamID: String?
@@ -55,7 +65,10 @@ package enum APNSCredentialsFile {
         var certKeyPath: String?
 
         enum CodingKeys: String, CodingKey {
+            case platform
             case topics
+            case packages
+            case serviceAccountPath = "service_account_path"
             case keyPath = "key_path"
             case keyID = "key_id"
             case teamID = "team_id"
@@ -71,18 +84,16 @@ package enum APNSCredentialsFile {
         fileName: String,
         certificateProblems: inout [String]
     ) throws -> [String: APNSClientConfiguration.Authentication] {
-        let entries: [Entry]
-        do {
-            entries = try JSONDecoder().decode([Entry].self, from: data)
-        } catch {
-            throw ConfigurationError(
-                "HERALD_APNS_CREDENTIALS_FILE=\(fileName) must be a JSON array of credential entries"
-                    + " ({\"topics\": [...], \"key_path\" or \"cert_path\", ...})"
-            )
-        }
+        let entries = try decodeEntries(data, fileName: fileName)
         var credentials: [String: APNSClientConfiguration.Authentication] = [:]
-        for (index, entry) in entries.enumerated() {
+        for (index, entry) in entries.enumerated() where entry.platform != "fcm" {
             let place = "HERALD_APNS_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
+            guard entry.platform == nil || entry.platform == "apns" else {
+                throw ConfigurationError("\(place): \"platform\" must be \"apns\" or \"fcm\"")
+            }
+            guard entry.packages == nil, entry.serviceAccountPath == nil else {
+                throw ConfigurationError("\(place): packages and service_account_path belong to an FCM entry (\"platform\": \"fcm\")")
+            }
             guard let topics = entry.topics, !topics.isEmpty else {
                 throw ConfigurationError("\(place): \"topics\" must list at least one bundle ID")
             }
@@ -105,6 +116,19 @@ package enum APNSCredentialsFile {
             }
         }
         return credentials
+    }
+
+    /// The file's entries, both platforms; throws when it is not a JSON array of entries.
+    static func decodeEntries(_ data: Data, fileName: String) throws -> [Entry] {
+        do {
+            return try JSONDecoder().decode([Entry].self, from: data)
+        } catch {
+            throw ConfigurationError(
+                "HERALD_APNS_CREDENTIALS_FILE=\(fileName) must be a JSON array of credential entries"
+                    + " ({\"topics\": [...], \"key_path\" or \"cert_path\", ...}"
+                    + " or {\"platform\": \"fcm\", \"packages\": [...], \"service_account_path\": ...})"
+            )
+        }
     }
 
     private static func authentication(
@@ -206,7 +230,7 @@ package enum APNSCredentialsFile {
             && text.utf8.allSatisfy { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
-    private static func resolve(_ path: String, in directory: String) -> String {
+    static func resolve(_ path: String, in directory: String) -> String {
         path.hasPrefix("/") ? path : URL(fileURLWithPath: directory).appendingPathComponent(path).path
     }
 

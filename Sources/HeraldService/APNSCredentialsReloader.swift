@@ -1,6 +1,7 @@
-import APNSHTTP2
-import Logging
-import Metrics
+package import APNSHTTP2
+package import FCMHTTP
+package import Logging
+package import Metrics
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -10,13 +11,30 @@ import UnixSignals
 /// finds to the APNs clients (device sends, broadcasts, channel management): a replaced key or certificate gets new connections while requests
 /// in flight finish on the old ones (``APNSHTTP2Client/replaceCredentials(default:byTopic:)``).
 ///
+/// The file's FCM entries go to the FCM client (``FCMHTTPClient/updateCredentials(_:)``), with
+/// HERALD_FCM_SERVICE_ACCOUNT_PATH's account serving the packages no entry lists: a changed
+/// project's access token is exchanged again, requests in flight finish with the one they had.
+///
 /// A file that no longer reads or parses changes nothing: the credentials in use stay, and the
 /// problem is logged once (until it changes) and counted in
-/// `herald_apns_credentials_reloads_total{result="failed"}`.
-final class APNSCredentialsReloader: Service {
+/// `herald_apns_credentials_reloads_total{result="failed"}`. So does a file that gains FCM
+/// entries when Herald started without any FCM credential (no FCM client runs: restart it).
+package final class APNSCredentialsReloader: Service {
+    /// The FCM client and the credentials it was last given (the default account included).
+    package struct FCM {
+        package var client: FCMHTTPClient
+        package var credentials: FCMCredentials
+
+        package init(client: FCMHTTPClient, credentials: FCMCredentials) {
+            self.client = client
+            self.credentials = credentials
+        }
+    }
+
     private let path: String?
     private let defaultCredential: APNSClientConfiguration.Authentication?
     private let clients: [APNSHTTP2Client]
+    private let fcm: Mutex<FCM?>
     private let checkInterval: Duration
     private let logger: Logger
     private let reloads: (applied: Counter, unchanged: Counter, failed: Counter)
@@ -24,10 +42,11 @@ final class APNSCredentialsReloader: Service {
     /// reloads (SIGHUP and the periodic check may coincide).
     private let lastFailure = Mutex<String?>(nil)
 
-    init(
+    package init(
         path: String?,
         defaultCredential: APNSClientConfiguration.Authentication?,
         clients: [APNSHTTP2Client],
+        fcm: FCM? = nil,
         checkInterval: Duration,
         metricsFactory: any MetricsFactory,
         logger: Logger
@@ -35,6 +54,7 @@ final class APNSCredentialsReloader: Service {
         self.path = path
         self.defaultCredential = defaultCredential
         self.clients = clients
+        self.fcm = Mutex(fcm)
         self.checkInterval = checkInterval
         self.logger = logger
         func counter(_ result: String) -> Counter {
@@ -43,7 +63,7 @@ final class APNSCredentialsReloader: Service {
         reloads = (counter("applied"), counter("unchanged"), counter("failed"))
     }
 
-    func run() async throws {
+    package func run() async throws {
         // Trapping SIGHUP also stops it from ending the process (its default action).
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
         await cancelWhenGracefulShutdown {
@@ -62,7 +82,7 @@ final class APNSCredentialsReloader: Service {
     }
 
     /// Reads the file and applies it when it differs from what the client uses.
-    func reload(trigger: String) {
+    package func reload(trigger: String) {
         guard let path else {
             logger.notice("\(trigger): no HERALD_APNS_CREDENTIALS_FILE to re-read")
             return
@@ -70,8 +90,10 @@ final class APNSCredentialsReloader: Service {
         lastFailure.withLock { lastFailure in
             do {
                 let (credentials, problems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
+                let fcmEntries = try APNSCredentialsFile.fcmEntries(path: path)
+                // FCM first: its keys were checked as the file was read, so what follows applies both.
+                var changed = try applyFCM(fcmEntries)
                 // Every client gets the same credentials; the first to refuse one leaves all unchanged.
-                var changed = false
                 for client in clients {
                     changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed
                 }
@@ -83,7 +105,10 @@ final class APNSCredentialsReloader: Service {
                 reloads.applied.increment()
                 logger.notice(
                     "APNs credentials file applied",
-                    metadata: ["herald.credentials_file": "\(path)", "herald.trigger": "\(trigger)", "herald.topics": "\(credentials.count)"]
+                    metadata: [
+                        "herald.credentials_file": "\(path)", "herald.trigger": "\(trigger)", "herald.topics": "\(credentials.count)",
+                        "herald.fcm_packages": "\(fcmEntries.reduce(0) { $0 + $1.packages.count })",
+                    ]
                 )
                 for problem in problems { logger.error("\(problem)") }
             } catch {
@@ -96,6 +121,28 @@ final class APNSCredentialsReloader: Service {
                     metadata: ["herald.credentials_file": "\(path)", "herald.trigger": "\(trigger)", "error": "\(description)"]
                 )
             }
+        }
+    }
+
+    /// Gives the FCM client the file's FCM entries when they changed; returns whether they did.
+    private func applyFCM(_ entries: [FCMCredentials.Entry]) throws -> Bool {
+        try fcm.withLock { fcm in
+            guard var current = fcm else {
+                guard entries.isEmpty else {
+                    throw ConfigurationError("the file lists FCM entries, but Herald started without an FCM credential: restart it to serve them")
+                }
+                return false
+            }
+            let updated = FCMCredentials(entries: entries, fallback: current.credentials.fallback)
+            guard updated != current.credentials else { return false }
+            do {
+                try current.client.updateCredentials(updated)
+            } catch {
+                throw ConfigurationError("FCM credentials: \(error)")
+            }
+            current.credentials = updated
+            fcm = current
+            return true
         }
     }
 }

@@ -1,4 +1,5 @@
 package import APNSHTTP2
+import FCMHTTP
 package import PostgresTokenStore
 import Foundation
 import KafkaMessages
@@ -105,10 +106,20 @@ package enum HeraldApplication {
         let broadcastAPNS = try configuration.broadcastEndpoints.map(client(for:))
         let channelsAPNS = try client(for: configuration.channelManagementEndpoints)
         let apnsClients = [apns, channelsAPNS] + (broadcastAPNS.map { [$0] } ?? [])
+        // Only when an FCM credential is configured: without one, Android devices get rejected
+        // results (NoCredentialForPackage) and nothing about FCM runs.
+        let fcm = try configuration.fcm.map { fcmConfiguration -> FCMHTTPClient in
+            do {
+                return try FCMHTTPClient(configuration: fcmConfiguration, metricsFactory: metricsFactory, logger: logger)
+            } catch {
+                throw ConfigurationError("FCM client: \(error)")
+            }
+        }
         let credentialsReloader = APNSCredentialsReloader(
             path: configuration.apnsCredentialsFile,
             defaultCredential: apnsConfiguration.authentication,
             clients: apnsClients,
+            fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials) } },
             checkInterval: configuration.apnsCredentialsCheckInterval,
             metricsFactory: metricsFactory,
             logger: logger
@@ -142,6 +153,7 @@ package enum HeraldApplication {
             apns: apns,
             broadcastAPNS: broadcastAPNS,
             channelManagementAPNS: channelsAPNS,
+            fcm: fcm,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
             logger: logger
@@ -160,6 +172,7 @@ package enum HeraldApplication {
                 publishBlockedBy: pipeline.publishBlockedBy,
                 storeBlockedBy: pipeline.storeBlockedBy,
                 apnsReachable: apns.endpointsReachable,
+                fcmTokenAvailable: fcm?.isReady ?? true,
                 database: { await database.check() }
             )
             ready.record(unmet.isEmpty ? 1 : 0)
@@ -183,13 +196,16 @@ package enum HeraldApplication {
             drain: drain,
             logger: logger
         )
+        // The APNs and FCM clients stop after the pipeline has drained: sends of the drain still go out.
+        let senders: [ServiceGroupConfiguration.ServiceConfiguration] =
+            apnsClients.map { .init(service: $0) } + (fcm.map { [.init(service: $0)] } ?? [])
         var groupConfiguration = ServiceGroupConfiguration(
             services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
                 .init(service: postgres),
                 .init(service: housekeepingPostgres),
                 // Needs only PostgreSQL: stops just before it.
                 .init(service: housekeeping),
-            ] + apnsClients.map { .init(service: $0) } + [
+            ] + senders + [
                 .init(service: credentialsReloader),
                 // Stopped after the pipeline has drained, so it answers throughout the drain.
                 .init(service: health),

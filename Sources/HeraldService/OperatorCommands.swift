@@ -2,6 +2,8 @@ import PostgresTokenStore
 import KafkaMessages
 import APNSCore
 import APNSHTTP2
+import FCMCore
+import FCMHTTP
 import Foundation
 import DeviceTokenStore
 import KafkaTransport
@@ -37,6 +39,7 @@ package enum OperatorCommands {
         } else {
             lines.append("apns: no credential (only `herald migrate` can run)")
         }
+        lines += describeFCM(configuration.fcm)
         lines += [
             "windows: \(pipeline.maxInFlightMessages) messages, \(pipeline.maxConcurrentSends) sends, poll batch \(pipeline.pollBatchSize), ledger batch \(pipeline.maxOutcomesPerLedgerWrite)",
             "retries: \(pipeline.retry.maxAttempts) attempts within \(pipeline.retry.deliveryDeadline)",
@@ -48,6 +51,18 @@ package enum OperatorCommands {
         let defaults = configuration.defaultsApplied.sorted { $0.key < $1.key }.map { "default: \($0.key) = \($0.value)" }
         return lines + configuration.effectiveValues.map { "set: \($0)" } + defaults + configuration.unknownKeys.map { "warning: \($0)" }
             + configuration.certificateProblems.map { "warning: \($0)" }
+    }
+
+    /// FCM's lines: the endpoint, the trust roots and each service account (its project, e-mail
+    /// and key ID prefix, never the key).
+    static func describeFCM(_ fcm: FCMClientConfiguration?) -> [String] {
+        guard let fcm else { return ["fcm: no credential (Android devices get rejected results, NoCredentialForPackage)"] }
+        var lines = ["fcm endpoint: \(fcm.baseURL), trust roots \(fcm.additionalTrustRootsPEMPath ?? "system")"]
+        lines.append("fcm default credential: \(fcm.credentials.fallback?.description ?? "none (only the credentials file's packages are served)")")
+        for entry in fcm.credentials.entries {
+            lines.append("fcm credential for \(entry.packages.joined(separator: ", ")): \(entry.serviceAccount)")
+        }
+        return lines
     }
 
     /// Publishes a registry update to push.tokens; returns the line saying what was published.

@@ -4,7 +4,8 @@ enum Readiness {
     ///
     /// Ready means: no graceful shutdown began, the consume loop polls, the consumer has joined
     /// its group, no permanent error holds a publish or a statement, PostgreSQL answers (the one
-    /// probe, bounded) and no APNs endpoint is known to be unreachable.
+    /// probe, bounded), no APNs endpoint is known to be unreachable, and, when FCM is configured,
+    /// every Firebase project has an access token (`fcm_token_unavailable` otherwise).
     static func unmetConditions(
         draining: Bool,
         consuming: Bool,
@@ -12,6 +13,7 @@ enum Readiness {
         publishBlockedBy: [String],
         storeBlockedBy: [String],
         apnsReachable: Bool,
+        fcmTokenAvailable: Bool = true,
         database: @Sendable () async -> Bool
     ) async -> [String] {
         async let databaseAnswers = database()
@@ -24,6 +26,7 @@ enum Readiness {
         unmet += storeBlockedBy.map { "postgres_failing:\($0)" }
         if await !databaseAnswers { unmet.append("postgres_unreachable") }
         if !apnsReachable { unmet.append("apns_unreachable") }
+        if !fcmTokenAvailable { unmet.append("fcm_token_unavailable") }
         return unmet
     }
 }

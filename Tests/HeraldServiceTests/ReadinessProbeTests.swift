@@ -45,12 +45,13 @@ import Testing
             publishBlockedBy: ["_UNKNOWN_TOPIC"],
             storeBlockedBy: ["42P01"],
             apnsReachable: false,
+            fcmTokenAvailable: false,
             database: { false }
         )
         #expect(
             unmet == [
                 "shutting_down", "kafka_group_not_joined", "kafka_publish_blocked:_UNKNOWN_TOPIC", "postgres_failing:42P01",
-                "postgres_unreachable", "apns_unreachable",
+                "postgres_unreachable", "apns_unreachable", "fcm_token_unavailable",
             ]
         )
         let ready = await Readiness.unmetConditions(
@@ -60,6 +61,7 @@ import Testing
             publishBlockedBy: [],
             storeBlockedBy: [],
             apnsReachable: true,
+            fcmTokenAvailable: true,
             database: { true }
         )
         #expect(ready.isEmpty)

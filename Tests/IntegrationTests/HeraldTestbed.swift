@@ -6,17 +6,26 @@ import Foundation
 import HeraldService
 import KafkaTransport
 import Logging
+import FCMCore
 import MockAPNS
+import MockFCM
 import ServiceLifecycle
+import _CryptoExtras
 
 /// One test's world on the real services: its own topics, bundle ID and provider key, two mock
-/// APNs servers (production and sandbox), and the HERALD_* configuration pointing at them.
+/// APNs servers (production and sandbox), a mock FCM with a service account it trusts, and the
+/// HERALD_* configuration pointing at them.
 final class HeraldTestbed: Sendable {
     let topics: TestTopics
     let bundleID = "com.example.shop.\(UUID().uuidString.prefix(8).lowercased())"
     let key: TestProviderKey
     let production: MockAPNSServer
     let sandbox: MockAPNSServer
+    /// The mock FCM (real HTTP/2 and TLS, its token endpoint included); it trusts ``fcmKey``.
+    let fcm: MockFCMServer
+    /// The Android package events name in `fcm.package`, and the Firebase project serving it.
+    let fcmPackage = "com.example.shop.android"
+    let fcmProjectID = "herald-test"
     let directory: URL
     let logger: Logger
     let producer: KafkaProducer
@@ -63,12 +72,44 @@ final class HeraldTestbed: Sendable {
         self.logger = logger
         production = mock("production", faults: faults)
         sandbox = mock("sandbox", uniqueIDs: sandboxUniqueIDs)
+        fcm = MockFCMServer(
+            configuration: MockFCMConfiguration(
+                caCertificatePath: directory.appendingPathComponent("fcm-ca.pem").path,
+                serviceAccounts: [
+                    MockFCMServiceAccount(projectID: fcmProjectID, clientEmail: Self.fcmClientEmail(fcmProjectID), publicKey: Self.fcmKey.publicKey)
+                ]
+            ),
+            logger: logger
+        )
         producer = try KafkaProducer(configuration: try TestEnvironment.kafka, logger: logger)
     }
 
-    /// Runs `body` while both mock APNs servers serve.
+    /// Runs `body` while both mock APNs servers and the mock FCM serve.
     func withMocks<Result: Sendable>(_ body: () async throws -> Result) async throws -> Result {
-        try await withRunningServices(ServiceGroup(services: [production, sandbox], logger: logger), body)
+        try await withRunningServices(ServiceGroup(services: [production, sandbox, fcm], logger: logger), body)
+    }
+
+    /// The RSA key of the service account the mock FCM trusts (one for the run: generating one
+    /// takes a while).
+    static let fcmKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+
+    static func fcmClientEmail(_ projectID: String) -> String { "herald@\(projectID).iam.gserviceaccount.com" }
+
+    /// Writes a service-account key file for ``fcmProjectID`` whose `token_uri` is the mock's
+    /// (call inside `withMocks`), signed with `key` (the trusted one by default); returns its path.
+    func writeFCMServiceAccount(named name: String = "fcm-service-account.json", key: _RSA.Signing.PrivateKey = fcmKey) async throws
+        -> String
+    {
+        let account = FCMServiceAccount(
+            projectID: fcmProjectID,
+            privateKeyID: "test-key",
+            privateKeyPEM: key.pkcs8PEMRepresentation,
+            clientEmail: Self.fcmClientEmail(fcmProjectID),
+            tokenURI: "https://127.0.0.1:\(try await fcm.listeningPort())/token"
+        )
+        let path = directory.appendingPathComponent(name).path
+        try Data(account.json).write(to: URL(fileURLWithPath: path))
+        return path
     }
 
     /// Herald's environment for this testbed (call inside `withMocks`); `group` names the
@@ -99,6 +140,9 @@ final class HeraldTestbed: Sendable {
         environment["HERALD_APNS_CHANNELS_PRODUCTION_URL"] = "https://127.0.0.1:\(productionPort)"
         environment["HERALD_APNS_CHANNELS_SANDBOX_URL"] = "https://127.0.0.1:\(sandboxPort)"
         environment["HERALD_APNS_CA_PATH"] = bundle
+        environment["HERALD_FCM_URL"] = "https://127.0.0.1:\(try await fcm.listeningPort())"
+        environment["HERALD_FCM_CA_PATH"] = directory.appendingPathComponent("fcm-ca.pem").path
+        environment["HERALD_FCM_SERVICE_ACCOUNT_PATH"] = try await writeFCMServiceAccount()
         environment["HERALD_HTTP_PORT"] = "0"
         return environment
     }

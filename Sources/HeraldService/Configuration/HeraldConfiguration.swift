@@ -1,4 +1,5 @@
 package import APNSHTTP2
+package import FCMHTTP
 package import PostgresTokenStore
 import Foundation
 package import KafkaTransport
@@ -27,6 +28,9 @@ package struct HeraldConfiguration: Sendable {
     package var broadcastEndpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)?
     /// The channel management API's hosts (HERALD_APNS_CHANNELS_PRODUCTION_URL and _SANDBOX_URL).
     package var channelManagementEndpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)
+    /// FCM's settings and credentials (HERALD_FCM_* and the credentials file's FCM entries); nil
+    /// when no FCM credential is configured (an APNs-only deployment: no FCM client is built).
+    package var fcm: FCMClientConfiguration?
     /// HERALD_APNS_CREDENTIALS_FILE, re-read on SIGHUP and every ``apnsCredentialsCheckInterval``.
     package var apnsCredentialsFile: String?
     /// How often the credentials file is checked for changes (HERALD_APNS_CREDENTIALS_CHECK_S).
@@ -58,6 +62,7 @@ package struct HeraldConfiguration: Sendable {
     /// other HERALD_KAFKA_* keys pass through to librdkafka.
     package static let keys = Set(
         serviceKeys + KafkaConfiguration.keys + PipelineConfiguration.keys + HousekeepingConfiguration.keys + APNSClientConfiguration.keys
+            + FCMClientConfiguration.configKeys.map(FCMClientConfiguration.environmentName(of:))
     )
 
     /// HERALD_* keys given that Herald does not read, each with the closest known key when one
@@ -103,6 +108,12 @@ package struct HeraldConfiguration: Sendable {
         channelManagementEndpoints = apnsSettings.channelManagementEndpoints
         apnsCredentialsFile = apnsSettings.credentialsFile
         apnsCredentialsCheckInterval = apnsSettings.credentialsCheckInterval
+        let fcmEntries = try apnsSettings.credentialsFile.map(APNSCredentialsFile.fcmEntries(path:)) ?? []
+        do {
+            fcm = try FCMClientConfiguration(reading: source.herald, entries: fcmEntries)
+        } catch {
+            throw ConfigurationError("\(error)")
+        }
         shutdownGracePeriod = .seconds(try source.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
         httpPort = try source.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
         let levelText = source.string("HERALD_LOG_LEVEL", default: "info")

@@ -7,14 +7,19 @@ import Yams
 /// environment and, when HERALD_CONFIG_FILE names one, a YAML or JSON file with the same keys
 /// (the environment wins). Secrets are marked, so the values `herald config check` prints are
 /// redacted by the library.
+///
+/// Components read scoped keys through ``herald`` (`fcm.url` is HERALD_FCM_URL): the environment
+/// joins a key's components with `_`, upper-cased, and the file's keys are looked up the same way.
 struct HeraldConfigurationSource {
     let reader: ConfigReader
+    /// The reader scoped to `herald`, for components' typed reads of their own scoped keys.
+    var herald: ConfigReader { reader.scoped(to: "herald") }
     /// Every key given, in the environment or the file (HERALD_* and others).
     let givenKeys: Set<String>
     /// What each key read resolved to, secrets redacted, and where it came from.
     private let valuesRead: ValuesRead
     /// The defaults the typed reads applied to unset keys, by key.
-    private let defaults = DefaultsApplied()
+    private let defaults: DefaultsApplied
 
     /// Keys whose values are secret: the database URL (it may hold a password), the
     /// certificate password, and librdkafka's passwords, secrets and keys.
@@ -25,7 +30,8 @@ struct HeraldConfigurationSource {
     }
 
     init(environment: [String: String]) async throws {
-        let valuesRead = ValuesRead()
+        let defaults = DefaultsApplied()
+        let valuesRead = ValuesRead(defaults: defaults)
         var providers: [any ConfigProvider] = [
             EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .dynamic { key, _ in Self.isSecret(key) })
         ]
@@ -38,6 +44,7 @@ struct HeraldConfigurationSource {
         self.reader = ConfigReader(providers: providers, accessReporter: valuesRead)
         self.givenKeys = givenKeys
         self.valuesRead = valuesRead
+        self.defaults = defaults
     }
 
     /// The value of `key` as text: a string, or a YAML/JSON number or boolean written as one;
@@ -101,21 +108,48 @@ struct HeraldConfigurationSource {
             }
             values[AbsoluteConfigKey([key])] = ConfigValue(content, isSecret: isSecret(key))
         }
-        let provider = InMemoryProvider(name: "HERALD_CONFIG_FILE", values: values)
+        // A scoped key (`herald.fcm.url`) is found under its flat name (HERALD_FCM_URL).
+        let provider = InMemoryProvider(name: "HERALD_CONFIG_FILE", values: values).mapKeys { Self.flatKey($0) }
         return (provider, Array(mapping.keys))
+    }
+
+    /// The one-component key the environment and the file use for `key`: its components joined
+    /// with `_`, upper-cased (HERALD_FCM_URL for `herald.fcm.url`; a flat key stays as it is).
+    static func flatKey(_ key: AbsoluteConfigKey) -> AbsoluteConfigKey {
+        AbsoluteConfigKey([flatName(key.components)], context: key.context)
+    }
+
+    static func flatName(_ components: [String]) -> String {
+        components.count == 1 ? components[0] : components.joined(separator: "_").uppercased()
     }
 }
 
 /// Records what each key read resolved to (swift-configuration's access events): the value as
 /// the library describes it, which redacts secrets, and whether the environment or the file
-/// gave it.
+/// gave it. A value no provider gave is a default a typed read applied: it goes to the defaults.
 private final class ValuesRead: AccessReporter, Sendable {
     private let values = Mutex<[String: String]>([:])
+    private let defaults: DefaultsApplied
+
+    init(defaults: DefaultsApplied) {
+        self.defaults = defaults
+    }
 
     func report(_ event: AccessEvent) {
         guard case .success(let value?) = event.result else { return }
-        let source = event.providerResults.firstIndex { (try? $0.result.get().value) != nil } == 0 ? "environment" : "HERALD_CONFIG_FILE"
-        let key = event.metadata.key.components.joined(separator: ".")
+        let key = HeraldConfigurationSource.flatName(event.metadata.key.components)
+        guard let index = event.providerResults.firstIndex(where: { (try? $0.result.get().value) != nil }) else {
+            let text: String
+            switch value.content {
+            case .string(let string): text = string
+            case .int(let number): text = String(number)
+            case .bool(let flag): text = String(flag)
+            default: text = "\(value)"
+            }
+            defaults.values.withLock { $0[key] = text }
+            return
+        }
+        let source = index == 0 ? "environment" : "HERALD_CONFIG_FILE"
         values.withLock { $0[key] = "\(key) = \(value) (\(source))" }
     }
 
