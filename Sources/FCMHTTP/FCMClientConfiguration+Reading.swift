@@ -5,7 +5,8 @@ import Foundation
 extension FCMClientConfiguration {
     /// The keys read, relative to the reader given to ``init(reading:entries:)``: under a reader
     /// scoped to `herald`, the environment names them HERALD_FCM_URL, HERALD_FCM_CA_PATH and
-    /// HERALD_FCM_SERVICE_ACCOUNT_PATH.
+    /// HERALD_FCM_SERVICE_ACCOUNT_PATH. None of their values is secret (a path, a URL): the key
+    /// file's content is read from the file, never through the reader, so it is never printed.
     public static let configKeys: [ConfigKey] = [["fcm", "url"], ["fcm", "ca_path"], ["fcm", "service_account_path"]]
 
     /// Reads FCM's settings from `config`: the base URL (`fcm.url`, ``defaultBaseURL`` when
