@@ -24,7 +24,7 @@ final class HeraldTestbed: Sendable {
     /// The mock FCM (real HTTP/2 and TLS, its token endpoint included); it trusts ``fcmKey``.
     let fcm: MockFCMServer
     /// The Android package events name in `fcm.package`, and the Firebase project serving it.
-    let fcmPackage = "com.example.shop.android"
+    let fcmPackage = "com.example.shop.android.\(UUID().uuidString.prefix(8).lowercased())"
     let fcmProjectID = "herald-test"
     let directory: URL
     let logger: Logger
