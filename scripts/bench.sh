@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Herald's benchmarks (see BENCHMARKS.md) on the local services scripts/test.sh uses: the APNs
-# sender against h2load on the same mock APNs, the batched token lookup on PostgreSQL, and the
-# whole pipeline (the real herald executable on the broker, PostgreSQL and mock APNs).
-#   scripts/bench.sh [SENDER OPTIONS]     all three; the arguments go to `herald-bench sender`
-#                                         (e.g. --requests 50000 --rounds 7), the pipeline's
-#                                         options come from PIPELINE_ARGS
+# sender against h2load on the same mock APNs, the FCM sender against h2load on the same mock FCM,
+# the batched token lookup on PostgreSQL, and the whole pipeline (the real herald executable on
+# the broker, PostgreSQL and mock APNs), APNs only and then with half the devices on Android.
+#   scripts/bench.sh [SENDER OPTIONS]     all of them; the arguments go to `herald-bench sender`
+#                                         (e.g. --requests 50000 --rounds 7), the FCM sender's
+#                                         options come from FCM_SENDER_ARGS (e.g. "--rounds 7"),
+#                                         the pipeline's from PIPELINE_ARGS
 #                                         (e.g. PIPELINE_ARGS="--shape single --notifications 20000")
+#   scripts/bench.sh fcm-sender [OPTIONS] only `herald-bench fcm-sender OPTIONS`
 #   scripts/bench.sh pipeline [OPTIONS]   only `herald-bench pipeline OPTIONS`
 #                                         (e.g. --shape mixed --herald-env HERALD_POLL_BATCH_SIZE=512);
 #                                         `herald-bench pipeline --help` lists the options
@@ -14,14 +17,19 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 start_services
 
-if [[ "${1:-}" == pipeline ]]; then
-  shift
-  "$BIN/herald-bench" pipeline "$@"
+if [[ "${1:-}" == pipeline || "${1:-}" == fcm-sender ]]; then
+  "$BIN/herald-bench" "$@"
   exit
 fi
 "$BIN/herald-bench" sender "$@"
+echo
+# shellcheck disable=SC2086  # FCM_SENDER_ARGS is split into words on purpose
+"$BIN/herald-bench" fcm-sender ${FCM_SENDER_ARGS:-}
 echo
 "$BIN/herald-bench" lookup --users 1000
 echo
 # shellcheck disable=SC2086  # PIPELINE_ARGS is split into words on purpose
 "$BIN/herald-bench" pipeline ${PIPELINE_ARGS:-}
+echo
+# shellcheck disable=SC2086  # PIPELINE_ARGS is split into words on purpose
+"$BIN/herald-bench" pipeline ${PIPELINE_ARGS:-} --android-share 0.5

@@ -46,6 +46,14 @@ struct PipelineBenchmark: AsyncParsableCommand {
     var heraldEnv: [String] = []
     @Option(help: "Path of herald (default: next to herald-bench).") var herald: String?
     @Option(help: "Path of mock-apns (default: next to herald-bench).") var mockAPNS: String?
+    @Option(help: "Path of mock-fcm (default: next to herald-bench).") var mockFCM: String?
+    @Option(
+        help: """
+            Share (0 to 1) of the devices that are Android devices, registered under the app's ID as their package; \
+            events then carry an fcm part, and herald sends those through a mock-fcm. 0: APNs only.
+            """
+    )
+    var androidShare = 0.0
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
     @Option(
@@ -76,6 +84,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         guard notifications > 0, instances > 0, partitions > 0 else { throw ValidationError("--notifications, --instances and --partitions must be positive") }
         guard heraldEnv.allSatisfy({ $0.contains("=") }) else { throw ValidationError("--herald-env expects KEY=VALUE") }
         guard (1...100).contains(apps) else { throw ValidationError("--apps must be 1 to 100") }
+        guard (0...1).contains(androidShare) else { throw ValidationError("--android-share must be 0 to 1") }
         guard apps == 1 || campaignUrgentRate == 0 else { throw ValidationError("--apps and --campaign-urgent-rate do not combine") }
     }
 
@@ -91,7 +100,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             environment: ["HERALD_POSTGRES_URL": services.postgresURL, "HERALD_LOG_LEVEL": "warning"]
         )
         print(
-            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(apps) app(s), \(instances) herald instance(s), herald-env [\(heraldEnv.joined(separator: " "))]"
+            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(apps) app(s), \(instances) herald instance(s), Android share \(androidShare), herald-env [\(heraldEnv.joined(separator: " "))]"
         )
         let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
         print("broker alone: \(count) records of ~90 B produced and read back at \(fixed(brokerRate)) records/s")
@@ -150,7 +159,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         logger: Logger
     ) async throws -> Double {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
-        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag, apps: apps)
+        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag, apps: apps, androidShare: androidShare)
         let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results", "requests.bulk"].map {
             "\(tag).push.\($0)"
         }
@@ -163,7 +172,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             """
 
             == shape \(shape) (\(shape.summary); 1-3 devices per user), topics \(tag).push.*
-            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications; \
+            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications (\(workload.fcmTokenCount) to Android devices); \
             tokens loaded \(analyze ? "with" : "without") ANALYZE in \(fixed((ContinuousClock.now - loadStart).inSeconds, 1)) s
             """
         )
@@ -176,6 +185,10 @@ struct PipelineBenchmark: AsyncParsableCommand {
         )
         var mockSummary: String?
         defer { if mockSummary == nil { _ = mock.stop() } }
+        let fcmMock =
+            androidShare > 0 ? try await MockFCMProcess.start(executable: mockFCM ?? Workspace.siblingExecutable("mock-fcm"), workspace: workspace) : nil
+        var fcmSummary: String?
+        defer { if fcmSummary == nil { _ = fcmMock?.stop() } }
         var environment = [
             "HERALD_KAFKA_BROKERS": services.brokers, "HERALD_KAFKA_GROUP": "\(tag).herald",
             "HERALD_TOPIC_REQUESTS": topics[0], "HERALD_TOPIC_TOKENS": topics[1], "HERALD_TOPIC_RESULTS": topics[2],
@@ -189,6 +202,11 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "HERALD_APNS_CA_PATH": mock.caPath,
             "HERALD_LOG_LEVEL": "warning", "HERALD_LOG_FORMAT": "text", "HERALD_KAFKA_SESSION_TIMEOUT_MS": "6000",
         ]
+        if let fcmMock {
+            environment["HERALD_FCM_URL"] = "https://127.0.0.1:\(fcmMock.port)"
+            environment["HERALD_FCM_CA_PATH"] = fcmMock.caPath
+            environment["HERALD_FCM_SERVICE_ACCOUNT_PATH"] = fcmMock.accountPath
+        }
         for entry in heraldEnv {
             let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             environment[String(parts[0])] = String(parts[1])
@@ -217,8 +235,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             }
             for child in heralds { try await child.waitUntilReady() }
             run = try await measure(
-                workload, rate: rate, topics: topics, urgent: urgent, heralds: heralds, mockPID: mock.process.processIdentifier, services: services,
-                logger: logger)
+                workload, rate: rate, topics: topics, urgent: urgent, heralds: heralds, mockPID: mock.process.processIdentifier,
+                fcmMockPID: fcmMock?.process.processIdentifier, services: services, logger: logger)
             for child in heralds {
                 let status = try await child.stop()
                 guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
@@ -246,6 +264,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         )
         let summary = mock.stop()
         mockSummary = summary
+        fcmSummary = fcmMock?.stop()
         services.deleteTopics(topics)  // only now: no child process runs (see ProcStats.pids)
 
         let runs = autovacuumRuns.sorted { $0.key < $1.key }.map { "\($0.key) +\($0.value)" }
@@ -254,7 +273,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(fixed(sender.run.requestsPerSecond)) requests/s, \(fixed(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
         let failures =
             report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
-            + mockFailures(summary, expected: workload.tokens.count + sender.sent + (urgent?.progress.results ?? 0))
+            + mockFailures(summary, expected: workload.tokens.count - workload.fcmTokenCount + sender.sent + (urgent?.progress.results ?? 0))
+            + fcmMockFailures(fcmSummary, expected: workload.fcmTokenCount)
         if let urgent {
             let (idle, during) = (urgent.summary(.idle), urgent.summary(.campaign))
             print(
@@ -276,6 +296,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         urgent: UrgentLoad?,
         heralds: [HeraldChild],
         mockPID: Int32,
+        fcmMockPID: Int32?,
         services: BenchServices,
         logger: Logger
     ) async throws -> PipelineRun {
@@ -289,7 +310,10 @@ struct PipelineBenchmark: AsyncParsableCommand {
         let heraldPIDs = heralds.map(\.pid)
         func groups() -> [String: [Int32]] {
             let postgres = ProcStats.pids { comm, _ in comm == "postgres" }
-            return ["herald": heraldPIDs, "postgres": postgres, "tansu": broker.tansu, "proxy": broker.proxy, "mock-apns": [mockPID]]
+            return [
+                "herald": heraldPIDs, "postgres": postgres, "tansu": broker.tansu, "proxy": broker.proxy, "mock-apns": [mockPID],
+                "mock-fcm": fcmMockPID.map { [$0] } ?? [],
+            ]
         }
         let (eventKey, tokenKey, statusKey) = (Array(#""event_id":""#.utf8), Array(#""token":""#.utf8), Array(#""status":""#.utf8))
         let latencyKey = Array(#""latency_ms":"#.utf8)

@@ -131,6 +131,10 @@ struct Workload {
     let apps: Int
     let eventPrefix: String
     private(set) var tokens: [String] = []
+    /// Whether each token is an Android (FCM) device's, registered under the app's ID as its package.
+    private(set) var tokenIsFCM: [Bool] = []
+    /// The share of devices on Android (0: an APNs-only workload, and events carry no `fcm` part).
+    let androidShare: Double
     /// The user (`u<n>`) of each token.
     private(set) var tokenUsers: [Int32] = []
     /// The event of each token.
@@ -142,9 +146,10 @@ struct Workload {
     var eventCount: Int { eventUserStarts.count - 1 }
     var userCount: Int { eventUserStarts.last ?? 0 }
 
-    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String, apps: Int) {
+    init(shape: PipelineShape, notifications: Int, seed: UInt64, tag: String, apps: Int, androidShare: Double = 0) {
         bundleID = "com.example.bench.\(tag)"
         self.apps = apps
+        self.androidShare = androidShare
         eventPrefix = "\(tag)-"
         var random = SplitMix64(state: seed &+ UInt64(PipelineShape.allCases.firstIndex(of: shape) ?? 0))
         var users = 0
@@ -152,6 +157,8 @@ struct Workload {
             for _ in 0..<shape.nextEventUsers(&random) {
                 for _ in 0..<Int.random(in: 1...3, using: &random) {
                     tokens.append(Self.hexToken(&random))
+                    // No draw without Android devices: the APNs-only workload stays as it was.
+                    tokenIsFCM.append(androidShare > 0 && Double.random(in: 0..<1, using: &random) < androidShare)
                     tokenUsers.append(Int32(users))
                     tokenEvents.append(Int32(eventUserStarts.count - 1))
                 }
@@ -192,11 +199,18 @@ struct Workload {
         index % apps == 0 ? bundleID : "\(bundleID).\(index % apps)"
     }
 
-    /// Event `index` as push.requests JSON (the shape of HeraldTestbed.publishEvent).
+    /// How many tokens are Android devices'.
+    var fcmTokenCount: Int { tokenIsFCM.lazy.filter { $0 }.count }
+
+    /// Event `index` as push.requests JSON (the shape of HeraldTestbed.publishEvent); with
+    /// Android devices, with an `fcm` part for the package of the app's ID.
     func eventJSON(_ index: Int) -> [UInt8] {
         let users = (eventUserStarts[index]..<eventUserStarts[index + 1]).map { "\"u\($0)\"" }.joined(separator: ",")
+        let fcm =
+            androidShare > 0
+            ? #","fcm":{"package":"\#(topic(ofEvent: index))","message":{"notification":{"title":"Bench","body":"Event \#(index)"}}}"# : ""
         return Array(
-            #"{"id":"\#(eventID(index))","user_ids":[\#(users)],"topic":"\#(topic(ofEvent: index))","payload":{"aps":{"alert":{"title":"Bench","body":"Event \#(index)"}}}}"#
+            #"{"id":"\#(eventID(index))","user_ids":[\#(users)],"topic":"\#(topic(ofEvent: index))","payload":{"aps":{"alert":{"title":"Bench","body":"Event \#(index)"}}}\#(fcm)}"#
                 .utf8
         )
     }
@@ -209,11 +223,13 @@ struct Workload {
             let batchTokens = Array(tokens[rows])
             let batchUsers = rows.map { "u\(tokenUsers[$0])" }
             let batchTopics = rows.map { topic(ofEvent: Int(tokenEvents[$0])) }
+            let batchPlatforms = rows.map { tokenIsFCM[$0] ? "fcm" : "apns" }
             try await client.query(
                 """
-                INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at)
-                SELECT topic, token, user_id, 'production', now(), now()
-                FROM unnest(\(batchTopics)::text[], \(batchTokens)::text[], \(batchUsers)::text[]) AS rows(topic, token, user_id)
+                INSERT INTO push.device_tokens (topic, token, user_id, environment, registered_at, updated_at, platform, fcm_target)
+                SELECT topic, token, user_id, 'production', now(), now(), platform, CASE platform WHEN 'fcm' THEN 'token' END
+                FROM unnest(\(batchTopics)::text[], \(batchTokens)::text[], \(batchUsers)::text[], \(batchPlatforms)::text[])
+                  AS rows(topic, token, user_id, platform)
                 """,
                 logger: logger
             )

@@ -37,6 +37,10 @@ public struct MockFCMConfiguration: Sendable {
     public var senderMismatchTokens: Set<String> = []
     /// Projects whose FCM API is "disabled": 403 PERMISSION_DENIED without FcmError.
     public var disabledProjects: Set<String> = []
+    /// Access tokens accepted for a project (token -> project ID) without an exchange and without
+    /// expiry, for benchmarks: a load generator such as h2load cannot run the OAuth flow. Empty by
+    /// default; never use it where the token exchange is under test.
+    public var staticAccessTokens: [String: String] = [:]
     /// Injected faults; none by default.
     public var faults: MockFCMFaults = .none
     /// How many messages ``MockFCMServer/receivedMessages()`` keeps (the most recent); 0 keeps none.

@@ -43,14 +43,14 @@ public final class MockFCMServer: Service, Sendable {
     public init(configuration: MockFCMConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        self.ledger = Mutex(
-            Ledger(
-                unregisteredTokens: configuration.unregisteredTokens,
-                faults: configuration.faults,
-                generator: SeededGenerator(seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)),
-                logLimit: max(0, configuration.requestLogLimit)
-            )
+        var ledger = Ledger(
+            unregisteredTokens: configuration.unregisteredTokens,
+            faults: configuration.faults,
+            generator: SeededGenerator(seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)),
+            logLimit: max(0, configuration.requestLogLimit)
         )
+        for (token, projectID) in configuration.staticAccessTokens { ledger.accessTokens[token] = (projectID, .max) }
+        self.ledger = Mutex(ledger)
     }
 
     // MARK: Running

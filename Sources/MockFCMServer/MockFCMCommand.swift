@@ -43,6 +43,15 @@ struct MockFCMCommand: AsyncParsableCommand {
     )
     var writtenAccounts: [String] = []
 
+    @Option(
+        name: .customLong("static-access-token"),
+        help: ArgumentHelp(
+            "For benchmarks: accept TOKEN as an access token of PROJECT, never expiring, without a token exchange (h2load cannot run OAuth). Repeatable.",
+            valueName: "project=token"
+        )
+    )
+    var staticAccessTokens: [String] = []
+
     @Option(name: .customLong("token-lifetime"), help: "expires_in of issued access tokens, in seconds.")
     var tokenLifetime: Int = 3599
 
@@ -116,6 +125,11 @@ struct MockFCMCommand: AsyncParsableCommand {
         configuration.invalidTokens = Set(invalid)
         configuration.senderMismatchTokens = Set(senderMismatch)
         configuration.disabledProjects = Set(disabledProjects)
+        for entry in staticAccessTokens {
+            let parts = entry.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, !parts[1].isEmpty else { throw ValidationError("--static-access-token takes project=token") }
+            configuration.staticAccessTokens[String(parts[1])] = String(parts[0])
+        }
         let server = MockFCMServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(

@@ -207,6 +207,21 @@ struct SenderAgainstMockTests {
         }
     }
 
+    @Test func aStaticAccessTokenIsAcceptedForItsProjectOnly() async throws {
+        try await FCMHarness.run(configure: { $0.staticAccessTokens = ["bench-token": FCMHarness.projectID, "other-token": "other-project"] }) {
+            harness in
+            let body = #"{"message":{"token":"device-1","data":{"k":"v"}}}"#
+            let (accepted, otherProject, unknown) = (
+                try await rawPost(harness, bearer: "bench-token", body: body), try await rawPost(harness, bearer: "other-token", body: body),
+                try await rawPost(harness, bearer: "unknown-token", body: body)
+            )
+            #expect(accepted.status == 200)
+            #expect(otherProject.status == 403)
+            #expect(unknown.status == 401)
+            #expect(harness.server.deliveredCount(token: "device-1") == 1)
+        }
+    }
+
     /// POSTs `body` to the send endpoint with `bearer`, outside Herald's validation.
     private func rawPost(_ harness: FCMHarness, bearer: String, body: String) async throws -> FCMResponse {
         var tls = TLSConfiguration.makeClientConfiguration()
