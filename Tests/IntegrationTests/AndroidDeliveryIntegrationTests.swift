@@ -85,6 +85,52 @@ struct AndroidDeliveryIntegrationTests {
     }
 }
 
+extension AndroidDeliveryIntegrationTests {
+    /// FCM's refusals as Herald reads them, by the FcmError detail: INVALID_ARGUMENT naming the
+    /// token is `unregistered` (and marks it); a 403 without FcmError (the API disabled for the
+    /// project) is `rejected` and marks nothing.
+    @Test func refusalsAreReadByTheirDetailNotTheirStatus() async throws {
+        let invalid = Self.pixel("invalid")
+        let valid = Self.pixel("valid")
+        let testbed = try HeraldTestbed(fcmInvalidTokens: [invalid])
+        try await testbed.withMocks {
+            let herald = try await testbed.startHerald(try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)"))
+            for (user, token) in [("ivan", invalid), ("vera", valid)] {
+                try await testbed.registerAndroid(user: user, token: token, at: "2026-11-21T10:00:00Z")
+            }
+            try await testbed.waitForActiveDevices(users: ["ivan", "vera"], count: 2)
+            try await testbed.publishMixedEvent(id: "refusals-1", users: ["ivan", "vera"])
+            let records = try await TopicReader(topics: [testbed.topics.results]).read(timeout: .seconds(60)) {
+                $0.compactMap(ResultRecord.init).count >= 2
+            }
+            let results = records.compactMap(\.json)
+            #expect(results.first { $0["token"] as? String == invalid }?["status"] as? String == "unregistered")
+            #expect(results.first { $0["token"] as? String == valid }?["status"] as? String == "delivered")
+            #expect(try await testbed.activeDevices(users: ["ivan"]).isEmpty, "INVALID_ARGUMENT naming the token marks it")
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+
+        // The FCM API disabled for the project: 403 without FcmError, rejected, the token kept.
+        let disabled = try HeraldTestbed(fcmDisabled: true)
+        try await disabled.withMocks {
+            let herald = try await disabled.startHerald(try await disabled.heraldEnvironment(group: "herald-\(UUID().uuidString)"))
+            try await disabled.registerAndroid(user: "wes", token: valid, at: "2026-11-21T10:00:00Z")
+            try await disabled.waitForActiveDevices(users: ["wes"], count: 1)
+            try await disabled.publishMixedEvent(id: "refusals-2", users: ["wes"])
+            let records = try await TopicReader(topics: [disabled.topics.results]).read(timeout: .seconds(60)) {
+                $0.compactMap(ResultRecord.init).contains { $0.eventID == "refusals-2" }
+            }
+            let result = records.compactMap(\.json).first { $0["event_id"] as? String == "refusals-2" }
+            #expect(result?["status"] as? String == "rejected", "\(String(describing: result))")
+            #expect(result?["fcm_status"] as? Int == 403)
+            #expect(try await disabled.activeDevices(users: ["wes"]).count == 1, "a refusal without FcmError marks nothing")
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+}
+
 extension HeraldTestbed {
     /// Registers an Android device of `user` for ``fcmPackage`` through push.tokens.
     func registerAndroid(user: String, token: String, at timestamp: String) async throws {

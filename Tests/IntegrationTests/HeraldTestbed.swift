@@ -46,7 +46,9 @@ final class HeraldTestbed: Sendable {
         faults: MockAPNSFaults = .none,
         otherKeyIDs: [String] = [],
         clientCertificateAuthority: String? = nil,
-        sandboxUniqueIDs: Bool = false
+        sandboxUniqueIDs: Bool = false,
+        fcmInvalidTokens: Set<String> = [],
+        fcmDisabled: Bool = false
     ) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
@@ -72,15 +74,15 @@ final class HeraldTestbed: Sendable {
         self.logger = logger
         production = mock("production", faults: faults)
         sandbox = mock("sandbox", uniqueIDs: sandboxUniqueIDs)
-        fcm = MockFCMServer(
-            configuration: MockFCMConfiguration(
-                caCertificatePath: directory.appendingPathComponent("fcm-ca.pem").path,
-                serviceAccounts: [
-                    MockFCMServiceAccount(projectID: fcmProjectID, clientEmail: Self.fcmClientEmail(fcmProjectID), publicKey: Self.fcmKey.publicKey)
-                ]
-            ),
-            logger: logger
+        var fcmConfiguration = MockFCMConfiguration(
+            caCertificatePath: directory.appendingPathComponent("fcm-ca.pem").path,
+            serviceAccounts: [
+                MockFCMServiceAccount(projectID: fcmProjectID, clientEmail: Self.fcmClientEmail(fcmProjectID), publicKey: Self.fcmKey.publicKey)
+            ]
         )
+        fcmConfiguration.invalidTokens = fcmInvalidTokens
+        if fcmDisabled { fcmConfiguration.disabledProjects = [fcmProjectID] }
+        fcm = MockFCMServer(configuration: fcmConfiguration, logger: logger)
         producer = try KafkaProducer(configuration: try TestEnvironment.kafka, logger: logger)
     }
 

@@ -37,21 +37,6 @@ import Testing
     }
 }
 
-/// SplitMix64: a small seeded generator, so a seed replays the same run on every machine.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// One run of the simulation; see ``LaneSimulationTests``.
 struct LaneSimulation {
     /// A device of a message: what is pushed and recorded.
@@ -95,7 +80,8 @@ struct LaneSimulation {
     /// How long a revocation waits for the partition's messages (HERALD_REVOCATION_DRAIN_TIMEOUT).
     static let drainBound: Int64 = 2_000
 
-    private var random: SeededGenerator
+    /// Seeded (SendPermitQueueTests' generator), so a seed replays the same run on every machine.
+    private var random: SplitMix
     private var now: Int64 = 0  // virtual milliseconds
     /// The first invariant broken, when one is.
     private var violation: String?
@@ -112,7 +98,7 @@ struct LaneSimulation {
     private var published: [Delivery: Int] = [:]
 
     init(seed: UInt64) {
-        random = SeededGenerator(seed: seed)
+        random = SplitMix(seed: seed)
         for partition in Self.partitions {
             for offset in 0..<Self.messagesPerPartition {
                 devices[Delivery(partition: partition, offset: offset, device: 0)] = Int.random(in: 1...3, using: &random)
