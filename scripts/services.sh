@@ -107,6 +107,31 @@ stop_all() {
 }
 
 # Picks a base dir for PostgreSQL that its user can reach, with a short enough socket path.
+# TLS for the test PostgreSQL (a private CA, a server certificate for 127.0.0.1, a client
+# certificate for the role herald_cert, which may log in only with it): the options that turn
+# it on, or nothing when openssl is missing (the TLS tests then skip). The role's rules go first
+# in pg_hba.conf; every other login stays as initdb made it.
+pg_tls_options() {
+  local dir="$RUN/pg-tls"
+  command -v openssl >/dev/null || return 0
+  rm -rf "$dir" && mkdir -p "$dir"
+  (
+    cd "$dir" || exit 1
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=Herald test CA" -keyout ca.key -out ca.pem
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=herald_cert" -keyout client.key -out client.csr
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem
+  ) >>"$RUN/postgres.log" 2>&1 || { rm -rf "$dir"; return 0; }
+  # The server's copies belong to the PostgreSQL user, its key readable by it alone.
+  chmod 644 "$dir"/*.pem "$dir"/*.key
+  as_pg cp "$dir/server.pem" "$dir/server.key" "$dir/ca.pem" "$PGBASE/data/"
+  as_pg chmod 600 "$PGBASE/data/server.key"
+  as_pg sh -c "printf 'hostssl all herald_cert 127.0.0.1/32 cert\nhost all herald_cert 127.0.0.1/32 reject\n' | cat - '$PGBASE/data/pg_hba.conf' >'$PGBASE/data/pg_hba.new' && mv '$PGBASE/data/pg_hba.new' '$PGBASE/data/pg_hba.conf'"
+  printf ' -c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key -c ssl_ca_file=ca.pem'
+}
+
 make_pg_base() {
   PGBASE="$RUN/pg"
   mkdir -p "$PGBASE"
@@ -160,7 +185,7 @@ print(*(s.getsockname()[1] for s in socks))')"
   as_pg "$pgbin/initdb" -D "$PGBASE/data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
     >>"$RUN/postgres.log" 2>&1
   echo "-c listen_addresses=127.0.0.1 -p $pgport -k $PGBASE/sock -c fsync=off \
--c synchronous_commit=off -c full_page_writes=off" >"$RUN/pg.options"
+-c synchronous_commit=off -c full_page_writes=off$(pg_tls_options)" >"$RUN/pg.options"
   start_pg
   for _ in $(seq 100); do
     "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres && break
@@ -168,6 +193,9 @@ print(*(s.getsockname()[1] for s in socks))')"
   done
   "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres
   "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U postgres herald
+  if [[ -s "$RUN/pg-tls/client.key" ]]; then
+    "$pgbin/psql" -q -h 127.0.0.1 -p "$pgport" -U postgres -d herald -c "CREATE ROLE herald_cert LOGIN SUPERUSER" >/dev/null
+  fi
   log "postgres ready on 127.0.0.1:$pgport (data $PGBASE/data)"
 
   # Tansu, advertising the proxy's address so clients come back through the proxy
@@ -187,6 +215,9 @@ export HERALD_POSTGRES_URL=postgres://postgres@127.0.0.1:$pgport/herald
 export HERALD_TANSU_BIN=$TANSU
 export HERALD_TANSU_URL=tcp://127.0.0.1:$tport
 EOF
+  if [[ -s "$RUN/pg-tls/client.key" ]]; then
+    echo "export HERALD_TEST_POSTGRES_TLS_DIR=$RUN/pg-tls" >>"$ENV_FILE.tmp"
+  fi
   mv "$ENV_FILE.tmp" "$ENV_FILE"
   trap - EXIT
   log "started; source $ENV_FILE"
