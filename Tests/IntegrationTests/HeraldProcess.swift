@@ -227,7 +227,9 @@ final class KeepAliveHTTPConnection {
 final class LoopbackForwarder {
     private let process = Process()
 
-    init(from listenPort: Int, to targetPort: Int, directory: URL) throws {
+    /// `refusingTLS`: answers a PostgreSQL SSLRequest with `N` itself (a server that offers no
+    /// TLS), whatever the target would say, and forwards the rest.
+    init(from listenPort: Int, to targetPort: Int, directory: URL, refusingTLS: Bool = false) throws {
         let script = directory.appendingPathComponent("forward-\(listenPort).py")
         try """
         import asyncio
@@ -238,8 +240,17 @@ final class LoopbackForwarder {
                     await writer.drain()
             finally:
                 writer.close()
+        SSL_REQUEST = bytes([0, 0, 0, 8, 4, 210, 22, 47])
         async def handle(client_reader, client_writer):
+            first = b""
+            if \(refusingTLS ? "True" : "False"):
+                first = await client_reader.readexactly(8)
+                if first == SSL_REQUEST:
+                    client_writer.write(b"N")
+                    await client_writer.drain()
+                    first = b""
             server_reader, server_writer = await asyncio.open_connection("127.0.0.1", \(targetPort))
+            server_writer.write(first)
             await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer), return_exceptions=True)
         async def main():
             server = await asyncio.start_server(handle, "127.0.0.1", \(listenPort))

@@ -100,8 +100,16 @@ struct ReadinessTests {
         try await testbed.withMocks {
             var (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             let plaintext = try #require(environment["HERALD_POSTGRES_URL"])
-            environment["HERALD_POSTGRES_URL"] = plaintext + (plaintext.contains("?") ? "&" : "?") + "sslmode=require"
-            let herald = try await testbed.startHerald(environment)
+            _ = try await testbed.heraldConfiguration(group: "migrate-only")
+            // The test PostgreSQL offers TLS (scripts/services.sh): a forwarder in front of it that
+            // answers Herald's SSLRequest with "no TLS here".
+            let port = try #require(URLComponents(string: plaintext)?.port)
+            let forwardPort = try freePort()
+            let forwarder = try LoopbackForwarder(from: forwardPort, to: port, directory: testbed.directory, refusingTLS: true)
+            defer { forwarder.stop() }
+            let forwarded = plaintext.replacingOccurrences(of: ":\(port)/", with: ":\(forwardPort)/")
+            environment["HERALD_POSTGRES_URL"] = forwarded + (forwarded.contains("?") ? "&" : "?") + "sslmode=require"
+            let herald = try HeraldProcess(environment: environment, logPath: testbed.directory.appendingPathComponent("herald.log").path)
 
             let answer = try await Self.waitForReadiness(port: httpPort) { _, body in body.contains("postgres_unreachable") }
             #expect(answer.status == 503)
