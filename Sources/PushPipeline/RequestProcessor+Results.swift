@@ -64,7 +64,7 @@ extension RequestProcessor {
                 send.unregisteredAtMilliseconds.map {
                     UnregisteredTokenEvent(
                         token: outcome.token,
-                        topic: send.platform == .fcm ? event.fcm?.package ?? event.topic : event.topic,
+                        topic: event.app(of: send.platform),
                         userID: outcome.userID,
                         environment: send.environment,
                         unregisteredAtMilliseconds: $0,

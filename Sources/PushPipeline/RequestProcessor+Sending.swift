@@ -58,14 +58,12 @@ extension RequestProcessor {
     /// first attempts, FCM ones each on its own; hands each outcome, and an unregistered token's
     /// registry mark, to the ledger writer as it arrives; ``publishRecorded(_:)`` publishes what stands.
     func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
-        let android = deliveries.filter(\.isAndroid)
-        guard android.count < deliveries.count else { return await sendAndroid(android, consumedAt: consumedAt) }
-        guard android.isEmpty else {
-            async let androidSent: Void = sendAndroid(android, consumedAt: consumedAt)
-            await sendApple(deliveries.filter { !$0.isAndroid }, consumedAt: consumedAt)
-            return await androidSent
-        }
-        await sendApple(deliveries, consumedAt: consumedAt)
+        // The usual chunk is one platform's: no split, no second array.
+        guard deliveries.contains(where: \.isAndroid) else { return await sendApple(deliveries, consumedAt: consumedAt) }
+        guard deliveries.contains(where: { !$0.isAndroid }) else { return await sendAndroid(deliveries, consumedAt: consumedAt) }
+        async let androidSent: Void = sendAndroid(deliveries.filter(\.isAndroid), consumedAt: consumedAt)
+        await sendApple(deliveries.filter { !$0.isAndroid }, consumedAt: consumedAt)
+        await androidSent
     }
 
     /// Sends APNs deliveries in one batch of first attempts.
@@ -174,7 +172,7 @@ extension RequestProcessor {
         }
         var mark: UnregisterMark?
         if case .device(let device) = destination, outcome.status == .unregistered, let millis = outcome.unregisteredAtMilliseconds {
-            let app = device.platform == .fcm ? event.fcm?.package ?? event.topic : event.topic
+            let app = event.app(of: device.platform)
             mark = UnregisterMark(topic: app, token: device.token, at: Timestamp(millisecondsSince1970: millis))
         }
         // The first publication is built from what the ledger keeps, as every republication is.

@@ -120,7 +120,7 @@ extension DeliveryResult {
             eventID: event.id,
             userID: toDevice ? userID : nil,
             token: toDevice ? token : nil,
-            topic: fcm ? event.fcm?.package ?? event.topic : event.topic,
+            topic: event.app(of: send.platform),
             environment: send.environment,
             status: send.status,
             apnsStatus: send.apnsStatus,
@@ -180,5 +180,13 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
             ("event_id", .string(eventID)),
             ("platform", .string(platform.rawValue)),
         ]).serialized()
+    }
+}
+
+extension NotificationEvent {
+    /// The app a device of `platform` belongs to, as results and the registry name it: the
+    /// bundle ID for APNs, the Android package for FCM.
+    func app(of platform: DevicePlatform) -> String {
+        platform == .fcm ? fcm?.package ?? topic : topic
     }
 }
