@@ -4,7 +4,8 @@ import Synchronization
 /// One input lane of the pipeline: push.requests (urgent, with push.tokens and push.channels) or
 /// push.requests.bulk. Each lane is its own member of the consumer group, so the two never share
 /// a fetch queue: an urgent event is never polled behind a campaign's prefetched backlog. Each
-/// has its own window of in-flight messages and its own offsets; its sends wait for permits by its
+/// has its own window of in-flight messages and its own offsets (kept, with everything else of a
+/// message's life, by the ``DeliveryCoordinator``); its sends wait for permits by its
 /// ``Priority``, and the bulk lane's are paced by its ``SendPacer``.
 final class InputLane: Sendable {
     /// Which queue a lane's senders join for a send permit: urgent ones are served first.
@@ -19,8 +20,6 @@ final class InputLane: Sendable {
     let priority: Priority
     /// The group member that reads the lane's topics.
     let source: any MessageSource
-    /// Which of the lane's messages are in flight, and which offsets may be committed.
-    let tracker = SharedOffsetTracker()
     /// Paces the lane's sends (HERALD_BULK_MAX_RATE); nil: not paced.
     let pacer: SendPacer?
     /// True while the lane's consume loop runs and its last poll succeeded.

@@ -15,8 +15,8 @@ public import Tracing
 /// channel commands, dead-letters bad input, and commits a partition's offset only below
 /// messages whose results are all published.
 ///
-/// The lanes are two members of the consumer group (``InputLane``), each with its own fetch
-/// queue, window and offsets; they share the claims, the ledger writer and the send permits,
+/// The lanes are two consumer group members (``InputLane``), each with its own fetch queue,
+/// window and offsets; they share the claims, the ledger writer and the send permits,
 /// where urgent sends are served first, and the bulk lane's sends are paced at
 /// ``PipelineConfiguration/bulkMaxRate``.
 ///
@@ -31,6 +31,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let tokenUpdates: TokenUpdates
     private let channelCommands: ChannelCommands
     private let requests: RequestProcessor
+    /// Everything of every message in flight: offsets, fences, claims, permits, batches.
+    private let coordinator: DeliveryCoordinator
     private let logger: Logger
     private let isStopping = Atomic(false)
     /// What the pipeline did so far.
@@ -38,8 +40,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     /// Per assigned partition, the offset last committed by this member.
     public var committedOffsets: [KafkaTopicPartition: Int64] {
-        lanes.reduce(into: [:]) { offsets, lane in
-            offsets.merge(lane.tracker.withLock { $0.committedOffsets }) { $1 }
+        coordinator.read { state in
+            lanes.reduce(into: [:]) { offsets, lane in offsets.merge(state.committedOffsets(lane.priority)) { $1 } }
         }
     }
 
@@ -106,6 +108,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         // Bulk sends may hold three quarters of the permits: the rest stay free for urgent ones
         // (BulkLaneTests, herald-bench --campaign-urgent-rate).
         let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: 0.75)
+        self.coordinator = coordinator
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
         self.channelCommands = ChannelCommands(
@@ -178,16 +181,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Polls and processes `lane`'s messages until graceful shutdown; returns once every message
     /// it started is finished or abandoned.
     private func consume(_ lane: InputLane) async throws {
-        let tracker = lane.tracker
         let source = lane.source
         try await withThrowingDiscardingTaskGroup { group in
             let clock = ContinuousClock()
             var lastCommit = clock.now
             var paused = false
             while !isStopping.load(ordering: .relaxed) {
-                var room = configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+                var room = configuration.maxInFlightMessages - coordinator.read { $0.inFlightCount(lane.priority) }
                 if room < refill, !paused {
-                    room = await waitForRoom(tracker)
+                    room = await waitForRoom(lane)
                 }
                 if (room <= 0) != paused {
                     paused.toggle()
@@ -200,12 +202,11 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 var requests: [StartedMessage] = []
                 for message in messages {
                     // A partition revoked (or being drained) during the poll is the new owner's: not started here.
-                    guard let generation = tracker.withLock({ $0.start(message.topicPartition, offset: message.offset) }) else { continue }
-                    let started = StartedMessage(message, generation: generation, polledAtMilliseconds: polledAtMilliseconds)
+                    guard let started = coordinator.start(message, lane: lane.priority, polledAtMilliseconds: polledAtMilliseconds) else { continue }
                     if message.topic == configuration.topics.tokens {
-                        group.addTask { if await self.tokenUpdates.process(message) { tracker.finish(started) } }
+                        group.addTask { if await self.tokenUpdates.process(message) { self.coordinator.finish(started) } }
                     } else if message.topic == configuration.topics.channels {
-                        group.addTask { if await self.channelCommands.process(started) { tracker.finish(started) } }
+                        group.addTask { if await self.channelCommands.process(started) { self.coordinator.finish(started) } }
                     } else {
                         requests.append(started)
                     }
@@ -234,13 +235,17 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// the window was consumed in steps of its size, about one a second; BENCHMARKS.md), so
     /// partitions are paused only when the window stays full, when APNs or PostgreSQL is slow
     /// or down and polling must go on for rebalances. The finish that makes the room wakes it.
-    private func waitForRoom(_ tracker: SharedOffsetTracker) async -> Int {
-        await tracker.waitForRoom(inFlightAtMost: configuration.maxInFlightMessages - refill, patience: configuration.windowFullPatience)
-        return configuration.maxInFlightMessages - tracker.withLock { $0.inFlightCount }
+    private func waitForRoom(_ lane: InputLane) async -> Int {
+        await coordinator.waitForRoom(
+            lane.priority,
+            inFlightAtMost: configuration.maxInFlightMessages - refill,
+            patience: configuration.windowFullPatience
+        )
+        return configuration.maxInFlightMessages - coordinator.read { $0.inFlightCount(lane.priority) }
     }
 
     public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
-        lane(of: partitions).tracker.withLock { $0.assign(partitions) }
+        coordinator.assign(partitions, lane: lane(of: partitions).priority)
         metrics.recordRebalance(assigned: true)
     }
 
@@ -252,7 +257,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     /// Sets the gauges of what is in flight now.
     private func recordState(_ lane: InputLane, paused: Bool) {
-        let (messages, assigned) = lane.tracker.withLock { ($0.inFlightCount, $0.assignedCount) }
+        let (messages, assigned) = coordinator.read { ($0.inFlightCount(lane.priority), $0.assignedCount(lane.priority)) }
         metrics.recordLaneState(lane.priority, inFlightMessages: messages, assigned: assigned, paused: paused)
         metrics.recordState(
             inFlightSends: requests.sendPermitsHeld,
@@ -270,8 +275,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// bound the partitions are revoked with messages unfinished; their requests end within the
     /// request timeout.
     public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
-        let tracker = lane(of: partitions).tracker
-        let unfinished = tracker.drain(partitions, timeout: configuration.revocationDrainTimeout)
+        let lane = lane(of: partitions).priority
+        let unfinished = coordinator.drain(partitions, lane: lane, timeout: configuration.revocationDrainTimeout)
         if unfinished > 0 {
             // Their sends start no further attempt (the fence, ``OffsetTracker/isFenced(_:generation:)``).
             logger.warning(
@@ -280,7 +285,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             )
         }
         metrics.recordRebalance(assigned: false)
-        return tracker.withLock { $0.revoke(partitions) }
+        return coordinator.revoke(partitions, lane: lane)
     }
 
     private func poll(_ lane: InputLane, maxMessages: Int) async throws -> [KafkaMessage] {
@@ -298,14 +303,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     private func commitFinished(_ lane: InputLane) async {
-        let tracker = lane.tracker
-        let offsets = tracker.withLock { $0.committableOffsets() }
+        let offsets = coordinator.read { $0.committableOffsets(lane.priority) }
         guard !offsets.isEmpty else { return }
         let started = ContinuousClock.now
         defer { metrics.recordStage(.offsetCommit, since: started) }
         do {
             try await lane.source.commit(offsets)
-            tracker.withLock { $0.markCommitted(offsets) }
+            coordinator.markCommitted(offsets, lane: lane.priority)
             metrics.recordCommit()
         } catch {
             // Not fatal: the same offsets (or later ones) are committed on the next round.

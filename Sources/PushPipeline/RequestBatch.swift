@@ -38,16 +38,4 @@ final class RequestBatch: Sendable {
     func message(_ index: Int) -> StartedMessage {
         messages[index]
     }
-
-    /// Whether message `index` may no longer start an APNs attempt here: its partition was
-    /// revoked since it started, or is being drained (``OffsetTracker/isFenced(_:generation:)``).
-    func isFenced(_ index: Int) -> Bool {
-        lane.tracker.isFenced(messages[index])
-    }
-
-    /// Message `index` is finished (every result published), or given up (a send of it was
-    /// fenced, and nothing else of it is left to do).
-    func settle(_ index: Int, givenUp: Bool) {
-        if givenUp { lane.tracker.giveUp(messages[index]) } else { lane.tracker.finish(messages[index]) }
-    }
 }

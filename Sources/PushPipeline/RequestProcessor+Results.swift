@@ -42,10 +42,9 @@ extension RequestProcessor {
                 metrics.recordRepublished()
             }
         }
-        for (index, givenUp) in finished {
+        for (index, _) in finished {
             let ticket = results[index].ticket
             ticket.batch.trace(ticket.message)?.span.end()
-            ticket.batch.settle(ticket.message, givenUp: givenUp)
         }
     }
 

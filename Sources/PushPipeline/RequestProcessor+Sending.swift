@@ -24,9 +24,6 @@ extension RequestProcessor {
         /// The service a new result's device was sent to (nil: no device, or not sent).
         var platform: DevicePlatform?
 
-        /// Whether the message may no longer start an APNs attempt here (``RequestBatch/isFenced(_:)``).
-        var isFenced: Bool { batch.isFenced(message) }
-
         init(_ batch: RequestBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
             self.batch = batch
             self.message = message
@@ -78,7 +75,7 @@ extension RequestProcessor {
             tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
         }
         await sender.deliverAll(requests, consumedAt: consumedAt) { index in
-            deliveries[index].ticket.isFenced
+            self.isFenced(deliveries[index].ticket)
         } report: { index, result in
             switch result {
             case .success(let outcome):
@@ -100,7 +97,7 @@ extension RequestProcessor {
                     let target: FCMTarget = device.fcmTarget == .fid ? .fid(device.token) : .token(device.token)
                     let trace = self.tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
                     do throws(DeliveryStopped) {
-                        let outcome = try await self.sender.deliver(part.request(to: target), consumedAt: consumedAt) { delivery.ticket.isFenced }
+                        let outcome = try await self.sender.deliver(part.request(to: target), consumedAt: consumedAt) { self.isFenced(delivery.ticket) }
                         self.record(outcome, of: delivery, trace: trace, consumedAt: consumedAt)
                     } catch {
                         trace?.end()
@@ -213,7 +210,12 @@ extension RequestProcessor {
         let lane = ticket.batch.lane.priority
         if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: holdingPermit ? lane : nil) {
             ticket.batch.trace(ticket.message)?.span.end()
-            ticket.batch.settle(ticket.message, givenUp: true)
         }
+    }
+
+    /// Whether the ticket's message may no longer start a push attempt here: its partition was
+    /// revoked since it started, or is being drained (``OffsetTracker/isFenced(_:generation:)``).
+    func isFenced(_ ticket: DeliveryTicket) -> Bool {
+        coordinator.isFenced(batch: ticket.batch.id, message: ticket.message)
     }
 }

@@ -12,7 +12,7 @@ import FCMCore
 /// (event, ``Destination``: a device, or the channel of a broadcast) so no copy pushes twice,
 /// sends through the ``NotificationSender``, hands
 /// outcomes to the ledger writer and publishes what stands; finishes each message in the
-/// offset tracker once its last result is published.
+/// coordinator once its last result is published.
 final class RequestProcessor: Sendable {
     let configuration: PipelineConfiguration
     let publisher: ReliablePublisher
@@ -96,7 +96,7 @@ final class RequestProcessor: Sendable {
                     events.append((message, event))
                 } catch {
                     group.addTask {
-                        if (try? await self.deadLetters.send(message.message, error)) != nil { lane.tracker.finish(message) }
+                        if (try? await self.deadLetters.send(message.message, error)) != nil { self.coordinator.finish(message) }
                     }
                 }
             }
@@ -111,7 +111,7 @@ final class RequestProcessor: Sendable {
             let keys = plans.indices.flatMap { index in
                 plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.ledgerToken) }
             }
-            let (batchID, claimed) = coordinator.openBatch(results: plans.map(\.results), claiming: keys)
+            let (batchID, claimed) = coordinator.openBatch(events.map(\.0), results: plans.map(\.results), claiming: keys)
             let batch = RequestBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
 
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
@@ -165,12 +165,12 @@ final class RequestProcessor: Sendable {
     /// pace's wait. Returns whether it may start; throws when cancelled. The coordinator takes
     /// the permit back once the result is published (or the send is fenced).
     func admitSend(_ ticket: DeliveryTicket) async throws -> Bool {
-        guard !ticket.isFenced else {
+        guard !isFenced(ticket) else {
             abandonFenced(ticket, holdingPermit: false)
             return false
         }
         try await ticket.batch.lane.pacer?.waitForSlot()
-        guard !ticket.isFenced else {
+        guard !isFenced(ticket) else {
             abandonFenced(ticket, holdingPermit: false)
             return false
         }
@@ -190,7 +190,7 @@ final class RequestProcessor: Sendable {
             }
             return []
         }
-        while next < sends.endIndex, sends[next].ticket.isFenced {
+        while next < sends.endIndex, isFenced(sends[next].ticket) {
             abandonFenced(sends[next].ticket, holdingPermit: false)
             next += 1
         }

@@ -1,3 +1,4 @@
+import KafkaMessages
 @testable import PushPipeline
 import Synchronization
 import Testing
@@ -7,12 +8,12 @@ import Testing
 /// when two lock sections decide what one should, then the coordinator with real tasks.
 @Suite(.timeLimit(.minutes(1)))
 struct DeliveryCoordinatorTests {
-    typealias Machine = DeliveryCoordination<Int>
+    typealias Machine = DeliveryCoordinator.StateMachine<Int>
     typealias Published = Machine.PublishedResult
 
     @Test func aBatchFinishesWithItsLastResultAndItsPermitsGoToTheNextSendersInTheSameStep() {
         var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10)
-        let batch = machine.openBatch(results: [2, 1, 0])
+        let batch = machine.openBatch(start(3, in: &machine), results: [2, 1, 0]).batch
         let answer1 = machine.claim(1)
         #expect(answer1 == .claimed)
         let answer2 = machine.claim(2)
@@ -49,7 +50,7 @@ struct DeliveryCoordinatorTests {
 
     @Test func aBatchWithNothingToPublishIsFinishedAtOnce() {
         var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 1)
-        let batch = machine.openBatch(results: [0, 0])
+        let batch = machine.openBatch(start(2, in: &machine), results: [0, 0]).batch
         let answer7 = machine.waitForBatch(batch, 1)
         #expect(!answer7)
         #expect(machine.openBatches == 0)
@@ -60,7 +61,7 @@ struct DeliveryCoordinatorTests {
     /// recorded and published first.
     @Test func aFencedSendGivesBackItsClaimAndPermitAndItsMessageIsGivenUpWhenNothingIsLeft() {
         var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
-        let batch = machine.openBatch(results: [2, 1])
+        let batch = machine.openBatch(start(2, in: &machine), results: [2, 1]).batch
         let answer8 = machine.claim(7)
         #expect(answer8 == .claimed)
         let answer9 = machine.claim(7)
@@ -95,11 +96,49 @@ struct DeliveryCoordinatorTests {
         #expect(machine.permitsHeld == 1, "the urgent waiter holds the permit the fenced send gave back")
     }
 
+    /// One owner: the result that is its message's last, published, moves the partition's commit
+    /// point, makes room in the lane's window (waking the consume loop) and ends the revocation
+    /// drain, in the same step as it gives the permit back; a fenced send's message is given up
+    /// in the step that fences it, holding the commit point but not the drain.
+    @Test func aMessagesLastResultSettlesItsOffsetWakesTheWindowAndEndsTheDrainInOneStep() throws {
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10)
+        let partition = KafkaTopicPartition(topic: "t", partition: 0)
+        machine.assign([partition], lane: .bulk)
+        let messages = (0..<2).map { KafkaMessage(topic: "t", partition: 0, offset: Int64($0), key: nil, value: nil) }
+        let generations = messages.compactMap { machine.start($0, lane: .bulk) }
+        try #require(generations.count == 2)
+        let positions = zip(messages, generations).map { MessagePosition(lane: .bulk, partition: partition, offset: $0.offset, generation: $1) }
+        let batch = machine.openBatch(positions, results: [1, 1]).batch
+        let permits = machine.tryAcquirePermits(.bulk, upTo: 2)
+        #expect(permits == 2)
+        let waiting = machine.waitForRoom(.bulk, atMost: 1, 40)
+        #expect(waiting, "two in flight, room for one wanted")
+        #expect(machine.inFlightCount(.urgent) == 0, "the lanes' offsets are apart")
+
+        let draining = machine.beginDrain([partition], lane: .bulk)
+        #expect(draining == 2)
+        #expect(machine.isFenced(batch: batch, message: 0), "the drain fences at once")
+        let fenced = machine.fenced(batch: batch, message: 0, claim: nil, permit: .bulk)
+        #expect(fenced.givenUp)
+        #expect(fenced.actions.resume == [40], "the given-up message makes room at once")
+        #expect(fenced.actions.drained.isEmpty, "message 1 is still in flight")
+        #expect(machine.committableOffsets(.bulk)[partition] == 0, "a given-up message holds the commit point")
+
+        let last = machine.published([Published(batch: batch, message: 1, permit: .bulk)])
+        #expect(last.finished.map(\.index) == [0])
+        #expect(last.drained == [.bulk], "the last in-flight message ends the drain")
+        #expect(machine.permitsHeld == 0)
+        #expect(machine.inFlightCount(.bulk) == 0)
+        #expect(machine.committableOffsets(.bulk)[partition] == 0, "still held by the given-up offset 0")
+        let revoked = machine.revoke([partition], lane: .bulk)
+        #expect(revoked.offsets == [partition: 0], "the new owner reads offset 0 again")
+    }
+
     /// The lost wake-ups: each time, what the waiter waits for happens between its "not yet"
     /// and its registration; the registration sees it and the caller goes on at once.
     @Test func whatHappensBetweenNotYetAndWaitingIsNeverLost() {
         var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
-        let batch = machine.openBatch(results: [1])
+        let batch = machine.openBatch(start(1, in: &machine), results: [1]).batch
         let answer15 = machine.claim(3)
         #expect(answer15 == .claimed)
         let answer16 = machine.tryAcquirePermit(.urgent)
@@ -162,9 +201,9 @@ struct DeliveryCoordinatorTests {
 
         for _ in 0..<6 {
             let results = (0..<Int(random.next() % 4) + 1).map { _ in Int(random.next() % 3) + 1 }
-            let batch = machine.openBatch(results: results)
-            messageResults[batch] = results
             let lane: InputLane.Priority = random.next() % 2 == 0 ? .urgent : .bulk
+            let batch = machine.openBatch(start(results.count, in: &machine, lane: lane), results: results).batch
+            messageResults[batch] = results
             for (message, count) in results.enumerated() {
                 toAdmit += Array(repeating: Send(batch: batch, message: message, lane: lane), count: count)
             }
@@ -272,7 +311,7 @@ struct DeliveryCoordinatorTests {
 
     @Test func aBatchTaskWakesWhenAnotherTaskPublishesItsLastResult() async {
         let coordinator = DeliveryCoordinator(permitLimit: 4)
-        let (batch, claims) = coordinator.openBatch(results: [1, 2], claiming: [11, 12, 13])
+        let (batch, claims) = coordinator.openBatch(started(2, in: coordinator), results: [1, 2], claiming: [11, 12, 13])
         #expect(claims == [.claimed, .claimed, .claimed])
         await withTaskGroup(of: [(index: Int, givenUp: Bool)].self) { group in
             group.addTask {
@@ -286,6 +325,27 @@ struct DeliveryCoordinatorTests {
             #expect(finished == 2)
         }
         #expect(coordinator.openBatches == 0)
+    }
+}
+
+/// Offsets for the messages the tests start, unique in the process.
+private let nextOffset = Atomic<Int64>(0)
+
+/// Starts `count` messages of `lane` in `machine` (partition 0 of topic `t`, fresh offsets);
+/// returns their positions.
+private func start(_ count: Int, in machine: inout DeliveryCoordinator.StateMachine<Int>, lane: InputLane.Priority = .urgent) -> [MessagePosition] {
+    (0..<count).map { _ in
+        let message = KafkaMessage(topic: "t", partition: 0, offset: nextOffset.add(1, ordering: .relaxed).newValue, key: nil, value: nil)
+        let generation = machine.start(message, lane: lane)!
+        return MessagePosition(lane: lane, partition: message.topicPartition, offset: message.offset, generation: generation)
+    }
+}
+
+/// Starts `count` urgent messages in `coordinator`.
+private func started(_ count: Int, in coordinator: DeliveryCoordinator) -> [StartedMessage] {
+    (0..<count).map { _ in
+        let message = KafkaMessage(topic: "t", partition: 0, offset: nextOffset.add(1, ordering: .relaxed).newValue, key: nil, value: nil)
+        return coordinator.start(message, lane: .urgent, polledAtMilliseconds: 0)!
     }
 }
 

@@ -89,17 +89,14 @@ import Testing
 
     /// Finding 13: the drain is woken by the message that ends it, on the blocking thread it runs on.
     @Test func theDrainEndsWhenItsLastMessageSettlesNotAtItsBound() async throws {
-        let tracker = SharedOffsetTracker()
-        tracker.withLock { $0.assign([partition]) }
+        let coordinator = DeliveryCoordinator(permitLimit: 1)
+        coordinator.assign([partition], lane: .bulk)
         let message = KafkaMessage(topic: "t", partition: 0, offset: 3, key: nil, value: nil)
-        let startedUnder = tracker.withLock { $0.start(partition, offset: 3) }
-        let generation = try #require(startedUnder)
+        let started = try #require(coordinator.start(message, lane: .bulk, polledAtMilliseconds: 0))
         let drainStarted = ContinuousClock.now
         let left = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: tracker.drain([partition], timeout: .seconds(30))) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) {
-                tracker.finish(StartedMessage(message, generation: generation, polledAtMilliseconds: 0))
-            }
+            DispatchQueue.global().async { continuation.resume(returning: coordinator.drain([partition], lane: .bulk, timeout: .seconds(30))) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { coordinator.finish(started) }
         }
         #expect(left == 0)
         #expect(drainStarted.duration(to: .now) < .seconds(15), "woken by the finish, not by the 30 s bound")
@@ -109,7 +106,7 @@ import Testing
     @Test func aRecordWithoutATimestampKeepsThePollsTime() {
         let untimed = KafkaMessage(topic: "t", partition: 0, offset: 0, key: nil, value: nil)
         let timed = KafkaMessage(topic: "t", partition: 0, offset: 1, key: nil, value: nil, timestampMilliseconds: 5)
-        #expect(StartedMessage(untimed, generation: 1, polledAtMilliseconds: 86_400_000 - 1).recordTimestampMilliseconds == 86_399_999)
-        #expect(StartedMessage(timed, generation: 1, polledAtMilliseconds: 86_400_000).recordTimestampMilliseconds == 5)
+        #expect(StartedMessage(untimed, lane: .urgent, generation: 1, polledAtMilliseconds: 86_400_000 - 1).recordTimestampMilliseconds == 86_399_999)
+        #expect(StartedMessage(timed, lane: .urgent, generation: 1, polledAtMilliseconds: 86_400_000).recordTimestampMilliseconds == 5)
     }
 }

@@ -1,6 +1,6 @@
 /// The send permits (HERALD_MAX_CONCURRENT_SENDS) as a value: how many are free, and who waits
 /// for one in which lane, urgent before bulk, each in arrival order. Part of
-/// ``DeliveryCoordination``, which takes one permit per device before its send starts and gives
+/// ``DeliveryCoordinator/StateMachine``, which takes one permit per device before its send starts and gives
 /// it back once the result is published, so a burst of large fan-outs queues here, as neither
 /// tasks nor requests, and a crash can repeat at most `limit` pushes.
 ///

@@ -1,0 +1,334 @@
+import KafkaMessages
+
+extension DeliveryCoordinator {
+    /// A message's whole life in this member, for both lanes, as one value: the offsets of each
+    /// lane (which messages are in flight, the assignment generation each started under, the
+    /// fence, the revocation drain, the commit point), the (event, device) claims, the send
+    /// permits, and the progress of every poll batch towards its messages' last published result.
+    ///
+    /// A message is started when polled (under its partition's generation); its batch is opened
+    /// with the number of results each message publishes; its devices are claimed, so no copy of
+    /// the event pushes one twice; a permit is taken before a send; once the ledger recorded the
+    /// outcome the claim is settled; once the result is published, one event gives the permit
+    /// back (to the next waiter), counts the result, finishes the message whose last result it
+    /// was, moves its partition's commit point, and wakes the consume loop waiting for room or the
+    /// revocation drain waiting for it. A fenced send (its partition revoked or being drained)
+    /// gives up claim, permit and message in one event.
+    ///
+    /// One value for both lanes, not one per lane: the permits are shared (urgent senders are
+    /// served first, bulk ones hold at most their share), so the owner of a message's life must
+    /// see both lanes' senders. Every method is one decision taken in one lock section by
+    /// ``DeliveryCoordinator``, which performs the actions it returns outside the lock: nothing
+    /// can fall between two owners' sections (a lost wake-up, a finish counted by one and not the
+    /// other), because there is one owner.
+    struct StateMachine<Waiter> {
+        typealias Claim = DeliveryClaimTable<Waiter>.Claim
+
+        /// What the caller does next, outside the lock.
+        struct Actions {
+            /// Waiters to resume: permits handed to them, claims settled, batches finished, room
+            /// made in a lane's window.
+            var resume: [Waiter] = []
+            /// Indexes, into the results given to ``published(_:)``, of those that were the last
+            /// result of their message, and whether that message was given up (a send of it was
+            /// fenced: its new owner delivers it) rather than finished. Its offset is settled already.
+            var finished: [(index: Int, givenUp: Bool)] = []
+            /// Lanes whose revocation drain has nothing left to wait for now.
+            var drained: [Lane] = []
+        }
+
+        /// One published result: of which message of which batch, and the lane of the permit its
+        /// send held (nil: it needed no send, or was republished).
+        struct PublishedResult {
+            var batch: UInt64
+            var message: Int
+            var permit: Lane?
+        }
+
+        /// The batches with messages still to finish, by ID.
+        private var batches: [UInt64: BatchProgress] = [:]
+        private var nextBatchID: UInt64 = 0
+        private var claims: DeliveryClaimTable<Waiter>
+        private var permits: SendPermitQueue<Waiter>
+        /// Each lane's offsets; a lane's member only ever sees its own lane's partitions.
+        private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
+        /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
+        private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
+
+        /// `permitLimit` sends at once, `bulkShare` of them for bulk senders at most; the last
+        /// `recentCapacity` recorded deliveries are remembered for copies of their events.
+        init(permitLimit: Int, bulkShare: Double, recentCapacity: Int) {
+            claims = DeliveryClaimTable(recentCapacity: recentCapacity)
+            permits = SendPermitQueue(limit: permitLimit, bulkShare: bulkShare)
+        }
+
+        /// Permits held now.
+        var permitsHeld: Int { permits.inUse }
+
+        /// Senders waiting for a permit in `lane` now.
+        func waitingForPermit(_ lane: Lane) -> Int { permits.waiting(lane) }
+
+        /// Batches with messages still to finish.
+        var openBatches: Int { batches.count }
+
+        // MARK: Offsets
+
+        /// Starts a polled message of `lane`: the assignment generation it starts under, or nil
+        /// (nothing recorded) when its partition is not this member's or is being drained.
+        mutating func start(_ message: KafkaMessage, lane: Lane) -> UInt64? {
+            offsets[lane, default: OffsetTracker()].start(message.topicPartition, offset: message.offset)
+        }
+
+        /// Whether a message at `position` may no longer start a push attempt here
+        /// (``OffsetTracker/isFenced(_:generation:)``).
+        func isFenced(_ position: MessagePosition) -> Bool {
+            offsets[position.lane]?.isFenced(position.partition, generation: position.generation) ?? true
+        }
+
+        /// Whether message `message` of `batch` may no longer start a push attempt here; a batch
+        /// already finished has nothing left to push.
+        func isFenced(batch: UInt64, message: Int) -> Bool {
+            guard let position = batches[batch]?.positions[message] else { return true }
+            return isFenced(position)
+        }
+
+        /// `partitions` now belong to `lane`'s member, each under a new generation.
+        mutating func assign(_ partitions: [KafkaTopicPartition], lane: Lane) {
+            offsets[lane, default: OffsetTracker()].assign(partitions)
+        }
+
+        /// Starts the revocation drain of `partitions` (``OffsetTracker/beginDrain(_:)``);
+        /// returns how many of their messages are in flight.
+        mutating func beginDrain(_ partitions: [KafkaTopicPartition], lane: Lane) -> Int {
+            offsets[lane, default: OffsetTracker()].beginDrain(partitions)
+        }
+
+        /// Messages of `partitions` of `lane` in flight.
+        func inFlightCount(in partitions: [KafkaTopicPartition], lane: Lane) -> Int {
+            offsets[lane]?.inFlightCount(in: partitions) ?? 0
+        }
+
+        /// Messages of `lane` in flight.
+        func inFlightCount(_ lane: Lane) -> Int { offsets[lane]?.inFlightCount ?? 0 }
+
+        /// Partitions assigned to `lane`'s member.
+        func assignedCount(_ lane: Lane) -> Int { offsets[lane]?.assignedCount ?? 0 }
+
+        /// Per partition of `lane`, the offset last committed.
+        func committedOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { offsets[lane]?.committedOffsets ?? [:] }
+
+        /// `lane`'s offsets to commit now (``OffsetTracker/committableOffsets()``).
+        func committableOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { offsets[lane]?.committableOffsets() ?? [:] }
+
+        /// Records a successful commit of `lane`'s offsets.
+        mutating func markCommitted(_ committed: [KafkaTopicPartition: Int64], lane: Lane) {
+            offsets[lane, default: OffsetTracker()].markCommitted(committed)
+        }
+
+        /// Forgets revoked partitions of `lane`; returns the offsets to commit for them before
+        /// they go, and the actions the room so made in the window calls for.
+        mutating func revoke(_ partitions: [KafkaTopicPartition], lane: Lane) -> (offsets: [KafkaTopicPartition: Int64], actions: Actions) {
+            let commit = offsets[lane, default: OffsetTracker()].revoke(partitions)
+            var actions = Actions()
+            wakeRoomWaiter(lane, into: &actions)
+            return (commit, actions)
+        }
+
+        /// Every result of the message at `position` is published (a message with no batch:
+        /// a token update, a channel command, a dead letter).
+        mutating func finish(_ position: MessagePosition) -> Actions {
+            var actions = Actions()
+            settle(position, givenUp: false, into: &actions)
+            return actions
+        }
+
+        /// Registers the consume loop of `lane` until at most `atMost` of its messages are in
+        /// flight; false (nothing registered) when that is so already.
+        mutating func waitForRoom(_ lane: Lane, atMost: Int, _ waiter: Waiter) -> Bool {
+            guard inFlightCount(lane) > atMost else { return false }
+            roomWaiters[lane] = (atMost, waiter)
+            return true
+        }
+
+        /// Stops the wait for room in `lane` (its patience ran out, or it was cancelled).
+        mutating func cancelRoomWait(_ lane: Lane) -> Waiter? {
+            roomWaiters.removeValue(forKey: lane)?.waiter
+        }
+
+        private mutating func settle(_ position: MessagePosition, givenUp: Bool, into actions: inout Actions) {
+            let (lane, partition, offset, generation) = (position.lane, position.partition, position.offset, position.generation)
+            let drainEnded =
+                givenUp
+                ? offsets[lane, default: OffsetTracker()].giveUp(partition, offset: offset, generation: generation)
+                : offsets[lane, default: OffsetTracker()].finish(partition, offset: offset, generation: generation)
+            if drainEnded, !actions.drained.contains(lane) { actions.drained.append(lane) }
+            wakeRoomWaiter(lane, into: &actions)
+        }
+
+        private mutating func wakeRoomWaiter(_ lane: Lane, into actions: inout Actions) {
+            guard let room = roomWaiters[lane], inFlightCount(lane) <= room.atMost else { return }
+            roomWaiters[lane] = nil
+            actions.resume.append(room.waiter)
+        }
+
+        // MARK: Batches
+
+        /// Opens a batch of the messages at `positions`, whose message `i` publishes `results[i]`
+        /// results (none: it is finished at once); returns its ID and what finishing those calls for.
+        mutating func openBatch(_ positions: [MessagePosition], results: [Int]) -> (batch: UInt64, actions: Actions) {
+            nextBatchID += 1
+            var actions = Actions()
+            let progress = BatchProgress(positions: positions, pending: results)
+            if progress.unfinished > 0 { batches[nextBatchID] = progress }
+            for (position, count) in zip(positions, results) where count == 0 {
+                settle(position, givenUp: false, into: &actions)
+            }
+            return (nextBatchID, actions)
+        }
+
+        /// Registers `waiter` until every message of `batch` is finished; false (nothing
+        /// registered) when they already are: resume it now.
+        mutating func waitForBatch(_ batch: UInt64, _ waiter: Waiter) -> Bool {
+            guard batches[batch] != nil else { return false }
+            batches[batch]?.waiter = waiter
+            return true
+        }
+
+        /// Stops waiting for `batch` (its task was cancelled): returns the registered waiter.
+        mutating func cancelBatchWait(_ batch: UInt64) -> Waiter? {
+            defer { batches[batch]?.waiter = nil }
+            return batches[batch]?.waiter
+        }
+
+        // MARK: Claims
+
+        /// Claims (event, device) `key` for sending, unless it was recorded lately or is busy.
+        mutating func claim(_ key: Int) -> Claim { claims.claim(key) }
+
+        /// Claims `key` for sending whatever was recorded lately (the ledger had no outcome).
+        mutating func claimSending(_ key: Int) -> Claim { claims.claimSending(key) }
+
+        /// Registers `waiter` until the claim on `key` is settled; false when it already is or the
+        /// wait `id` was cancelled: claim again now.
+        mutating func waitForClaim(_ key: Int, id: UInt64, _ waiter: Waiter) -> Bool {
+            claims.wait(for: key, id: id, waiter)
+        }
+
+        /// Cancels the wait `id` for `key`: its waiter when it was registered.
+        mutating func cancelClaimWait(_ key: Int, id: UInt64) -> Waiter? {
+            claims.cancelWait(for: key, id: id)
+        }
+
+        /// The ledger recorded the outcomes of these claims: ends them; returns who waited for them.
+        mutating func recorded(_ keys: [Int]) -> [Waiter] {
+            keys.flatMap { claims.settle($0) }
+        }
+
+        // MARK: Permits
+
+        /// Takes a permit when one is free for `lane` and nobody waits ahead.
+        mutating func tryAcquirePermit(_ lane: Lane) -> Bool { permits.tryAcquire(lane) }
+
+        /// Takes up to `count` permits that are free for `lane` with nobody waiting ahead; returns
+        /// how many it took.
+        mutating func tryAcquirePermits(_ lane: Lane, upTo count: Int) -> Int {
+            var taken = 0
+            while taken < count, permits.tryAcquire(lane) { taken += 1 }
+            return taken
+        }
+
+        /// Registers a sender that ``tryAcquirePermit(_:)`` turned away, unless a permit is free
+        /// for it now (released in between).
+        mutating func waitForPermit(_ waiter: Waiter, id: UInt64, lane: Lane) -> SendPermitQueue<Waiter>.EnqueueAction {
+            permits.enqueue(waiter, id: id, lane: lane)
+        }
+
+        /// Removes the permit waiter `id` (its task was cancelled); nil when it holds a permit already.
+        mutating func cancelPermitWait(id: UInt64) -> Waiter? { permits.cancel(id: id) }
+
+        // MARK: Outcomes
+
+        /// Results were published: gives back the permits their sends held (to the waiters first in
+        /// line), counts each against its message, finishes (or gives up) the messages whose last
+        /// result it was, and resumes the batches that have nothing left. A result of a message
+        /// that was abandoned (or of a batch already finished) finishes nothing.
+        mutating func published(_ results: [PublishedResult]) -> Actions {
+            var actions = Actions()
+            var returned: [Lane: Int] = [:]
+            for (index, result) in results.enumerated() {
+                if let lane = result.permit { returned[lane, default: 0] += 1 }
+                // The position alone is read out: a copy of the whole progress would make the
+                // publish below copy its arrays.
+                guard let position = batches[result.batch]?.positions[result.message],
+                    let settled = batches[result.batch]?.publish(result.message)
+                else { continue }
+                actions.finished.append((index, settled == .givenUp))
+                settle(position, givenUp: settled == .givenUp, into: &actions)
+                if let waiter = closeIfFinished(result.batch) { actions.resume.append(waiter) }
+            }
+            // Urgent first: its waiters are served before bulk ones either way.
+            for lane in Lane.allCases {
+                if let count = returned[lane] { actions.resume += permits.release(count, from: lane) }
+            }
+            return actions
+        }
+
+        /// A send was fenced off (its partition revoked, or being drained, before its next
+        /// attempt): ends its claim without an outcome and gives its permit back (nil: it held none
+        /// yet). Its message will not finish here: `givenUp` is true when this was the message's
+        /// last result outstanding, and the message is then given up (the new owner delivers it).
+        mutating func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane?) -> (actions: Actions, givenUp: Bool) {
+            var actions = Actions()
+            if let claim { actions.resume += claims.release(claim) }
+            if let permit { actions.resume += permits.release(1, from: permit) }
+            guard let position = batches[batch]?.positions[message], batches[batch]?.fence(message) == .givenUp else { return (actions, false) }
+            settle(position, givenUp: true, into: &actions)
+            if let waiter = closeIfFinished(batch) { actions.resume.append(waiter) }
+            return (actions, true)
+        }
+
+        /// Forgets `batch` once none of its messages is left to finish; returns its waiting task.
+        private mutating func closeIfFinished(_ batch: UInt64) -> Waiter? {
+            guard let progress = batches[batch], progress.unfinished == 0 else { return nil }
+            batches[batch] = nil
+            return progress.waiter
+        }
+
+        /// The results still to publish for each message of one batch.
+        private struct BatchProgress {
+            /// How a message with no result left to publish ended.
+            enum Settled { case finished, givenUp }
+
+            /// Where each message stands in its lane's offsets.
+            let positions: [MessagePosition]
+            var pending: [Int]
+            /// Messages with a fenced send: they are given up, not finished, once nothing is pending.
+            var fencedMessages: Set<Int> = []
+            /// Messages with results still to publish.
+            var unfinished: Int
+            /// The batch's task, waiting until `unfinished` is 0.
+            var waiter: Waiter?
+
+            init(positions: [MessagePosition], pending: [Int]) {
+                self.positions = positions
+                self.pending = pending
+                unfinished = pending.count { $0 > 0 }
+            }
+
+            /// Counts a published result of `message`; how the message ended when it was its last.
+            mutating func publish(_ message: Int) -> Settled? {
+                guard pending[message] > 0 else { return nil }
+                pending[message] -= 1
+                guard pending[message] == 0 else { return nil }
+                unfinished -= 1
+                return fencedMessages.contains(message) ? .givenUp : .finished
+            }
+
+            /// Counts a result of `message` that will never be published (its send was fenced).
+            mutating func fence(_ message: Int) -> Settled? {
+                fencedMessages.insert(message)
+                return publish(message)
+            }
+        }
+    }
+}
