@@ -27,15 +27,14 @@ extension RequestProcessor {
     /// lookup ran before they were recorded: asks the ledger again and republishes what it
     /// recorded; one it has no outcome for (a hash collision) is claimed and sent.
     func deliverRecordedLately(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
-        func ledgerEvent(of delivery: Delivery) -> LedgerEvent {
-            self.ledgerEvent(delivery.event, of: delivery.ticket.batch.message(delivery.ticket.message))
-        }
-        let events = Array(Set(deliveries.map(ledgerEvent(of:))))
+        func message(of delivery: Delivery) -> StartedMessage { delivery.ticket.batch.message(delivery.ticket.message) }
+        let events = Array(Set(deliveries.flatMap { message(of: $0).ledgerEvents(eventID: $0.event.id, topic: $0.event.topic) }))
         guard let recorded = try? await storeOperations.run({ try await self.ledger.recordedDeliveries(of: events) }) else { return }
         await withDiscardingTaskGroup { group in
             for delivery in deliveries {
                 let ticket = delivery.ticket
-                if let outcome = recorded[ledgerEvent(of: delivery)]?[delivery.destination.ledgerToken] {
+                let outcomes = message(of: delivery).recordedOutcomes(eventID: delivery.event.id, topic: delivery.event.topic, in: recorded)
+                if let outcome = outcomes[delivery.destination.ledgerToken] {
                     let republished = republishing(outcome, of: delivery.event, headers: ticket.batch.resultHeaders(ticket.message))
                     group.addTask { await self.publish([(republished, DeliveryTicket(ticket.batch, ticket.message, delivery.event))]) }
                     continue

@@ -221,7 +221,7 @@ final class RequestProcessor: Sendable {
     /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
     /// (each on its own connection), so the batch waits for the slower one, not for both.
     private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
-        let ledgerEvents = Array(Set(messages.map { ledgerEvent($0.1, of: $0.0) }))
+        let ledgerEvents = Array(Set(messages.flatMap { $0.0.ledgerEvents(eventID: $0.1.id, topic: $0.1.topic) }))
         let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
         async let recordedLookup = try? storeOperations.run {
@@ -268,7 +268,7 @@ final class RequestProcessor: Sendable {
         consumedAt: ContinuousClock.Instant
     ) -> EventPlan {
         let tokens = resolved.tokens[Apps(event)] ?? [:]
-        let recorded = resolved.recorded[ledgerEvent(event, of: message)] ?? [:]
+        let recorded = message.recordedOutcomes(eventID: event.id, topic: event.topic, in: resolved.recorded)
         var plan = EventPlan()
         if let channelID = event.channelID {
             // One result per event.

@@ -1,3 +1,4 @@
+import DeviceTokenStore
 import KafkaMessages
 
 /// A message this member started: where it came from, the lane and the assignment generation it
@@ -10,11 +11,36 @@ struct StartedMessage: Sendable {
     /// The record's timestamp, or for a record without one (message format v0) the wall clock
     /// when it was polled: the ledger lookup and the ledger write of the message use the same day.
     var recordTimestampMilliseconds: Int64
+    /// False for a record without a timestamp: its ledger day is the poll's, so an earlier
+    /// delivery of it may have recorded its outcomes under the day before (``ledgerDays``).
+    var hasRecordTimestamp: Bool
 
     init(_ message: KafkaMessage, lane: InputLane.Priority, generation: UInt64, polledAtMilliseconds: Int64) {
         self.message = message
         position = MessagePosition(lane: lane, partition: message.topicPartition, offset: message.offset, generation: generation)
         recordTimestampMilliseconds = message.timestampMilliseconds ?? polledAtMilliseconds
+        hasRecordTimestamp = message.timestampMilliseconds != nil
+    }
+
+    /// The ledger days its outcomes may be under: its record's day, and for a record without a
+    /// timestamp also the day before the poll's, where a delivery of it polled before a UTC
+    /// midnight recorded them. (One polled two or more midnights earlier is not found.)
+    var ledgerDays: [Int32] {
+        let day = LedgerEvent.day(ofMilliseconds: recordTimestampMilliseconds)
+        return hasRecordTimestamp ? [day] : [day, day - 1]
+    }
+
+    /// The outcomes of the event `eventID` of app `topic` that `found` holds under any of
+    /// ``ledgerDays``; one recorded under the record's own day wins.
+    func recordedOutcomes(eventID: String, topic: String, in found: [LedgerEvent: [String: RecordedDelivery]]) -> [String: RecordedDelivery] {
+        ledgerDays.reduce(into: [:]) { outcomes, day in
+            outcomes.merge(found[LedgerEvent(eventID: eventID, topic: topic, day: day)] ?? [:]) { first, _ in first }
+        }
+    }
+
+    /// The keys a lookup of the event `eventID` of app `topic` asks for (``ledgerDays``).
+    func ledgerEvents(eventID: String, topic: String) -> [LedgerEvent] {
+        ledgerDays.map { LedgerEvent(eventID: eventID, topic: topic, day: $0) }
     }
 }
 

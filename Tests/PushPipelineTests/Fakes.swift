@@ -98,8 +98,20 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         try await Self.inject(failures: recordFailuresLeft, hangs: recordHangsLeft)
-        return try await registry.record(batch)
+        guard recordsADayEarlier.load(ordering: .relaxed) else { return try await registry.record(batch) }
+        // As if written before a UTC midnight that has passed since: under the day before.
+        return try await registry.record(
+            batch.map { entry in
+                var delivery = entry.delivery
+                delivery.event.day -= 1
+                return (delivery, entry.mark)
+            }
+        )
     }
+
+    /// While true, ledger writes land under the day before theirs: a first delivery before a UTC
+    /// midnight, seen from a redelivery after it.
+    let recordsADayEarlier = Atomic(false)
 
     var recordedCount: Int { registry.recordedCount }
 

@@ -8,6 +8,7 @@ import PushPipeline
 import PushPipelineTesting
 import ServiceLifecycle
 import ServiceLifecycleTestKit
+import Synchronization
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
@@ -150,6 +151,27 @@ struct NotificationPipelineTests {
         let firstResults = Set(first.messages(on: "push.results").map(\.value))
         #expect(Set(again.messages(on: "push.results").map(\.value)) == firstResults, "republished unchanged")
         #expect(again.messages(on: "push.unregistered").map(\.value) == Array(repeating: first.messages(on: "push.unregistered").first?.value, count: 2))
+    }
+
+    /// A record without a timestamp takes its ledger day from its poll: redelivered after a UTC
+    /// midnight, it finds the outcomes its first delivery recorded the day before (found by
+    /// `LaneSimulationTests`, seed 1, once it simulated records without a timestamp).
+    @Test func aRecordWithoutATimestampRedeliveredAfterMidnightIsNotPushedAgain() async throws {
+        let store = try await Self.registeredStore()
+        let apns = ScriptedAPNSClient()
+        let untimed = KafkaMessage(topic: "push.requests", partition: 0, offset: 0, key: nil, value: Array(Self.event("e9", users: ["alice"]).utf8))
+        store.recordsADayEarlier.store(true, ordering: .relaxed)
+        let first = FakePublisher()
+        try await Self.run(source: InMemoryMessageSource([untimed]), publisher: first, store: store, apns: apns) {
+            first.messages(on: "push.results").count == 2
+        }
+        store.recordsADayEarlier.store(false, ordering: .relaxed)
+        let again = FakePublisher()
+        try await Self.run(source: InMemoryMessageSource([untimed]), publisher: again, store: store, apns: apns) {
+            again.messages(on: "push.results").count == 2
+        }
+        #expect(apns.sent.count == 2, "alice's two devices pushed once each")
+        #expect(Set(again.messages(on: "push.results").map(\.value)) == Set(first.messages(on: "push.results").map(\.value)), "republished")
     }
 
     @Test func copiesOfANewEventInOnePollPushEachDeviceOnceAndPublishTheSameResults() async throws {

@@ -44,9 +44,11 @@ struct ChannelCommands: Sendable {
                 topic: command.topic,
                 recordTimestampMilliseconds: message.recordTimestampMilliseconds
             )
-            let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: [ledgerEvent]) }
+            let lookup = message.ledgerEvents(eventID: command.ledgerEventID, topic: command.topic)
+            let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: lookup) }
+            let outcomes = message.recordedOutcomes(eventID: command.ledgerEventID, topic: command.topic, in: recorded)
             let answer: [UInt8]
-            if let outcome = recorded[ledgerEvent]?[ChannelCommand.ledgerToken], case .message(let result, _) = outcome.outcome {
+            if let outcome = outcomes[ChannelCommand.ledgerToken], case .message(let result, _) = outcome.outcome {
                 answer = result
             } else {
                 let result = try await perform(command)
