@@ -21,8 +21,32 @@ struct LogLineWriterTests {
         defer { close(readEnd) }
         let writer = LogLineWriter(fileDescriptor: writeEnd, capacity: 100)
         let logger = Logger(label: "test") { label in LineLogHandler(label: label, level: .info, format: .json, writer: writer) }
-        // About 2.4 MB while nobody reads: far past the pipe's buffer (64 KiB on Linux).
-        for index in 0..<20_000 { logger.info("line \(index) \(String(repeating: "x", count: 100))") }
+        // About 2.4 MB while nobody reads: far past the pipe's buffer (64 KiB on Linux), logged
+        // on a thread of its own, which must come back within seconds.
+        let logged = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            for index in 0..<20_000 { logger.info("line \(index) \(String(repeating: "x", count: 100))") }
+            logged.signal()
+        }
+        let returned = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: logged.wait(timeout: .now() + .seconds(10)) == .success) }
+        }
+        guard returned else {
+            Issue.record("the logging thread waited for the log pipe")
+            // Let it out: read until it has written everything.
+            DispatchQueue.global().async {
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                while read(readEnd, &buffer, buffer.count) > 0 {}
+            }
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async {
+                    logged.wait()
+                    continuation.resume()
+                }
+            }
+            close(writeEnd)
+            return
+        }
         #expect(writer.droppedCount > 0, "lines past the capacity are dropped, not waited for")
         // Reading lets the backlog out, then the line that says how many were lost.
         let output = await withCheckedContinuation { continuation in

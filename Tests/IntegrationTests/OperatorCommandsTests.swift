@@ -3,6 +3,7 @@ import DeviceTokenStore
 import Foundation
 import HeraldService
 import MockAPNS
+import PostgresNIO
 import Testing
 
 /// `herald config check`, `herald token register|unregister` and `herald send` as an operator
@@ -29,6 +30,23 @@ struct OperatorCommandsTests {
         let (out, err) = await (outputData, errorData)
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    }
+
+    /// Finding 8: while another instance holds the partition maintenance lock, `herald migrate`
+    /// applies the migrations and says it left the partitions to that instance, rather than
+    /// reporting them ready.
+    @Test func migrateSaysWhenAnotherInstanceIsMaintainingThePartitions() async throws {
+        let (status, logs) = try await RegistryDatabase.withStore { _, database in
+            try await database.withConnection { connection in
+                _ = try await connection.query("SELECT pg_advisory_lock(7215300412)", logger: database.sqlLogger)
+                let result = try await Self.herald(["migrate"], environment: ["HERALD_POSTGRES_URL": TestEnvironment.postgresURL])
+                _ = try await connection.query("SELECT pg_advisory_unlock(7215300412)", logger: database.sqlLogger)
+                return (result.status, result.output + result.errors)
+            }
+        }
+        #expect(status == 0)
+        #expect(logs.contains("partitions not checked: another instance is maintaining them"), "\(logs)")
+        #expect(!logs.contains("partitions ready"))
     }
 
     @Test func configCheckPrintsTheEffectiveConfigurationWithoutSecretsAndNamesAMistake() async throws {

@@ -98,6 +98,52 @@ extension TokenRegistryTests {
         }
     }
 
+    /// Finding 7: while a partition DDL waits for a lock (here behind a long reader), every
+    /// ledger statement queues behind it. Its wait ends after 100 ms and it tries again after a
+    /// pause, so a lookup meanwhile waits about that long, not the seconds the reader runs; the
+    /// pass still completes once the reader is done.
+    @Test func aPartitionDDLWaitingForALockHoldsLedgerLookupsOnlyBriefly() async throws {
+        try await RegistryDatabase.withScratchDatabase { store, database in
+            let outcome = Self.ledgerOutcome("during-ddl", day: 10_000, completedOnDay: 10_000)
+            _ = try await store.record([(outcome, nil)])
+            _ = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_000, newestDay: 10_000), unpartitionedBefore: 0)
+            let (held, holding) = AsyncStream.makeStream(of: Void.self)
+            let worst = try await withThrowingTaskGroup(of: Duration?.self) { group in
+                group.addTask {
+                    try await database.withConnection { connection in
+                        // A long reader: ACCESS SHARE on the ledger until it commits, 3 s later.
+                        try await connection.query("BEGIN", logger: database.sqlLogger)
+                        try await connection.query("SELECT count(*) FROM push.delivery_ledger", logger: database.sqlLogger)
+                        holding.yield()
+                        try await Task.sleep(for: .seconds(3))
+                        try await connection.query("COMMIT", logger: database.sqlLogger)
+                    }
+                    return nil
+                }
+                for await _ in held { break }
+                group.addTask {
+                    // Drops day 10,000 and creates 10,001 and 10,002: each DDL waits for the reader.
+                    let report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_001, newestDay: 10_002), unpartitionedBefore: 0)
+                    #expect(report.partitionsDropped == 1 && report.partitionsCreated == 2)
+                    return nil
+                }
+                group.addTask {
+                    try await Task.sleep(for: .milliseconds(300))
+                    var worst = Duration.zero
+                    for _ in 0..<8 {
+                        let started = ContinuousClock.now
+                        _ = try await store.recordedDeliveries(of: [outcome.event])
+                        worst = max(worst, started.duration(to: .now))
+                        try await Task.sleep(for: .milliseconds(150))
+                    }
+                    return worst
+                }
+                return try await group.reduce(into: Duration.zero) { worst, lookups in worst = max(worst, lookups ?? .zero) }
+            }
+            #expect(worst < .milliseconds(700), "a lookup waited \(worst) behind a waiting DDL")
+        }
+    }
+
     /// The ledger before migration 5 is read until its newest row is older than the retention,
     /// then dropped; an instance that finds it gone reads the partitioned ledger alone.
     @Test func theUnpartitionedLedgerIsReadUntilItExpiresAndThenDropped() async throws {
