@@ -244,9 +244,10 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
         waiterTimer = nil
         var actions = Actions()
         var earliest: NIODeadline?
+        let error = APNSTransportError.deadlineExceeded("no \(peerName) stream became free before the deadline")
         for poolIndex in pools.indices where !pools[poolIndex].waiters.isEmpty {
             let (expired, earliestKept) = pools[poolIndex].waiters.removeExpired(at: now)
-            actions.failures += expired.map { (waiter: $0, error: APNSTransportError.deadlineExceeded("no \(peerName) stream became free before the deadline")) }
+            actions.failures += expired.map { (waiter: $0, error: error) }
             if let earliestKept { earliest = earliest.map { min($0, earliestKept) } ?? earliestKept }
         }
         if let earliest {
