@@ -132,14 +132,13 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
     private let connectionsPerEndpoint: Int
     private let maximumWaiters: Int
     private let requiresVerification: Bool
+    /// The server's name in errors ("APNs", "FCM").
+    private let peerName: String
     /// Set by ``shutDown()``: no new streams or connections, and late connections close at once.
     private var isShutDown = false
     private var pools = [Pool(), Pool()]
     private var nextConnectionID = 0
     private var waiterTimer: WaiterTimer?
-
-    /// The server's name in errors ("APNs", "FCM").
-    private let peerName: String
 
     package init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool, peerName: String = "APNs") {
         self.peerName = peerName
