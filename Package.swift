@@ -32,7 +32,7 @@ let package = Package(
         // A mock APNs (HTTP/2 over TLS, token and certificate authentication) for tests.
         .library(name: "MockAPNS", targets: ["MockAPNS"]),
         // An FCM HTTP v1 client: the message and its validation, the answers' classification,
-        // the OAuth token source and the sender over AsyncHTTPClient (HTTP/2).
+        // the OAuth token source and the sender over Herald's own HTTP/2 client.
         .library(name: "FCMClient", targets: ["FCMCore", "FCMHTTP"]),
         // A mock FCM HTTP v1 API and OAuth token endpoint (HTTP/2 over TLS) for tests.
         .library(name: "MockFCM", targets: ["MockFCM"]),
@@ -70,7 +70,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // OTLP over HTTP only: the gRPC exporter's dependencies would double the build.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
-        // The FCM sender's HTTP/2 client and the OAuth token exchange.
+        // The OAuth token exchange of FCM (one request per project an hour).
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Parses HERALD_CONFIG_FILE (YAML or JSON) once, for its key list and its values; the
         // tests read deploy/'s YAML with it.
@@ -145,11 +145,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The FCM transport: the OAuth token source (RS256 assertions) and the HTTP/2 sender.
+        // The FCM transport: the OAuth token source (RS256 assertions, over AsyncHTTPClient) and
+        // the sender over APNs' HTTP/2 frame code and connection pool.
         .target(
             name: "FCMHTTP",
             dependencies: [
                 "APNSCore",
+                "APNSHTTP2",
+                "APNSWire",
                 "FCMCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,8 +1,8 @@
-import APNSCore
-import NIOCore
+package import APNSCore
+package import NIOCore
 
 /// What the pool needs to know about a connection.
-protocol APNSPooledConnection: Sendable {
+package protocol APNSPooledConnection: Sendable {
     var id: Int { get }
     var environment: APNSEnvironment { get }
 }
@@ -11,37 +11,45 @@ protocol APNSPooledConnection: Sendable {
 /// callers waiting for a stream (``WaiterQueue``: urgent ones first, then bulk, each in FIFO order). A value type behind a lock; every method returns
 /// what the caller must do (resume waiters, open or close connections) outside the lock.
 ///
-/// Generic over the connection and the waiter's continuation so tests can drive it without sockets.
-struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continuation: Sendable> {
+/// Generic over the connection and the waiter's continuation so tests can drive it without sockets,
+/// and so the FCM client pools its connections with it too (one environment, `.production`).
+package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continuation: Sendable> {
     /// A caller waiting for a stream until its deadline.
-    struct Waiter: Sendable {
-        let id: UInt64
-        let continuation: Continuation
-        let deadline: NIODeadline
-        var precedence: APNSStreamPrecedence = .urgent
+    package struct Waiter: Sendable {
+        package let id: UInt64
+        package let continuation: Continuation
+        package let deadline: NIODeadline
+        package var precedence: APNSStreamPrecedence = .urgent
+
+        package init(id: UInt64, continuation: Continuation, deadline: NIODeadline, precedence: APNSStreamPrecedence = .urgent) {
+            self.id = id
+            self.continuation = continuation
+            self.deadline = deadline
+            self.precedence = precedence
+        }
     }
 
     /// Side effects to perform after the lock is released.
-    struct Actions: Sendable {
-        var leases: [(waiter: Waiter, connection: Connection)] = []
-        var failures: [(waiter: Waiter, error: APNSTransportError)] = []
-        var open: APNSConnectionPlan?
-        var close: [Connection] = []
+    package struct Actions: Sendable {
+        package var leases: [(waiter: Waiter, connection: Connection)] = []
+        package var failures: [(waiter: Waiter, error: APNSTransportError)] = []
+        package var open: APNSConnectionPlan?
+        package var close: [Connection] = []
         /// Schedule the waiter-deadline timer for this instant (then hand it to `attachWaiterTimer`).
-        var armWaiterTimer: NIODeadline?
+        package var armWaiterTimer: NIODeadline?
         /// A waiter-deadline timer that is no longer needed.
-        var cancelWaiterTimer: Scheduled<Void>?
+        package var cancelWaiterTimer: Scheduled<Void>?
 
         static var none: Actions { Actions() }
     }
 
-    enum LeaseAttempt {
+    package enum LeaseAttempt {
         case leased(Connection)
         case mustWait
         case failed(APNSTransportError)
     }
 
-    enum EnqueueResult {
+    package enum EnqueueResult {
         case leased(Connection)
         case queued(Actions)
         case failed(APNSTransportError)
@@ -124,13 +132,16 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     private let connectionsPerEndpoint: Int
     private let maximumWaiters: Int
     private let requiresVerification: Bool
+    /// The server's name in errors ("APNs", "FCM").
+    private let peerName: String
     /// Set by ``shutDown()``: no new streams or connections, and late connections close at once.
     private var isShutDown = false
     private var pools = [Pool(), Pool()]
     private var nextConnectionID = 0
     private var waiterTimer: WaiterTimer?
 
-    init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool) {
+    package init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool, peerName: String = "APNs") {
+        self.peerName = peerName
         self.connectionsPerEndpoint = max(1, connectionsPerEndpoint)
         self.maximumWaiters = max(0, maximumWaiters)
         self.requiresVerification = requiresVerification
@@ -144,7 +155,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// Stops taking requests: returns the waiters to fail, the connections to close gracefully and
     /// the waiter timer to cancel.
-    mutating func shutDown() -> (waiters: [Waiter], connections: [Connection], timer: Scheduled<Void>?) {
+    package mutating func shutDown() -> (waiters: [Waiter], connections: [Connection], timer: Scheduled<Void>?) {
         guard !isShutDown else { return ([], [], nil) }
         isShutDown = true
         let timer = waiterTimer?.scheduled
@@ -175,8 +186,8 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     // MARK: Leasing streams
 
     /// The fast path: a free stream now, or `.mustWait` (also when others wait ahead of it).
-    mutating func leaseIfAvailable(_ environment: APNSEnvironment, precedence: APNSStreamPrecedence = .urgent) -> LeaseAttempt {
-        if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+    package mutating func leaseIfAvailable(_ environment: APNSEnvironment, precedence: APNSStreamPrecedence = .urgent) -> LeaseAttempt {
+        if isShutDown { return .failed(.shuttingDown("\(peerName) client is shutting down")) }
         return leaseFreeStreams(environment, upTo: 1, precedence: precedence).first.map { .leased($0) } ?? .mustWait
     }
 
@@ -199,12 +210,12 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     }
 
     /// Leases a stream if one is free, otherwise queues `waiter` (opening a connection when allowed).
-    mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
-        if isShutDown { return .failed(.shuttingDown("APNs client is shutting down")) }
+    package mutating func enqueue(_ waiter: Waiter, for environment: APNSEnvironment) -> EnqueueResult {
+        if isShutDown { return .failed(.shuttingDown("\(peerName) client is shutting down")) }
         if let connection = leaseFreeStreams(environment, upTo: 1, precedence: waiter.precedence).first { return .leased(connection) }
         let poolIndex = Self.poolIndex(environment)
         guard pools[poolIndex].waiters.count < maximumWaiters else {
-            return .failed(.overloaded("\(maximumWaiters) requests already wait for an APNs stream"))
+            return .failed(.overloaded("\(maximumWaiters) requests already wait for an \(peerName) stream"))
         }
         pools[poolIndex].waiters.append(waiter)
         var actions = Actions()
@@ -219,7 +230,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// Stores the timer scheduled for `deadline`; false when a timer for an earlier deadline
     /// replaced it meanwhile (cancel it then).
-    mutating func attachWaiterTimer(_ timer: Scheduled<Void>, deadline: NIODeadline) -> Bool {
+    package mutating func attachWaiterTimer(_ timer: Scheduled<Void>, deadline: NIODeadline) -> Bool {
         guard let current = waiterTimer, current.deadline == deadline, current.scheduled == nil else { return false }
         waiterTimer?.scheduled = timer
         return true
@@ -227,14 +238,15 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
 
     /// The waiter timer armed for `timerDeadline` fired: fails every waiter whose deadline passed
     /// and arms the timer for the earliest remaining one.
-    mutating func waiterTimerFired(timerDeadline: NIODeadline, now: NIODeadline) -> Actions {
+    package mutating func waiterTimerFired(timerDeadline: NIODeadline, now: NIODeadline) -> Actions {
         guard let timer = waiterTimer, timer.deadline == timerDeadline else { return .none }
         waiterTimer = nil
         var actions = Actions()
         var earliest: NIODeadline?
+        let error = APNSTransportError.deadlineExceeded("no \(peerName) stream became free before the deadline")
         for poolIndex in pools.indices where !pools[poolIndex].waiters.isEmpty {
             let (expired, earliestKept) = pools[poolIndex].waiters.removeExpired(at: now)
-            actions.failures += expired.map { (waiter: $0, error: APNSTransportError.deadlineExceeded("no APNs stream became free before the deadline")) }
+            actions.failures += expired.map { (waiter: $0, error: error) }
             if let earliestKept { earliest = earliest.map { min($0, earliestKept) } ?? earliestKept }
         }
         if let earliest {
@@ -245,13 +257,13 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     }
 
     /// Removes a waiter whose deadline passed or whose task was cancelled.
-    mutating func removeWaiter(_ id: UInt64, for environment: APNSEnvironment) -> Waiter? {
+    package mutating func removeWaiter(_ id: UInt64, for environment: APNSEnvironment) -> Waiter? {
         let poolIndex = Self.poolIndex(environment)
         return pools[poolIndex].waiters.remove(id: id)
     }
 
     /// A stream ended. `status` is APNs' answer, nil when there was none.
-    mutating func release(connectionID: Int, environment: APNSEnvironment, status: Int?) -> Actions {
+    package mutating func release(connectionID: Int, environment: APNSEnvironment, status: Int?) -> Actions {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         pools[poolIndex].slots[slot].inUse -= 1
@@ -269,7 +281,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     // MARK: Connection events
 
     /// The connection finished its handshake.
-    mutating func connectionReady(
+    package mutating func connectionReady(
         _ connection: Connection,
         streamLimit: Int
     ) -> Actions {
@@ -289,7 +301,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     }
 
     /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
-    mutating func streamLimitChanged(connectionID: Int, environment: APNSEnvironment, limit: Int) -> Actions {
+    package mutating func streamLimitChanged(connectionID: Int, environment: APNSEnvironment, limit: Int) -> Actions {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         pools[poolIndex].slots[slot].serverStreamLimit = limit
@@ -297,7 +309,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     }
 
     /// GOAWAY: the connection drains; a replacement opens when there is demand.
-    mutating func connectionGoingAway(connectionID: Int, environment: APNSEnvironment) -> Actions {
+    package mutating func connectionGoingAway(connectionID: Int, environment: APNSEnvironment) -> Actions {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
         let wasBusy = pools[poolIndex].slots[slot].inUse > 0
@@ -311,7 +323,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
     }
 
     /// The connection closed, or could not be opened (`failure` says why).
-    mutating func connectionClosed(
+    package mutating func connectionClosed(
         connectionID: Int,
         environment: APNSEnvironment,
         failure: APNSTransportError?,
@@ -328,7 +340,7 @@ struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continua
         if neverReady && !pools[poolIndex].hasReady && !pools[poolIndex].hasConnecting {
             // Nothing can serve the queue soon: fail it now (callers retry with their own backoff)
             // rather than letting every waiter run into its deadline.
-            let error = (failure ?? .connectionFailed("connection closed during the handshake")).detailed("cannot connect to APNs")
+            let error = (failure ?? .connectionFailed("connection closed during the handshake")).detailed("cannot connect to \(peerName)")
             actions.failures += pools[poolIndex].waiters.removeAll().map { (waiter: $0, error: error) }
             return actions
         }
@@ -383,5 +395,5 @@ extension Backoff {
     /// Reconnecting to APNs after consecutive failures: 100 ms doubling up to 30 s, waiting at
     /// least half of that (the pool plans the ceiling; the jitter is drawn where the connection
     /// is opened).
-    static let apnsReconnection = Backoff(initial: .milliseconds(100), maximum: .seconds(30), floorPercent: 50)
+    package static let apnsReconnection = Backoff(initial: .milliseconds(100), maximum: .seconds(30), floorPercent: 50)
 }

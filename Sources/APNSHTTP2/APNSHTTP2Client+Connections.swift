@@ -1,4 +1,4 @@
-import APNSCore
+package import APNSCore
 import APNSWire
 import Logging
 import NIOCore
@@ -7,10 +7,10 @@ import NIOSSL
 import ServiceLifecycle
 
 /// A connection the pool asks `run()` to open, after `delay` (exponential backoff after failures).
-struct APNSConnectionPlan: Sendable, Hashable {
-    var connectionID: Int
-    var environment: APNSEnvironment
-    var delay: Duration
+package struct APNSConnectionPlan: Sendable, Hashable {
+    package var connectionID: Int
+    package var environment: APNSEnvironment
+    package var delay: Duration
 }
 
 /// The client's connections: opening them as the pool plans, running each until it closes,

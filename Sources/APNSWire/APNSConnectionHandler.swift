@@ -1,8 +1,6 @@
 package import APNSCore
 package import Logging
 package import NIOCore
-import NIOHPACK
-import NIOTLS
 
 /// What a connection tells the pool about itself.
 package enum APNSConnectionEvent: Sendable {
@@ -14,8 +12,9 @@ package enum APNSConnectionEvent: Sendable {
     case closed(failure: APNSTransportError?)
 }
 
-/// A request that was never written because its connection closed or began draining first;
-/// the client retries it on another connection without counting an attempt.
+/// A request that was never written because its connection closed or began draining first
+/// (for FCM also one above a GOAWAY's last stream ID: ``FCMExchange``); the client retries it
+/// on another connection without counting an attempt.
 package struct APNSStreamNotOpened: Error {
     package var transportError: APNSTransportError
 }
@@ -29,11 +28,11 @@ package struct APNSStreamOutcome: Sendable {
 /// Whoever waits for one stream's outcome: a task's continuation, or a callback that a batch of
 /// requests shares (``APNSConnectionHandler/startStream(requestID:request:deadline:waiter:)``).
 /// Resumed exactly once, on the connection's event loop.
-package enum StreamWaiter: Sendable {
-    case continuation(CheckedContinuation<APNSStreamOutcome, any Error>)
-    case callback(@Sendable (Result<APNSStreamOutcome, any Error>) -> Void)
+package enum HTTP2StreamWaiter<Outcome: Sendable>: Sendable {
+    case continuation(CheckedContinuation<Outcome, any Error>)
+    case callback(@Sendable (Result<Outcome, any Error>) -> Void)
 
-    func resume(with result: Result<APNSStreamOutcome, any Error>) {
+    func resume(with result: Result<Outcome, any Error>) {
         switch self {
         case .continuation(let continuation): continuation.resume(with: result)
         case .callback(let answer): answer(result)
@@ -43,64 +42,23 @@ package enum StreamWaiter: Sendable {
     func resume(throwing error: any Error) { resume(with: .failure(error)) }
 }
 
-/// The HTTP/2 client of one APNs connection, directly behind TLS: it writes each request as a
-/// HEADERS and a DATA frame on a new stream, matches answers to callers, enforces deadlines,
-/// drains on GOAWAY, keeps both directions' flow-control windows and pings idle connections.
-///
-/// It speaks HTTP/2 itself (``HTTP2Wire``) rather than through a general HTTP/2 stack: an APNs
-/// client only sends small requests and reads small answers, and per-stream state machines and
-/// Huffman coding of the path, JWT and apns-id (values that change on every request) were most
-/// of the sender's CPU time. Header blocks are encoded by ``APNSHeaderEncoder`` and decoded by
-/// NIOHPACK's decoder.
-///
-/// The protocol lives in ``StateMachine``; this class feeds it the channel's events and performs
-/// what it returns: resuming callers, fulfilling the ready promise, timers, flushes and closing.
-/// All state lives on the channel's event loop; ``APNSConnection`` reaches it through `NIOLoopBound`.
+/// An APNs stream's waiter.
+package typealias StreamWaiter = HTTP2StreamWaiter<APNSStreamOutcome>
+
+/// The HTTP/2 client of one APNs connection: ``HTTP2ConnectionCore`` with ``APNSExchange``
+/// (``APNSHeaderEncoder``'s header blocks, the connection's provider token, answers read as
+/// ``APNSStreamOutcome``). ``APNSConnection`` reaches it through `NIOLoopBound`.
 package final class APNSConnectionHandler: ChannelInboundHandler {
     package typealias InboundIn = ByteBuffer
     package typealias OutboundOut = ByteBuffer
-
-    package struct Configuration: Sendable {
-        package var authority: String
-        package var handshakeTimeout: TimeAmount
-        package var pingInterval: TimeAmount
-        package var pingTimeout: TimeAmount
-        /// Whether an error the channel caught is a TLS failure (the TLS handler lives outside this module).
-        package var isTLSFailure: @Sendable (any Error) -> Bool
-
-        package init(
-            authority: String,
-            handshakeTimeout: TimeAmount,
-            pingInterval: TimeAmount,
-            pingTimeout: TimeAmount,
-            isTLSFailure: @escaping @Sendable (any Error) -> Bool
-        ) {
-            self.authority = authority
-            self.handshakeTimeout = handshakeTimeout
-            self.pingInterval = pingInterval
-            self.pingTimeout = pingTimeout
-            self.isTLSFailure = isTLSFailure
-        }
-    }
+    package typealias Configuration = HTTP2ConnectionConfiguration
+    /// The connection's protocol state (tests drive it directly).
+    typealias StateMachine<Waiter> = HTTP2ConnectionCore<APNSExchange>.StateMachine<Waiter>
 
     /// The stream limit assumed when the server's SETTINGS name none (RFC 9113: unlimited).
     package static var streamLimitWhenUnlimited: Int { StateMachine<StreamWaiter>.streamLimitWhenUnlimited }
 
-    private let configuration: Configuration
-    private let logger: Logger
-    private let onEvent: @Sendable (APNSConnectionEvent) -> Void
-
-    private var state: StateMachine<StreamWaiter>
-    private var context: ChannelHandlerContext?
-    /// Fulfilled once: with the stream limit when the handshake finished, or with why it failed.
-    private var readyPromise: EventLoopPromise<Int>?
-    private var flushScheduled = false
-
-    private var handshakeTimer: Scheduled<Void>?
-    private var deadlineTimer: Scheduled<Void>?
-    private var pingTimer: Scheduled<Void>?
-    private var pingAckTimer: Scheduled<Void>?
-    private var gracefulCloseTimer: Scheduled<Void>?
+    private let core: HTTP2ConnectionCore<APNSExchange>
 
     package init(
         configuration: Configuration,
@@ -109,11 +67,13 @@ package final class APNSConnectionHandler: ChannelInboundHandler {
         logger: Logger,
         onEvent: @escaping @Sendable (APNSConnectionEvent) -> Void
     ) {
-        self.configuration = configuration
-        self.state = StateMachine(authority: configuration.authority, providerToken: providerToken)
-        self.readyPromise = readyPromise
-        self.logger = logger
-        self.onEvent = onEvent
+        core = HTTP2ConnectionCore(
+            configuration: configuration,
+            exchange: APNSExchange(authority: configuration.authority, providerToken: providerToken),
+            readyPromise: readyPromise,
+            logger: logger,
+            onEvent: onEvent
+        )
     }
 
     // MARK: Calls from APNSConnection (on the event loop)
@@ -125,238 +85,39 @@ package final class APNSConnectionHandler: ChannelInboundHandler {
         deadline: NIODeadline,
         continuation: CheckedContinuation<APNSStreamOutcome, any Error>
     ) {
-        startStream(requestID: requestID, request: request, deadline: deadline, waiter: .continuation(continuation))
+        core.startStream(requestID: requestID, request: request, deadline: deadline, waiter: .continuation(continuation))
     }
 
     /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with the
     /// answer or an error.
-    package func startStream(
-        requestID: UInt64,
-        request: APNSRequest,
-        deadline: NIODeadline,
-        waiter: StreamWaiter
-    ) {
-        switch state.startStream(requestID: requestID, request: request, deadline: deadline, waiter: waiter) {
-        case .started(let deadlineToArm):
-            if let deadlineToArm { armDeadlineTimer(for: deadlineToArm) }
-        case .failed(let waiter, let error, let event, let closeConnection):
-            if let event { onEvent(event) }
-            waiter.resume(throwing: error)
-            if closeConnection { context?.close(promise: nil) }
-        }
-        scheduleFlush()
+    package func startStream(requestID: UInt64, request: APNSRequest, deadline: NIODeadline, waiter: StreamWaiter) {
+        core.startStream(requestID: requestID, request: request, deadline: deadline, waiter: waiter)
     }
 
     /// The caller's task was cancelled: reset its stream.
     package func cancelStream(requestID: UInt64) {
-        guard let finished = state.cancelStream(requestID: requestID) else { return }
-        scheduleFlush()
-        resume(finished)
+        core.cancelStream(requestID: requestID)
     }
 
     /// Uses `token` for the `authorization` header of streams opened from now on.
     package func installProviderToken(_ token: String) {
-        state.installProviderToken(token)
+        core.updateExchange { $0.installProviderToken(token) }
     }
 
     /// Stops taking streams and closes once in-flight streams finished or `timeout` passed.
     package func closeGracefully(within timeout: TimeAmount) {
-        switch state.closeGracefully() {
-        case .none:
-            return
-        case .closeNow(let failReady):
-            if let failReady { readyFailed(failReady) }
-            context?.close(promise: nil)
-        case .closeAfterGracePeriod(let failReady):
-            if let failReady { readyFailed(failReady) }
-            guard gracefulCloseTimer == nil, let context else { return }
-            gracefulCloseTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
-                self.context?.close(promise: nil)
-            }
-        }
+        core.closeGracefully(within: timeout)
     }
 
     // MARK: ChannelHandler
 
-    package func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.handshakeTimeout) {
-            [self] in
-            guard let failure = state.handshakeTimedOut() else { return }
-            readyFailed(failure)
-            self.context?.close(promise: nil)
-        }
-        if context.channel.isActive { sendPreface() }
-    }
-
-    package func handlerRemoved(context: ChannelHandlerContext) {
-        // A channel that never became active (connection refused) sees no channelInactive.
-        connectionClosed(streamError: .connectionFailed("connection handler removed"), reportClosure: false)
-        self.context = nil
-    }
-
-    package func channelActive(context: ChannelHandlerContext) {
-        sendPreface()
-        context.fireChannelActive()
-    }
-
-    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        state.bytesReceived(unwrapInboundIn(data))
-        while let action = state.nextFrameAction() {
-            perform(action)
-        }
-        scheduleFlush()
-    }
-
+    package func handlerAdded(context: ChannelHandlerContext) { core.handlerAdded(context: context) }
+    package func handlerRemoved(context: ChannelHandlerContext) { core.handlerRemoved(context: context) }
+    package func channelActive(context: ChannelHandlerContext) { core.channelActive(context: context) }
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) { core.channelRead(unwrapInboundIn(data)) }
     package func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = tlsEvent,
-            let failure = state.handshakeCompleted(negotiatedProtocol: negotiated)
-        {
-            readyFailed(failure)
-            context.close(promise: nil)
-        }
-        context.fireUserInboundEventTriggered(event)
+        core.userInboundEventTriggered(context: context, event: event)
     }
-
-    package func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        logger.debug("APNs connection error", metadata: [APNSLoggingKeys.error: "\(error)"])
-        let tlsFailed = configuration.isTLSFailure(error)
-        let transportError: APNSTransportError =
-            tlsFailed ? .tlsHandshakeFailed("\(error)") : .connectionFailed("\(error)")
-        if let failure = state.errorCaught(transportError) { readyFailed(failure) }
-        context.close(promise: nil)
-    }
-
-    package func channelInactive(context: ChannelHandlerContext) {
-        connectionClosed(streamError: .connectionFailed("connection to APNs closed before the answer"), reportClosure: true)
-        context.fireChannelInactive()
-    }
-
-    // MARK: Performing the state machine's actions
-
-    private func perform(_ action: StateMachine<StreamWaiter>.FrameAction) {
-        switch action {
-        case .finishStream(let finished):
-            resume(finished)
-        case .ready(let streamLimit):
-            handshakeTimer?.cancel()
-            handshakeTimer = nil
-            schedulePingCheck()
-            readyPromise?.succeed(streamLimit)
-            readyPromise = nil
-        case .streamLimitChanged(let limit):
-            onEvent(.streamLimitChanged(limit))
-        case .pingAcknowledged:
-            pingAckTimer?.cancel()
-            pingAckTimer = nil
-        case .goingAway(let goAway):
-            if let failReady = goAway.failReady { readyFailed(failReady) }
-            for finished in goAway.refused { finished.waiter.resume(with: finished.result) }
-            onEvent(goAway.event)
-            if goAway.closeConnection { context?.close(promise: nil) }
-        case .connectionError(let error, let failReady):
-            logger.warning("APNs connection protocol error", metadata: [APNSLoggingKeys.error: "\(error)"])
-            if let failReady { readyFailed(failReady) }
-            flushNow()
-            context?.close(promise: nil)
-        }
-    }
-
-    private func resume(_ finished: StateMachine<StreamWaiter>.FinishedStream) {
-        finished.waiter.resume(with: finished.result)
-        if finished.closeConnection { context?.close(promise: nil) }
-    }
-
-    private func readyFailed(_ error: APNSTransportError) {
-        readyPromise?.fail(error)
-        readyPromise = nil
-    }
-
-    private func connectionClosed(streamError: APNSTransportError, reportClosure: Bool) {
-        let closed = state.channelClosed(streamError: streamError, reportClosure: reportClosure)
-        if let failReady = closed.failReady { readyFailed(failReady) }
-        cancelTimers()
-        for waiter in closed.failedWaiters { waiter.resume(throwing: closed.error) }
-        if let event = closed.event { onEvent(event) }
-    }
-
-    private func sendPreface() {
-        state.channelActive()
-        scheduleFlush()
-    }
-
-    // MARK: Timers and flushing
-
-    private func armDeadlineTimer(for deadline: NIODeadline) {
-        deadlineTimer?.cancel()
-        guard let context else { return }
-        deadlineTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
-            deadlineTimerFired()
-        }
-    }
-
-    private func deadlineTimerFired() {
-        deadlineTimer = nil
-        guard let context else { return }
-        let action = state.deadlineTimerFired(now: context.eventLoop.now)
-        scheduleFlush()
-        for finished in action.expired { resume(finished) }
-        if let next = action.armDeadlineTimer { armDeadlineTimer(for: next) }
-    }
-
-    private func schedulePingCheck() {
-        guard let context else { return }
-        pingTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.pingInterval) { [self] in
-            pingCheck()
-        }
-    }
-
-    /// Sends a PING when nothing arrived for a whole interval; a missing ACK closes the connection.
-    private func pingCheck() {
-        guard let context else { return }
-        switch state.pingCheckFired() {
-        case .stop:
-            return
-        case .checkAgain:
-            break
-        case .sentPing(let data):
-            scheduleFlush()
-            pingAckTimer = context.eventLoop.assumeIsolated().scheduleTask(in: configuration.pingTimeout) { [self] in
-                guard state.pingAckTimedOut(data: data) else { return }
-                logger.warning("APNs did not acknowledge PING; closing the connection")
-                self.context?.close(promise: nil)
-            }
-        }
-        schedulePingCheck()
-    }
-
-    private func scheduleFlush() {
-        guard !flushScheduled, state.hasOutput, let context else { return }
-        flushScheduled = true
-        // Flushing after the tasks already queued on the loop coalesces the frames of many
-        // concurrent requests into one write, one TLS record and one syscall.
-        context.eventLoop.assumeIsolated().execute { [self] in
-            flushScheduled = false
-            flushNow()
-        }
-    }
-
-    private func flushNow() {
-        guard let context, state.hasOutput else { return }
-        // Written from a copy: the write may call back into this handler (an error closing the channel).
-        let bytes = state.output
-        context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
-        state.outputWritten(bytes)
-    }
-
-    private func cancelTimers() {
-        for timer in [handshakeTimer, deadlineTimer, pingTimer, pingAckTimer, gracefulCloseTimer] {
-            timer?.cancel()
-        }
-        handshakeTimer = nil
-        deadlineTimer = nil
-        pingTimer = nil
-        pingAckTimer = nil
-        gracefulCloseTimer = nil
-    }
+    package func errorCaught(context: ChannelHandlerContext, error: any Error) { core.errorCaught(context: context, error: error) }
+    package func channelInactive(context: ChannelHandlerContext) { core.channelInactive(context: context) }
 }

@@ -224,7 +224,7 @@ struct APNSHeaderEncoder: Sendable {
 
 extension ByteBuffer {
     /// An integer with an N-bit prefix (RFC 7541 section 5.1); `flags` fills the first byte's other bits.
-    fileprivate mutating func writeHPACKInteger(_ value: Int, prefixBits: Int, flags: UInt8) {
+    mutating func writeHPACKInteger(_ value: Int, prefixBits: Int, flags: UInt8) {
         let limit = (1 << prefixBits) - 1
         guard value >= limit else {
             writeInteger(flags | UInt8(value))
@@ -240,7 +240,7 @@ extension ByteBuffer {
     }
 
     /// A string literal without Huffman coding (section 5.2).
-    fileprivate mutating func writeHPACKString(_ string: String) {
+    mutating func writeHPACKString(_ string: String) {
         writeHPACKInteger(string.utf8.count, prefixBits: 7, flags: 0)
         writeString(string)
     }

@@ -60,6 +60,17 @@ public struct FCMClientConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// The largest answer body read; a longer one is cut off and read as no body.
     public var maximumResponseBytes = 64 * 1024
+    /// The most HTTP/2 connections to FCM; each carries as many requests at once as FCM's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS allows.
+    public var connections = 1
+    /// The most requests that wait for a stream; more fail at once (as if their deadline passed).
+    public var maximumQueuedRequests = 100_000
+    /// A PING is sent after this long without a frame from FCM.
+    public var pingInterval: Duration = .seconds(60)
+    /// A connection whose PING is not acknowledged within this is closed.
+    public var pingTimeout: Duration = .seconds(20)
+    /// After ``FCMHTTPClient/run()`` was asked to stop, how long requests in flight may still finish.
+    public var shutdownGracePeriod: Duration = .seconds(5)
 
     /// Creates a configuration; every other setting has the default documented on its property.
     public init(baseURL: String = defaultBaseURL, credentials: FCMCredentials, additionalTrustRootsPEMPath: String? = nil) {

@@ -1,47 +1,52 @@
 import APNSCore
+import APNSWire
 import AsyncHTTPClient
 public import FCMCore
 import Foundation
 public import Logging
 public import Metrics
 import NIOCore
-import NIOHTTP1
 import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
 
-/// Sends FCM HTTP v1 messages over HTTP/2 (AsyncHTTPClient's pool: one multiplexed connection
-/// per host, as many streams as FCM allows), with an OAuth access token per Firebase project.
+/// Sends FCM HTTP v1 messages over HTTP/2 (``FCMHTTP2Transport``: APNs' frame code and pool,
+/// one connection by default carrying as many streams as FCM allows), with an OAuth access token
+/// per Firebase project.
 ///
 /// Every request has a deadline; after a 401 UNAUTHENTICATED the token is refreshed and the
-/// message sent once more. ``run()`` runs the background token refresh and, when it ends, shuts
-/// the HTTP client down: run it (in a `ServiceGroup`) for as long as messages are sent.
+/// message sent once more. ``run()`` runs the connections and the background token refresh and,
+/// when it ends, shuts both down: run it (in a `ServiceGroup`) for as long as messages are sent.
 public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// The token source: readiness and refresh state.
     public let tokens: FCMAccessTokenSource
+    /// The OAuth token exchange's client (AsyncHTTPClient: one request per project an hour).
     private let httpClient: HTTPClient
+    private let transport: FCMHTTP2Transport
     private let credentials: Mutex<FCMCredentials>
-    private let configuration: FCMClientConfiguration
     private let logger: Logger
     private let metrics: FCMClientMetrics
 
     /// Reads every service account's key; throws ``FCMServiceAccountError`` when one is not
-    /// usable and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
+    /// usable, ``FCMConfigurationError`` for a base URL that is not `https://host[:port][/path]`
+    /// and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
     /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
     public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
+        let transport = try FCMHTTP2Transport(configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
         var tls = TLSConfiguration.makeClientConfiguration()
         if let path = configuration.additionalTrustRootsPEMPath {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
         }
-        var clientConfiguration = HTTPClient.Configuration(
-            tlsConfiguration: tls,
-            redirectConfiguration: .disallow,
-            timeout: HTTPClient.Configuration.Timeout(connect: TimeAmount(configuration.connectTimeout)),
-            decompression: .disabled
+        let httpClient = HTTPClient(
+            eventLoopGroup: MultiThreadedEventLoopGroup.singleton,
+            configuration: HTTPClient.Configuration(
+                tlsConfiguration: tls,
+                redirectConfiguration: .disallow,
+                timeout: HTTPClient.Configuration.Timeout(connect: TimeAmount(configuration.connectTimeout)),
+                decompression: .disabled
+            )
         )
-        clientConfiguration.httpVersion = .automatic
-        let httpClient = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: clientConfiguration)
         let metrics = FCMClientMetrics(factory: metricsFactory)
         do {
             self.tokens = try FCMAccessTokenSource(configuration: configuration, httpClient: httpClient, metrics: metrics, logger: logger)
@@ -50,8 +55,8 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
             throw error
         }
         self.httpClient = httpClient
+        self.transport = transport
         self.credentials = Mutex(configuration.credentials)
-        self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
     }
@@ -67,11 +72,16 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         credentials.withLock { $0 = newCredentials }
     }
 
-    /// Runs the token refresh until cancelled or gracefully shut down, then shuts the HTTP
-    /// client down (requests still in flight fail with ``FCMTransportError/shuttingDown(_:)``
-    /// or a connection error).
+    /// Runs the connections and the token refresh until cancelled or gracefully shut down, then
+    /// stops both: requests still waiting for a stream fail with
+    /// ``FCMTransportError/shuttingDown(_:)``, those in flight get up to
+    /// ``FCMClientConfiguration/shutdownGracePeriod`` to finish and fail with a connection error after.
     public func run() async throws {
-        try? await tokens.run()
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.transport.run() }
+            try? await tokens.run()
+            transport.shutDown()
+        }
         try await httpClient.shutdown()
     }
 
@@ -79,11 +89,11 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         guard let account = credentials.withLock({ $0.serviceAccount(for: request.package) }) else {
             throw FCMNoCredentialError(package: request.package)
         }
-        let url = "\(configuration.baseURL)/v1/projects/\(account.projectID)/messages:send"
+        let path = "\(transport.pathPrefix)/v1/projects/\(account.projectID)/messages:send"
         var refreshed = false
         while true {
             let token = try await tokens.accessToken(projectID: account.projectID, deadline: deadline)
-            var response = try await post(request, url: url, token: token, deadline: deadline)
+            var response = try await post(request, path: path, token: token, deadline: deadline)
             response.accessTokenRefreshed = refreshed
             guard response.decision == .refreshAccessToken else {
                 logger.trace(
@@ -102,32 +112,23 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
 
     private func post(
         _ request: FCMRequest,
-        url: String,
+        path: String,
         token: FCMAccessTokenSource.AccessToken,
         deadline: ContinuousClock.Instant
     ) async throws -> FCMResponse {
-        var post = HTTPClientRequest(url: url)
-        post.method = .POST
-        post.headers.add(name: "authorization", value: "Bearer \(token.value)")
-        post.headers.add(name: "content-type", value: "application/json; charset=utf-8")
-        post.body = .bytes(ByteBuffer(bytes: request.body(nowMilliseconds: WallClock.millisecondsSince1970())))
-        let left = ContinuousClock.now.duration(to: deadline)
-        guard left > .zero else { throw FCMTransportError.deadlineExceeded("the deadline passed before the request") }
+        let send = FCMSendRequest(
+            path: path,
+            authorization: "Bearer " + token.value,
+            body: request.body(nowMilliseconds: WallClock.millisecondsSince1970())
+        )
         let sentAt = ContinuousClock.now
         do {
-            let answer = try await httpClient.execute(post, deadline: .now() + TimeAmount(left), logger: logger)
-            let body: ByteBuffer
-            do {
-                body = try await answer.body.collect(upTo: configuration.maximumResponseBytes)
-            } catch let error as NIOTooManyBytesError {
-                _ = error
-                body = ByteBuffer()
-            }
+            let answer = try await transport.send(send, deadline: deadline)
             metrics.request(duration: sentAt.duration(to: .now), answered: true)
             return FCMResponse(
-                status: Int(answer.status.code),
-                body: body.readableBytesView,
-                retryAfterHeader: answer.headers.first(name: "retry-after"),
+                status: answer.status,
+                body: answer.body.readableBytesView,
+                retryAfterHeader: answer.retryAfter,
                 nowMilliseconds: WallClock.millisecondsSince1970()
             )
         } catch {

@@ -1,25 +1,20 @@
-import AsyncHTTPClient
+import APNSCore
 import FCMCore
-import NIOCore
-import NIOHTTP2
-import NIOSSL
 
-/// Reads AsyncHTTPClient's and NIO's errors as ``FCMTransportError``s (none carries a secret).
+/// Reads the HTTP/2 transport's errors as ``FCMTransportError``s (none carries a secret).
 enum FCMTransportErrors {
     /// `error` from a request; `deadlinePassed` says whether its deadline had passed when it failed.
     static func map(_ error: any Error, deadlinePassed: Bool) -> FCMTransportError {
         if let error = error as? FCMTransportError { return error }
-        if let error = error as? HTTPClientError {
-            switch error {
-            case .deadlineExceeded, .readTimeout, .writeTimeout: return .deadlineExceeded("\(error)")
-            case .tlsHandshakeTimeout: return .tlsHandshakeFailed("\(error)")
-            case .alreadyShutdown: return .shuttingDown("\(error)")
-            case .cancelled where deadlinePassed: return .deadlineExceeded("\(error)")
-            default: return .connectionFailed("\(error)")
+        if let error = error as? APNSTransportError {
+            if error.isShuttingDown { return .shuttingDown(error.detail) }
+            if error.isStreamReset { return .streamReset(error.detail) }
+            if error.isConnectionFailure {
+                return error.resultReason == "TLSHandshakeFailed" ? .tlsHandshakeFailed(error.detail) : .connectionFailed(error.detail)
             }
+            // A deadline, or too many requests waiting for a stream: both are "Timeout" results.
+            return .deadlineExceeded(error.detail)
         }
-        if error is NIOSSLError || error is BoringSSLError { return .tlsHandshakeFailed("\(type(of: error))") }
-        if error is any NIOHTTP2Error { return .streamReset("\(error)") }
         if deadlinePassed { return .deadlineExceeded("\(type(of: error))") }
         return .connectionFailed("\(error)")
     }

@@ -1,6 +1,6 @@
 import NIOCore
 
-extension APNSConnectionHandler.StateMachine {
+extension HTTP2ConnectionCore.StateMachine {
     /// Frames ``headerBlock`` as HEADERS plus, beyond the peer's frame size, CONTINUATION frames.
     mutating func writeHeaderBlock(on streamID: UInt32) {
         var type = HTTP2Wire.FrameType.headers

@@ -2,14 +2,15 @@ import APNSCore
 import NIOCore
 import NIOHPACK
 
-extension APNSConnectionHandler {
-    /// Everything one APNs connection knows, as a value: its lifecycle, its streams and their
+extension HTTP2ConnectionCore {
+    /// Everything one connection knows, as a value: its lifecycle, its streams and their
     /// waiters, both directions' flow-control windows, the peer's settings, HPACK state, the
     /// PING and deadline bookkeeping, and the frames queued for writing (``output``). Each input
     /// (a request, received bytes, a timer, the channel closing) changes the state and returns
     /// what the channel handler must do; the machine itself touches no channel, timer or promise,
     /// so tests drive it directly. Inbound frames are in `+Frames.swift`, outbound ones in `+Outbound.swift`,
-    /// the deadline and PING timers in `+Timers.swift`.
+    /// the deadline and PING timers in `+Timers.swift`. What is particular to the requests (their
+    /// header blocks and bodies, the answer headers kept, the outcome) is the ``HTTP2Exchange``'s.
     ///
     /// `Waiter` is whatever the caller resumes with a stream's outcome (a continuation in the handler).
     struct StateMachine<Waiter> {
@@ -26,18 +27,16 @@ extension APNSConnectionHandler {
             let requestID: UInt64
             let waiter: Waiter
             let deadline: NIODeadline
-            let providerToken: String?
             /// What the peer lets this stream send before a WINDOW_UPDATE.
             var sendWindow: Int
             /// Request body bytes still waiting for flow-control credit.
             var unsentBody: ByteBuffer?
-            /// A channel management answer's body is the result; a push's is only an error reason.
-            let keepsSuccessBody: Bool
+            /// What the exchange keeps from the request and the answer's headers.
+            var answer: Exchange.Answer
             var status: Int?
-            var apnsID: String?
-            var uniqueID: String?
-            var channelID: String?
             var body: ByteBuffer?
+            /// The answer's body was longer than the exchange keeps: ``body`` holds its start only.
+            var bodyCutOff = false
         }
 
         /// A header block split over HEADERS and CONTINUATION frames.
@@ -47,15 +46,10 @@ extension APNSConnectionHandler {
             var fragments: ByteBuffer
         }
 
-        struct Authorization {
-            var token: String
-            var headerValue: String
-        }
-
         /// A stream that ended; `closeConnection` when it was the last one of a draining connection.
         struct FinishedStream {
             var waiter: Waiter
-            var result: Result<APNSStreamOutcome, any Error>
+            var result: Result<Exchange.Outcome, any Error>
             var closeConnection: Bool
         }
 
@@ -98,28 +92,23 @@ extension APNSConnectionHandler {
         static var windowUpdateThreshold: Int { HTTP2Wire.defaultWindowSize / 2 }
         /// The largest response header list accepted (also announced in SETTINGS).
         static var maxHeaderListSize: Int { 16_384 }
-        /// Error bodies are tiny; anything beyond this is dropped.
-        static var maximumBodyBytes: Int { 16 * 1024 }
-        /// A channel list names up to 10,000 channels; a longer answer is cut (and fails to parse).
-        static var maximumChannelManagementBodyBytes: Int { 1024 * 1024 }
         /// The last stream ID a client may open before it has to move to a new connection.
         static var lastStreamID: UInt32 { UInt32(Int32.max) - 2 }
 
-        let authority: String
+        /// Writes the requests and reads the answers.
+        var exchange: Exchange
         private(set) var lifecycle = Lifecycle.connecting
         /// Why the connection failed before its handshake finished, reported when it closes.
         var connectFailure: APNSTransportError?
         var streams: [UInt32: Stream] = [:]
         var nextStreamID: UInt32 = 1
         var remoteStreamLimit = 1
-        var authorization: Authorization?
         var prefaceSent = false
         /// A protocol violation was answered with GOAWAY: nothing more is read.
         var sentConnectionError = false
 
         var reader = HTTP2Wire.FrameReader()
         var partialHeaderBlock: PartialHeaderBlock?
-        var encoder = APNSHeaderEncoder()
         var decoder: HPACKDecoder
         /// Reused for every request's header block before it is framed.
         var headerBlock: ByteBuffer
@@ -138,8 +127,8 @@ extension APNSConnectionHandler {
         var outstandingPing: UInt64?
         var pingCounter: UInt64 = 0
 
-        init(authority: String, providerToken: String?) {
-            self.authority = authority
+        init(exchange: Exchange) {
+            self.exchange = exchange
             let allocator = ByteBufferAllocator()
             self.decoder = HPACKDecoder(
                 allocator: allocator,
@@ -148,7 +137,6 @@ extension APNSConnectionHandler {
             )
             self.headerBlock = allocator.buffer(capacity: 1024)
             self.output = allocator.buffer(capacity: 16 * 1024)
-            if let providerToken { installProviderToken(providerToken) }
         }
 
         var hasOutput: Bool { output.readableBytes > 0 }
@@ -167,7 +155,7 @@ extension APNSConnectionHandler {
         /// Opens a stream for `request` and queues its HEADERS and DATA frames.
         mutating func startStream(
             requestID: UInt64,
-            request: APNSRequest,
+            request: Exchange.Request,
             deadline: NIODeadline,
             waiter: Waiter
         ) -> StartStreamAction {
@@ -185,7 +173,7 @@ extension APNSConnectionHandler {
                 )
             }
             headerBlock.clear()
-            encoder.encode(request, authority: authority, authorization: authorization?.headerValue, to: &headerBlock)
+            let answer = exchange.writeHeaderBlock(of: request, to: &headerBlock)
             let streamID = nextStreamID
             nextStreamID += 2
             writeHeaderBlock(on: streamID)
@@ -193,21 +181,21 @@ extension APNSConnectionHandler {
                 requestID: requestID,
                 waiter: waiter,
                 deadline: deadline,
-                providerToken: authorization?.token,
                 sendWindow: peerInitialWindowSize,
-                keepsSuccessBody: request.isChannelManagement
+                answer: answer
             )
-            let length = request.payload.count
+            let payload = exchange.body(of: request)
+            let length = payload.count
             let sendsBodyNow =
                 blockedStreams.isEmpty && length <= min(peerMaxFrameSize, connectionSendWindow, peerInitialWindowSize)
             if sendsBodyNow {
                 output.writeHTTP2FrameHeader(length: length, type: .data, flags: .endStream, streamID: streamID)
-                output.writeBytes(request.payload)
+                output.writeBytes(payload)
                 connectionSendWindow -= length
                 stream.sendWindow -= length
             } else {
                 var body = ByteBuffer()
-                body.writeBytes(request.payload)
+                body.writeBytes(payload)
                 stream.unsentBody = body
             }
             streams[streamID] = stream
@@ -223,11 +211,6 @@ extension APNSConnectionHandler {
             guard let streamID = streams.first(where: { $0.value.requestID == requestID })?.key else { return nil }
             reset(streamID, code: .cancel)
             return finish(streamID, with: .failure(CancellationError()))
-        }
-
-        /// Uses `token` for the `authorization` header of streams opened from now on.
-        mutating func installProviderToken(_ token: String) {
-            authorization = Authorization(token: token, headerValue: "bearer " + token)
         }
 
         /// Stops taking streams; the connection closes now if none is open, else after a grace period.
@@ -311,7 +294,7 @@ extension APNSConnectionHandler {
         }
 
         /// Removes the stream and returns its waiter with `result`.
-        mutating func finish(_ streamID: UInt32, with result: Result<APNSStreamOutcome, any Error>) -> FinishedStream? {
+        mutating func finish(_ streamID: UInt32, with result: Result<Exchange.Outcome, any Error>) -> FinishedStream? {
             guard let stream = streams.removeValue(forKey: streamID) else { return nil }
             return FinishedStream(waiter: stream.waiter, result: result, closeConnection: isDrained)
         }
@@ -343,5 +326,12 @@ extension APNSConnectionHandler {
             case .connecting, .ready, .closed: .connectionFailed("connection closed; request not sent")
             }
         }
+    }
+}
+
+extension HTTP2ConnectionCore.StateMachine where Exchange == APNSExchange {
+    /// An APNs connection's machine whose streams carry `providerToken` until another is installed.
+    init(authority: String, providerToken: String?) {
+        self.init(exchange: APNSExchange(authority: authority, providerToken: providerToken))
     }
 }

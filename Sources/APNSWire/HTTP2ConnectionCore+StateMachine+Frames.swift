@@ -2,7 +2,7 @@ import APNSCore
 import NIOCore
 import NIOHPACK
 
-extension APNSConnectionHandler.StateMachine {
+extension HTTP2ConnectionCore.StateMachine {
     /// What one inbound frame asks of the channel handler.
     enum FrameAction {
         /// A stream ended with an answer or an error.
@@ -71,7 +71,7 @@ extension APNSConnectionHandler.StateMachine {
         case .rstStream:
             try expect(frame, onStream: true, length: 4)
             let code = HTTP2Wire.ErrorCode(rawValue: frame.payload.getInteger(at: frame.payload.readerIndex)!)
-            let error = APNSTransportError.streamReset("APNs reset the stream (\(code))")
+            let error = APNSTransportError.streamReset("\(Exchange.peerName) reset the stream (\(code))")
             return finish(frame.streamID, with: .failure(error)).map(FrameAction.finishStream)
         case .settings:
             return try receivedSettings(frame)
@@ -119,11 +119,15 @@ extension APNSConnectionHandler.StateMachine {
         }
         var payload = frame.payload
         try payload.removeHTTP2Padding(flags: frame.flags)
-        if streams[frame.streamID] != nil {
-            let limit = streams[frame.streamID]!.keepsSuccessBody ? Self.maximumChannelManagementBodyBytes : Self.maximumBodyBytes
-            if streams[frame.streamID]!.body == nil {
+        // Through the dictionary, not a copy of the stream: a copy would share the body's storage
+        // and make the append copy it.
+        if streams[frame.streamID]?.bodyCutOff == false {
+            let kept = streams[frame.streamID]!.body?.readableBytes ?? 0
+            if kept + payload.readableBytes > exchange.maximumBodyBytes(of: streams[frame.streamID]!.answer) {
+                streams[frame.streamID]!.bodyCutOff = true
+            } else if streams[frame.streamID]!.body == nil {
                 streams[frame.streamID]!.body = payload
-            } else if streams[frame.streamID]!.body!.readableBytes + payload.readableBytes <= limit {
+            } else {
                 streams[frame.streamID]!.body!.writeBuffer(&payload)
             }
         }
@@ -166,7 +170,7 @@ extension APNSConnectionHandler.StateMachine {
     }
 
     /// Decodes every header block (even for finished streams: HPACK state is per connection) and
-    /// keeps the status and apns-id of a stream still waiting.
+    /// keeps the status, and what the exchange keeps of the other headers, of a stream still waiting.
     private mutating func receivedHeaderBlock(
         _ block: inout ByteBuffer,
         on streamID: UInt32,
@@ -181,12 +185,10 @@ extension APNSConnectionHandler.StateMachine {
         guard streams[streamID] != nil else { return nil }
         var status: Int?
         for header in headers {
-            switch header.name {
-            case ":status": status = Int(header.value)
-            case "apns-id", "apns-request-id": streams[streamID]!.apnsID = header.value
-            case "apns-unique-id": streams[streamID]!.uniqueID = header.value
-            case "apns-channel-id": streams[streamID]!.channelID = header.value
-            default: break
+            if header.name == ":status" {
+                status = Int(header.value)
+            } else {
+                exchange.headerReceived(name: header.name, value: header.value, into: &streams[streamID]!.answer)
             }
         }
         if let status {
@@ -212,7 +214,7 @@ extension APNSConnectionHandler.StateMachine {
         while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
             switch identifier {
             case HTTP2Wire.Setting.headerTableSize:
-                encoder.peerAllowsTableSize(Int(value))
+                exchange.peerAllowsTableSize(Int(value))
             case HTTP2Wire.Setting.maxConcurrentStreams:
                 limit = Int(value)
             case HTTP2Wire.Setting.initialWindowSize:
@@ -307,10 +309,10 @@ extension APNSConnectionHandler.StateMachine {
         if case .ready = lifecycle { startDraining() }
         // Streams above the last stream ID were never processed: their callers retry elsewhere.
         let refusedError = APNSTransportError.streamReset(
-            "GOAWAY (\(reason ?? "\(errorCode)")): APNs did not process the stream"
+            "GOAWAY (\(reason ?? "\(errorCode)")): \(Exchange.peerName) did not process the stream"
         )
         let refused = streams.keys.filter { $0 > lastStreamID }.compactMap {
-            finish($0, with: .failure(refusedError))
+            finish($0, with: .failure(Exchange.unprocessedStreamError(refusedError)))
         }
         return .goingAway(
             GoAway(
@@ -326,29 +328,14 @@ extension APNSConnectionHandler.StateMachine {
     private mutating func complete(_ streamID: UInt32) -> FrameAction? {
         guard let stream = streams[streamID] else { return nil }
         guard let status = stream.status else {
-            let error = APNSTransportError.streamReset("APNs ended the stream without a status")
+            let error = APNSTransportError.streamReset("\(Exchange.peerName) ended the stream without a status")
             return finish(streamID, with: .failure(error)).map(FrameAction.finishStream)
         }
         if stream.unsentBody != nil {
             // Answered before the whole body was sent (RFC 9113 section 8.1): stop sending it.
             reset(streamID, code: .noError)
         }
-        var response = APNSResponse(
-            status: status,
-            apnsID: stream.apnsID,
-            uniqueID: stream.uniqueID,
-            channelID: stream.channelID
-        )
-        if let body = stream.body, body.readableBytes > 0 {
-            if (200..<300).contains(status) {
-                if stream.keepsSuccessBody { response.body = Array(body.readableBytesView) }
-            } else {
-                let parsed = APNSResponseBody(parsing: body)
-                response.reason = parsed.reason.map { APNSReason(rawValue: $0) }
-                response.timestampMilliseconds = parsed.timestampMilliseconds
-            }
-        }
-        let outcome = APNSStreamOutcome(response: response, providerToken: stream.providerToken)
+        let outcome = exchange.outcome(status: status, answer: stream.answer, body: stream.body, bodyCutOff: stream.bodyCutOff)
         return finish(streamID, with: .success(outcome)).map(FrameAction.finishStream)
     }
 }

@@ -2,7 +2,7 @@ import APNSCore
 import NIOCore
 
 /// The connection's timers: one deadline timer for every stream, and the PING check.
-extension APNSConnectionHandler.StateMachine {
+extension HTTP2ConnectionCore.StateMachine {
     /// The deadline timer fired at `now`: streams past their deadline are reset and returned.
     mutating func deadlineTimerFired(now: NIODeadline) -> DeadlineAction {
         armedDeadline = nil
@@ -16,7 +16,7 @@ extension APNSConnectionHandler.StateMachine {
             }
         }
         var action = DeadlineAction(expired: [], armDeadlineTimer: nil)
-        let error = APNSTransportError.deadlineExceeded("no answer from APNs before the deadline")
+        let error = APNSTransportError.deadlineExceeded("no answer from \(Exchange.peerName) before the deadline")
         for streamID in expired {
             reset(streamID, code: .cancel)
             if let finished = finish(streamID, with: .failure(error)) { action.expired.append(finished) }

@@ -1,0 +1,225 @@
+import APNSCore
+import APNSHTTP2
+import APNSWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+import Synchronization
+
+/// FCM's HTTP/2 connections: the frame code of APNs' connections (``FCMConnectionHandler``, an
+/// ``HTTP2ConnectionCore`` with ``FCMExchange``) and APNs' pool state machine, for one endpoint.
+///
+/// Hand-written only as far as a measurement justified it: `herald-bench fcm-sender` measured
+/// AsyncHTTPClient at 108 µs of CPU per request, 93 % of the sender's 116 µs and 7.3 times
+/// h2load's whole cost on the same mock (BENCHMARKS.md, "The FCM sender"), while APNs' sender
+/// over this frame code costs 2 times h2load's. Nothing new was written for the wire but FCM's
+/// header block and answer (``FCMExchange``); BENCHMARKS.md has the figures after the change.
+///
+/// Connections open lazily, up to ``FCMClientConfiguration/connections``, each carrying as many
+/// streams as FCM's SETTINGS_MAX_CONCURRENT_STREAMS allows; requests beyond wait in a FIFO queue
+/// until their deadline. A stream above a GOAWAY's last stream ID, or one never written because
+/// its connection closed or began draining, is sent again on another connection.
+final class FCMHTTP2Transport: Sendable {
+    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, CheckedContinuation<FCMConnection, any Error>>
+
+    /// How often a request whose stream was not processed moves to another connection.
+    private static let maximumUnprocessedRetries = 3
+
+    private let factory: FCMConnection.Factory
+    private let shutdownGracePeriod: Duration
+    private let logger: Logger
+    private let pool: Mutex<Pool>
+    private let connectionPlans: AsyncStream<APNSConnectionPlan>
+    private let connectionPlanSink: AsyncStream<APNSConnectionPlan>.Continuation
+    private let waiterIDs = Atomic<UInt64>(0)
+
+    /// The path every send's path starts with: the base URL's own path, if any.
+    let pathPrefix: String
+
+    /// Reads the base URL and the trust roots; throws NIOSSL's error when the roots cannot be read.
+    init(configuration: FCMClientConfiguration, eventLoopGroup: any EventLoopGroup, logger: Logger) throws {
+        guard let url = URL(string: configuration.baseURL), url.scheme == "https", let host = url.host, !host.isEmpty else {
+            throw FCMConfigurationError("the FCM base URL must be https://host[:port][/path]")
+        }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        if let path = configuration.additionalTrustRootsPEMPath {
+            tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
+        }
+        let hostWithoutBrackets = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        factory = FCMConnection.Factory(
+            eventLoopGroup: eventLoopGroup,
+            sslContext: try NIOSSLContext(configuration: tls),
+            endpoint: APNSClientConfiguration.Endpoint(host: hostWithoutBrackets, port: url.port ?? 443),
+            connectTimeout: configuration.connectTimeout,
+            pingInterval: configuration.pingInterval,
+            pingTimeout: configuration.pingTimeout,
+            maximumAnswerBytes: configuration.maximumResponseBytes
+        )
+        pathPrefix = url.path == "/" ? "" : url.path
+        shutdownGracePeriod = configuration.shutdownGracePeriod
+        self.logger = logger
+        pool = Mutex(
+            Pool(
+                connectionsPerEndpoint: configuration.connections,
+                maximumWaiters: configuration.maximumQueuedRequests,
+                requiresVerification: false,
+                peerName: "FCM"
+            )
+        )
+        (connectionPlans, connectionPlanSink) = AsyncStream.makeStream(of: APNSConnectionPlan.self)
+    }
+
+    // MARK: Running
+
+    /// Opens connections as the pool asks for them until ``shutDown()`` or cancellation, then
+    /// waits for them to close.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            for await plan in connectionPlans {
+                group.addTask { await self.runConnection(plan) }
+            }
+            // The plans end at shutDown() or when this task is cancelled; in the latter case the
+            // group's children are cancelled too and close their channels.
+            shutDown()
+        }
+    }
+
+    /// Takes no more requests: waiting ones fail, connections close once their streams finished
+    /// (at the latest after the grace period, failing what is left with a connection error).
+    func shutDown() {
+        connectionPlanSink.finish()
+        let (waiters, connections, timer) = pool.withLock { $0.shutDown() }
+        timer?.cancel()
+        for waiter in waiters { waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("FCM client is shutting down")) }
+        for connection in connections { connection.closeGracefully(within: shutdownGracePeriod) }
+    }
+
+    private func runConnection(_ plan: APNSConnectionPlan) async {
+        var logger = self.logger
+        logger[metadataKey: "fcm.connection_id"] = "\(plan.connectionID)"
+        let connection: FCMConnection
+        let streamLimit: Int
+        do {
+            let (factory, connectionLogger) = (self.factory, logger)
+            (connection, streamLimit) = try await cancelWhenGracefulShutdown {
+                if plan.delay > .zero {
+                    var generator = SystemRandomNumberGenerator()
+                    try await Task.sleep(for: Backoff.apnsReconnection.jittered(plan.delay, using: &generator))
+                }
+                return try await factory.connect(id: plan.connectionID, logger: connectionLogger) { [weak self] event in
+                    self?.connectionEvent(event, connectionID: plan.connectionID)
+                }
+            }
+        } catch {
+            if !(error is CancellationError) { logger.warning("Connecting to FCM failed", metadata: ["error": "\(error)"]) }
+            let failure = error as? APNSTransportError ?? .connectionFailed("\(error)")
+            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: failure) })
+            return
+        }
+        logger.debug("Connected to FCM", metadata: ["fcm.max_concurrent_streams": "\(streamLimit)"])
+        perform(pool.withLock { $0.connectionReady(connection, streamLimit: streamLimit) })
+        await connection.runUntilClosed()
+        perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: nil) })
+        logger.debug("FCM connection closed")
+    }
+
+    private func connectionEvent(_ event: APNSConnectionEvent, connectionID: Int) {
+        let actions = pool.withLock { pool in
+            switch event {
+            case .streamLimitChanged(let limit):
+                return pool.streamLimitChanged(connectionID: connectionID, environment: .production, limit: limit)
+            case .goingAway:
+                return pool.connectionGoingAway(connectionID: connectionID, environment: .production)
+            case .closed(let failure):
+                return pool.connectionClosed(connectionID: connectionID, environment: .production, failure: failure)
+            }
+        }
+        if case .goingAway(let code, let reason) = event {
+            logger.info("FCM sent GOAWAY; draining the connection", metadata: ["fcm.goaway_code": "\(code)", "fcm.goaway_reason": "\(reason ?? "none")"])
+        }
+        perform(actions)
+    }
+
+    // MARK: Sending
+
+    /// Sends `request` and returns FCM's answer. Throws ``APNSTransportError`` when no answer
+    /// arrived (``FCMTransportErrors`` reads it), or `CancellationError`.
+    func send(_ request: FCMSendRequest, deadline: ContinuousClock.Instant) async throws -> FCMSendAnswer {
+        let remaining = ContinuousClock.now.duration(to: deadline)
+        guard remaining > .zero else { throw APNSTransportError.deadlineExceeded("the deadline passed before the request") }
+        let nioDeadline = NIODeadline.now() + TimeAmount(remaining)
+        var unprocessed = 0
+        while true {
+            let connection = try await leaseStream(deadline: nioDeadline)
+            do {
+                let answer = try await connection.execute(request, deadline: nioDeadline)
+                release(connection, status: answer.status)
+                return answer
+            } catch let notProcessed as APNSStreamNotOpened {
+                // Never written, or above a GOAWAY's last stream ID: the pool already knows the
+                // connection takes no new streams, so the next lease picks another one.
+                release(connection, status: nil)
+                unprocessed += 1
+                if unprocessed >= Self.maximumUnprocessedRetries { throw notProcessed.transportError }
+            } catch {
+                release(connection, status: nil)
+                throw error
+            }
+        }
+    }
+
+    private func leaseStream(deadline: NIODeadline) async throws -> FCMConnection {
+        switch pool.withLock({ $0.leaseIfAvailable(.production) }) {
+        case .leased(let connection): return connection
+        case .failed(let error): throw error
+        case .mustWait: break
+        }
+        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                switch pool.withLock({ $0.enqueue(Pool.Waiter(id: waiterID, continuation: continuation, deadline: deadline), for: .production) }) {
+                case .leased(let connection):
+                    continuation.resume(returning: connection)
+                case .failed(let error):
+                    continuation.resume(throwing: error)
+                case .queued(let actions):
+                    perform(actions)
+                    // The cancellation handler may have run before the waiter was queued.
+                    if Task.isCancelled { cancelWaiter(waiterID) }
+                }
+            }
+        } onCancel: {
+            self.cancelWaiter(waiterID)
+        }
+    }
+
+    private func cancelWaiter(_ id: UInt64) {
+        pool.withLock { $0.removeWaiter(id, for: .production) }?.continuation.resume(throwing: CancellationError())
+    }
+
+    private func release(_ connection: FCMConnection, status: Int?) {
+        perform(pool.withLock { $0.release(connectionID: connection.id, environment: .production, status: status) })
+    }
+
+    private func perform(_ actions: Pool.Actions) {
+        for (waiter, connection) in actions.leases { waiter.continuation.resume(returning: connection) }
+        for (waiter, error) in actions.failures { waiter.continuation.resume(throwing: error) }
+        if let plan = actions.open, case .terminated = connectionPlanSink.yield(plan) {
+            // run() has ended: report the plan as failed to keep the pool consistent.
+            let failure = APNSTransportError.shuttingDown("FCM client stopped")
+            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: failure) })
+        }
+        for connection in actions.close { connection.close() }
+        actions.cancelWaiterTimer?.cancel()
+        if let deadline = actions.armWaiterTimer {
+            let timer = factory.eventLoopGroup.any().scheduleTask(deadline: deadline) {
+                self.perform(self.pool.withLock { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) })
+            }
+            if !pool.withLock({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }
+        }
+    }
+}
