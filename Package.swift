@@ -25,7 +25,7 @@ let package = Package(
         .library(name: "APNSClient", targets: ["APNSCore", "APNSWire", "APNSHTTP2"]),
         // The delivery pipeline, embeddable with your own message source, publisher, token
         // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
-        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore"]),
+        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore", "JSONCore"]),
         // The pipeline's parts in memory (source, publisher, registry and ledger, a scripted
         // APNs client), to test an embedding of the pipeline without a broker or a database.
         .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
@@ -33,7 +33,7 @@ let package = Package(
         .library(name: "MockAPNS", targets: ["MockAPNS"]),
         // An FCM HTTP v1 client: the message and its validation, the answers' classification,
         // the OAuth token source and the sender over Herald's own HTTP/2 client.
-        .library(name: "FCMClient", targets: ["FCMCore", "FCMHTTP"]),
+        .library(name: "FCMClient", targets: ["FCMCore", "FCMHTTP", "JSONCore"]),
         // A mock FCM HTTP v1 API and OAuth token endpoint (HTTP/2 over TLS) for tests.
         .library(name: "MockFCM", targets: ["MockFCM"]),
         .executable(name: "herald", targets: ["Herald"]),
@@ -90,6 +90,9 @@ let package = Package(
         .target(name: "KafkaMessages", swiftSettings: swiftSettings),
         // Durations as whole integer units: the one conversion Herald's modules share.
         .target(name: "ExactTime", swiftSettings: swiftSettings),
+        // JSON as the package reads and writes it: one value type, one strict parser, one
+        // string escaper (events, results, FCM messages and answers, JWTs, log lines).
+        .target(name: "JSONCore", swiftSettings: swiftSettings),
         .target(
             name: "KafkaTransport",
             dependencies: [
@@ -110,7 +113,7 @@ let package = Package(
         // and the classification of answers, the service-account key file.
         .target(
             name: "FCMCore",
-            dependencies: ["APNSCore"],
+            dependencies: ["JSONCore", "APNSCore"],
             swiftSettings: swiftSettings
         ),
         // HTTP/2 as an APNs client speaks it, on one connection: the channel handler and its
@@ -128,7 +131,7 @@ let package = Package(
         ),
         .target(
             name: "APNSHTTP2",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "APNSCore",
                 "APNSWire",
                 "ExactTime",
@@ -149,7 +152,7 @@ let package = Package(
         // the sender over APNs' HTTP/2 frame code and connection pool.
         .target(
             name: "FCMHTTP",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "APNSCore",
                 "APNSHTTP2",
                 "APNSWire",
@@ -191,7 +194,7 @@ let package = Package(
         ),
         .target(
             name: "PushPipeline",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "APNSCore",
                 "FCMCore",
                 "ExactTime",
@@ -212,7 +215,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldService",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "APNSCore",
                 "APNSHTTP2",
                 "FCMCore",
@@ -243,7 +246,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "Herald",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "HeraldService",
                 "PushPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -368,7 +371,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FCMCoreTests",
-            dependencies: ["FCMCore"],
+            dependencies: ["JSONCore", "FCMCore"],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
@@ -389,7 +392,7 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSCoreTests",
-            dependencies: ["APNSCore", "ExactTime"],
+            dependencies: ["JSONCore", "APNSCore", "ExactTime"],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
@@ -427,7 +430,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PushPipelineTests",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "FCMCore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -439,7 +442,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldServiceTests",
-            dependencies: [
+            dependencies: ["JSONCore", 
                 "HeraldService",
                 "APNSHTTP2",
                 "FCMCore",

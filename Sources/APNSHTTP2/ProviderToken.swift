@@ -1,3 +1,4 @@
+import JSONCore
 public import APNSCore
 public import Crypto
 import Foundation

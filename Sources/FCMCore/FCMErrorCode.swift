@@ -1,3 +1,5 @@
+import JSONCore
+
 /// The `errorCode` of FCM's `FcmError` detail.
 ///
 /// A struct with a static member per documented code, not an enum: a code Google adds later is
@@ -80,7 +82,7 @@ public struct FCMErrorBody: Sendable, Hashable {
 
     /// Parses an answer's body; nil when it is not a `google.rpc.Status` (an HTML page, say).
     public init?(parsing body: some Collection<UInt8>) {
-        guard let document = try? FCMJSON(parsing: body), case .object? = document["error"], let error = document["error"] else {
+        guard let document = try? JSONValue(parsing: body), case .object? = document["error"], let error = document["error"] else {
             return nil
         }
         self.init()

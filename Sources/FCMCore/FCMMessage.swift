@@ -1,3 +1,5 @@
+public import JSONCore
+
 /// An event's `fcm` part, validated: the Android package and the message to send to each of its
 /// devices.
 public struct FCMEventPart: Sendable, Hashable {
@@ -9,7 +11,7 @@ public struct FCMEventPart: Sendable, Hashable {
     /// Herald's `priority` (1, 5 or 10), `expiration` (UNIX seconds; 0 = once) and
     /// `collapse_id`. `nowMilliseconds` dates the size check's `ttl`.
     public init(
-        json fcm: FCMJSON,
+        json fcm: JSONValue,
         priority: Int,
         expiration: Int64?,
         collapseID: String?,
@@ -43,9 +45,9 @@ public struct FCMEventPart: Sendable, Hashable {
         collapseID: String?,
         nowMilliseconds: Int64
     ) throws(FCMInputRejection) {
-        let value: FCMJSON
+        let value: JSONValue
         do {
-            value = try FCMJSON(parsing: bytes)
+            value = try JSONValue(parsing: bytes)
         } catch {
             throw FCMInputRejection(.schemaViolation, "fcm is not JSON: \(error)")
         }
@@ -69,7 +71,7 @@ public struct FCMMessage: Sendable, Hashable {
     public static let maximumTTLSeconds: Int64 = 2_419_200
 
     /// The app's members (`notification`, `data`, `android`, `fcm_options`), as given.
-    public private(set) var members: [FCMJSON.Member]
+    public private(set) var members: [JSONValue.Member]
     /// `android.priority` when the app's message has none: `high` or `normal`.
     public private(set) var defaultPriority: String
     /// The event's `expiration`, when `android.ttl` is Herald's to fill.
@@ -82,7 +84,7 @@ public struct FCMMessage: Sendable, Hashable {
     /// Validates `message` (see ``FCMMessageValidator``) and checks its size as it would be sent
     /// at `nowMilliseconds`, without the target (which Herald chooses per device).
     public init(
-        validating message: FCMJSON,
+        validating message: JSONValue,
         priority: Int,
         expiration: Int64?,
         collapseID: String?,
@@ -118,10 +120,10 @@ public struct FCMMessage: Sendable, Hashable {
     }
 
     /// The `message` object as sent at `nowMilliseconds` to `target` (nil: without a target).
-    public func messageObject(target: FCMTarget?, nowMilliseconds: Int64) -> FCMJSON {
-        var filled: [FCMJSON.Member] = []
+    public func messageObject(target: FCMTarget?, nowMilliseconds: Int64) -> JSONValue {
+        var filled: [JSONValue.Member] = []
         filled.reserveCapacity(members.count + 2)
-        if let target { filled.append(FCMJSON.Member(target.kind, .string(target.value))) }
+        if let target { filled.append(JSONValue.Member(target.kind, .string(target.value))) }
         var androidSeen = false
         for member in members {
             guard member.name == "android", case .object(let android) = member.value, !androidSeen else {
@@ -129,9 +131,9 @@ public struct FCMMessage: Sendable, Hashable {
                 continue
             }
             androidSeen = true
-            filled.append(FCMJSON.Member("android", .object(android + defaults(in: android, nowMilliseconds: nowMilliseconds))))
+            filled.append(JSONValue.Member("android", .object(android + defaults(in: android, nowMilliseconds: nowMilliseconds))))
         }
-        if !androidSeen { filled.append(FCMJSON.Member("android", .object(defaults(in: [], nowMilliseconds: nowMilliseconds)))) }
+        if !androidSeen { filled.append(JSONValue.Member("android", .object(defaults(in: [], nowMilliseconds: nowMilliseconds)))) }
         return .object(filled)
     }
 
@@ -147,16 +149,16 @@ public struct FCMMessage: Sendable, Hashable {
     }
 
     /// Herald's `android` members that `android` does not set.
-    private func defaults(in android: [FCMJSON.Member], nowMilliseconds: Int64) -> [FCMJSON.Member] {
-        var added: [FCMJSON.Member] = []
+    private func defaults(in android: [JSONValue.Member], nowMilliseconds: Int64) -> [JSONValue.Member] {
+        var added: [JSONValue.Member] = []
         if !android.contains(where: { $0.name == "priority" }) {
-            added.append(FCMJSON.Member("priority", .string(defaultPriority)))
+            added.append(JSONValue.Member("priority", .string(defaultPriority)))
         }
         if let ttlExpiration {
-            added.append(FCMJSON.Member("ttl", .string(Self.ttl(expiration: ttlExpiration, nowMilliseconds: nowMilliseconds))))
+            added.append(JSONValue.Member("ttl", .string(Self.ttl(expiration: ttlExpiration, nowMilliseconds: nowMilliseconds))))
         }
         if let defaultCollapseKey {
-            added.append(FCMJSON.Member("collapse_key", .string(defaultCollapseKey)))
+            added.append(JSONValue.Member("collapse_key", .string(defaultCollapseKey)))
         }
         return added
     }

@@ -1,3 +1,5 @@
+public import JSONCore
+
 /// The contract's rules for an event's `fcm.message` (DESIGN sections 2 and 6b), checked at
 /// intake so that a message FCM would refuse becomes a dead letter, not a result per device.
 ///
@@ -17,7 +19,7 @@ public enum FCMMessageValidator {
     public static let allowedMembers: Set<String> = ["notification", "data", "android", "fcm_options"]
 
     /// Throws a `schema_violation` naming the first member that breaks a rule.
-    public static func validate(_ members: [FCMJSON.Member]) throws(FCMInputRejection) {
+    public static func validate(_ members: [JSONValue.Member]) throws(FCMInputRejection) {
         for member in members {
             let path = "fcm.message.\(member.name)"
             if targetMembers.contains(member.name) {
@@ -57,11 +59,11 @@ public enum FCMMessageValidator {
         return seconds < FCMMessage.maximumTTLSeconds || (seconds == FCMMessage.maximumTTLSeconds && !hasFraction)
     }
 
-    private static func object(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+    private static func object(_ value: JSONValue, path: String) throws(FCMInputRejection) {
         guard case .object = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
     }
 
-    private static func stringObject(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+    private static func stringObject(_ value: JSONValue, path: String) throws(FCMInputRejection) {
         guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
         for member in members {
             guard case .string = member.value else {
@@ -70,7 +72,7 @@ public enum FCMMessageValidator {
         }
     }
 
-    private static func dataMap(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+    private static func dataMap(_ value: JSONValue, path: String) throws(FCMInputRejection) {
         guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
         for member in members {
             guard !isReservedDataKey(member.name) else {
@@ -82,7 +84,7 @@ public enum FCMMessageValidator {
         }
     }
 
-    private static func android(_ value: FCMJSON, path: String) throws(FCMInputRejection) {
+    private static func android(_ value: JSONValue, path: String) throws(FCMInputRejection) {
         guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
         for member in members {
             let memberPath = "\(path).\(member.name)"
@@ -111,11 +113,11 @@ public enum FCMMessageValidator {
 
     /// A key as a JSON literal, quotes included, cut to 64 bytes for a detail.
     private static func quoted(_ key: String) -> String {
-        FCMJSON.string(String(key.prefix(64))).serializedText
+        JSONValue.string(String(key.prefix(64))).serializedText
     }
 }
 
-extension FCMJSON {
+extension JSONValue {
     /// The compact JSON text as a string.
     var serializedText: String { String(decoding: serialized(), as: UTF8.self) }
 }

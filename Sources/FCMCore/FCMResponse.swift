@@ -1,3 +1,5 @@
+import JSONCore
+
 /// FCM's answer to one send request.
 public struct FCMResponse: Sendable, Hashable {
     /// The HTTP status (200 on success).
@@ -32,7 +34,7 @@ public struct FCMResponse: Sendable, Hashable {
     public init(status: Int, body: some Collection<UInt8>, retryAfterHeader: String?, nowMilliseconds: Int64) {
         self.init(status: status)
         if (200..<300).contains(status) {
-            messageName = (try? FCMJSON(parsing: body))?["name"]?.stringValue
+            messageName = (try? JSONValue(parsing: body))?["name"]?.stringValue
         } else {
             error = FCMErrorBody(parsing: body)
         }

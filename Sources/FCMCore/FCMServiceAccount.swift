@@ -1,3 +1,5 @@
+import JSONCore
+
 /// A Google service-account key file (JSON) for one Firebase project: what Herald needs to sign
 /// its OAuth assertion and to address FCM.
 ///
@@ -28,9 +30,9 @@ public struct FCMServiceAccount: Sendable, Hashable, CustomStringConvertible {
     /// Parses a key file's JSON. `type`, when present, must be `service_account`; `token_uri`
     /// defaults to Google's. Errors name the field, never its value.
     public init(json bytes: some Collection<UInt8>) throws(FCMServiceAccountError) {
-        let document: FCMJSON
+        let document: JSONValue
         do {
-            document = try FCMJSON(parsing: bytes)
+            document = try JSONValue(parsing: bytes)
         } catch {
             throw FCMServiceAccountError("the key file is not JSON (\(error))")
         }
@@ -62,7 +64,7 @@ public struct FCMServiceAccount: Sendable, Hashable, CustomStringConvertible {
 
     /// The key file's JSON, as Google writes one (for tests and the mock).
     public var json: [UInt8] {
-        FCMJSON.object([
+        JSONValue.object([
             .init("type", .string("service_account")),
             .init("project_id", .string(projectID)),
             .init("private_key_id", .string(privateKeyID)),

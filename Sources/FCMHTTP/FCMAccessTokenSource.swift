@@ -1,3 +1,4 @@
+import JSONCore
 import APNSCore
 import AsyncHTTPClient
 import FCMCore
@@ -287,7 +288,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
         } catch {
             throw FCMTransportError.accessTokenUnavailable("token endpoint: \(FCMTransportErrors.map(error, deadlinePassed: false))")
         }
-        let document = try? FCMJSON(parsing: body.readableBytesView)
+        let document = try? JSONValue(parsing: body.readableBytesView)
         guard response.status == .ok, let value = document?["access_token"]?.stringValue, !value.isEmpty,
             case .number(let expiresText)? = document?["expires_in"], let seconds = Int64(expiresText), seconds > 0
         else {

@@ -1,3 +1,4 @@
+import JSONCore
 import ArgumentParser
 import Foundation
 import HeraldService
@@ -179,12 +180,12 @@ struct Herald: AsyncParsableCommand {
             channelID: String? = nil
         ) async throws {
             let configuration = await Herald.loadConfiguration()
-            var fields: [(String, JSONValue)] = [
-                ("request_id", .string("herald-channel-\(UUID().uuidString.lowercased())")),
-                ("action", .string(action.rawValue)), ("topic", .string(app.topic)), ("environment", .string(app.environment)),
+            var fields: [JSONValue.Member] = [
+                .init("request_id", .string("herald-channel-\(UUID().uuidString.lowercased())")),
+                .init("action", .string(action.rawValue)), .init("topic", .string(app.topic)), .init("environment", .string(app.environment)),
             ]
-            if let storagePolicy { fields.append(("message_storage_policy", .number(String(storagePolicy)))) }
-            if let channelID { fields.append(("channel_id", .string(channelID))) }
+            if let storagePolicy { fields.append(.init("message_storage_policy", .number(String(storagePolicy)))) }
+            if let channelID { fields.append(.init("channel_id", .string(channelID))) }
             let result = try await refusingBadInput {
                 let command = try ChannelCommand(json: JSONValue.object(fields).serialized())
                 return try await OperatorCommands.manageChannel(

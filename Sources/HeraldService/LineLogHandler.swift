@@ -1,3 +1,4 @@
+import JSONCore
 import APNSCore
 import DeviceTokenStore
 #if OTLPTracing

@@ -1,3 +1,4 @@
+import JSONCore
 import PostgresTokenStore
 import KafkaMessages
 import APNSCore
@@ -84,7 +85,7 @@ package enum OperatorCommands {
         if let user { fields.append(("user_id", user)) }
         if register { fields.append(("environment", environment)) }
         if let fcmTarget { fields.append(("fcm_target", fcmTarget)) }
-        let value = JSONValue.object(fields.map { ($0.0, .string($0.1)) }).serialized()
+        let value = JSONValue.object(fields.map { .init($0.0, .string($0.1)) }).serialized()
         // The registry's own parser: what Herald would dead-letter is refused here.
         _ = try TokenRegistryUpdate(json: value)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
@@ -108,13 +109,13 @@ package enum OperatorCommands {
         logger: Logger
     ) async throws -> [String] {
         let eventID = "herald-send-\(UUID().uuidString.lowercased())"
-        var fields: [(String, JSONValue)] = [("id", .string(eventID)), ("user_ids", .array([.string(user)]))]
+        var fields: [JSONValue.Member] = [.init("id", .string(eventID)), .init("user_ids", .array([.string(user)]))]
         if let topic {
-            fields += [("topic", .string(topic)), ("payload", .object([("aps", .object([("alert", .string(alert))]))]))]
+            fields += [.init("topic", .string(topic)), .init("payload", .object([.init("aps", .object([.init("alert", .string(alert))]))]))]
         }
         if let package {
-            let message = JSONValue.object([("notification", .object([("title", .string("Herald")), ("body", .string(alert))]))])
-            fields.append(("fcm", .object([("package", .string(package)), ("message", message)])))
+            let message = JSONValue.object([.init("notification", .object([.init("title", .string("Herald")), .init("body", .string(alert))]))])
+            fields.append(.init("fcm", .object([.init("package", .string(package)), .init("message", message)])))
         }
         let event = JSONValue.object(fields).serialized()
         _ = try NotificationEvent(json: event)

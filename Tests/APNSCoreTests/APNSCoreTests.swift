@@ -1,3 +1,4 @@
+import JSONCore
 import ExactTime
 import APNSCore
 import Foundation

@@ -1,3 +1,4 @@
+import JSONCore
 public import APNSCore
 
 /// A validated push.channels command: manage one app's Live Activity broadcast channels.
@@ -116,17 +117,17 @@ public struct ChannelCommandResult: Sendable, Hashable {
     /// The message value, every field present (`null` when absent).
     public func json() -> [UInt8] {
         JSONValue.object([
-            ("request_id", .string(command.requestID)),
-            ("action", .string(command.action.rawValue)),
-            ("topic", .string(command.topic)),
-            ("environment", .string(command.environment.rawValue)),
-            ("status", .string(status.rawValue)),
-            ("apns_status", apnsStatus.map { .number(String($0)) } ?? .null),
-            ("reason", reason.map(JSONValue.string) ?? .null),
-            ("channel_id", channelID.map(JSONValue.string) ?? .null),
-            ("channel_ids", channelIDs.map { .array($0.map(JSONValue.string)) } ?? .null),
-            ("message_storage_policy", messageStoragePolicy.map { .number(String($0)) } ?? .null),
-            ("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
+            .init("request_id", .string(command.requestID)),
+            .init("action", .string(command.action.rawValue)),
+            .init("topic", .string(command.topic)),
+            .init("environment", .string(command.environment.rawValue)),
+            .init("status", .string(status.rawValue)),
+            .init("apns_status", apnsStatus.map { .number(String($0)) } ?? .null),
+            .init("reason", reason.map(JSONValue.string) ?? .null),
+            .init("channel_id", channelID.map(JSONValue.string) ?? .null),
+            .init("channel_ids", channelIDs.map { .array($0.map(JSONValue.string)) } ?? .null),
+            .init("message_storage_policy", messageStoragePolicy.map { .number(String($0)) } ?? .null),
+            .init("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
         ]).serialized()
     }
 }

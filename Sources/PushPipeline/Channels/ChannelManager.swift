@@ -1,3 +1,4 @@
+import JSONCore
 import DeviceTokenStore
 public import APNSCore
 

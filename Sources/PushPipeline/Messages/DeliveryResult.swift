@@ -1,3 +1,4 @@
+import JSONCore
 public import APNSCore
 public import DeviceTokenStore
 import FCMCore
@@ -80,29 +81,29 @@ public struct DeliveryResult: Sendable, Hashable {
     /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one,
     /// `fcm_status` and `fcm_message_id` only for an FCM result.
     public func json() -> [UInt8] {
-        var fields: [(String, JSONValue)] = [
-            ("event_id", .string(eventID)),
-            ("user_id", userID.map(JSONValue.string) ?? .null),
-            ("token", token.map(JSONValue.string) ?? .null),
-            ("topic", .string(topic)),
-            ("environment", environment.map { .string($0.rawValue) } ?? .null),
-            ("status", .string(status.rawValue)),
-            ("apns_status", apnsStatus.map { .number(String($0)) } ?? .null),
-            ("reason", reason.map(JSONValue.string) ?? .null),
-            ("apns_id", apnsID.map(JSONValue.string) ?? .null),
-            ("attempts", .number(String(attempts))),
-            ("latency_ms", .number(String(latencyMilliseconds))),
-            ("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
-            ("platform", platform.map { .string($0.rawValue) } ?? .null),
+        var fields: [JSONValue.Member] = [
+            .init("event_id", .string(eventID)),
+            .init("user_id", userID.map(JSONValue.string) ?? .null),
+            .init("token", token.map(JSONValue.string) ?? .null),
+            .init("topic", .string(topic)),
+            .init("environment", environment.map { .string($0.rawValue) } ?? .null),
+            .init("status", .string(status.rawValue)),
+            .init("apns_status", apnsStatus.map { .number(String($0)) } ?? .null),
+            .init("reason", reason.map(JSONValue.string) ?? .null),
+            .init("apns_id", apnsID.map(JSONValue.string) ?? .null),
+            .init("attempts", .number(String(attempts))),
+            .init("latency_ms", .number(String(latencyMilliseconds))),
+            .init("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
+            .init("platform", platform.map { .string($0.rawValue) } ?? .null),
         ]
         if let channelID {
-            fields.append(("channel_id", .string(channelID)))
-            fields.append(("apns_request_id", apnsRequestID.map(JSONValue.string) ?? .null))
+            fields.append(.init("channel_id", .string(channelID)))
+            fields.append(.init("apns_request_id", apnsRequestID.map(JSONValue.string) ?? .null))
         }
-        if let apnsUniqueID { fields.append(("apns_unique_id", .string(apnsUniqueID))) }
+        if let apnsUniqueID { fields.append(.init("apns_unique_id", .string(apnsUniqueID))) }
         if platform == .fcm {
-            fields.append(("fcm_status", fcmStatus.map { .number(String($0)) } ?? .null))
-            fields.append(("fcm_message_id", fcmMessageID.map(JSONValue.string) ?? .null))
+            fields.append(.init("fcm_status", fcmStatus.map { .number(String($0)) } ?? .null))
+            fields.append(.init("fcm_message_id", fcmMessageID.map(JSONValue.string) ?? .null))
         }
         return JSONValue.object(fields).serialized()
     }
@@ -172,13 +173,13 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
 
     public func json() -> [UInt8] {
         JSONValue.object([
-            ("token", .string(token)),
-            ("topic", .string(topic)),
-            ("user_id", .string(userID)),
-            ("environment", .string(environment.rawValue)),
-            ("unregistered_at", .string(RFC3339.format(milliseconds: unregisteredAtMilliseconds))),
-            ("event_id", .string(eventID)),
-            ("platform", .string(platform.rawValue)),
+            .init("token", .string(token)),
+            .init("topic", .string(topic)),
+            .init("user_id", .string(userID)),
+            .init("environment", .string(environment.rawValue)),
+            .init("unregistered_at", .string(RFC3339.format(milliseconds: unregisteredAtMilliseconds))),
+            .init("event_id", .string(eventID)),
+            .init("platform", .string(platform.rawValue)),
         ]).serialized()
     }
 }

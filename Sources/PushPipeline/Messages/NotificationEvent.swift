@@ -1,3 +1,4 @@
+import JSONCore
 public import APNSCore
 public import FCMCore
 
@@ -92,7 +93,7 @@ public struct NotificationEvent: Sendable, Hashable {
         if hasFCMPart, let fcmObject = object["fcm"] {
             do throws(FCMInputRejection) {
                 fcm = try FCMEventPart(
-                    json: fcmObject.serialized(),
+                    json: fcmObject,
                     priority: priority.rawValue,
                     expiration: expiration,
                     collapseID: collapseID,

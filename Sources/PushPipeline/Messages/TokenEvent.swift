@@ -1,3 +1,4 @@
+import JSONCore
 import APNSCore
 public import DeviceTokenStore
 import FCMCore

@@ -1,30 +1,30 @@
-import APNSCore
-
-/// A JSON value as FCM's messages, answers and key files use it: numbers keep their literal
-/// text (so an app's numbers are forwarded as written), objects keep their members' order.
-public enum FCMJSON: Sendable, Hashable {
+/// A parsed JSON document, the one JSON value of the package: events and channel commands as
+/// Herald reads them, the results it writes, FCM's messages, answers and key files. Numbers keep
+/// their literal text (a payload is forwarded with exactly the numbers the producer wrote, and
+/// integers can be told from fractions); objects keep their members' order.
+public enum JSONValue: Sendable, Hashable {
     case null
     case bool(Bool)
     /// The number's literal text, as written.
     case number(String)
     case string(String)
-    case array([FCMJSON])
+    case array([JSONValue])
     /// Members in document order.
     case object([Member])
 
     /// One member of an object.
     public struct Member: Sendable, Hashable {
         public var name: String
-        public var value: FCMJSON
+        public var value: JSONValue
 
-        public init(_ name: String, _ value: FCMJSON) {
+        public init(_ name: String, _ value: JSONValue) {
             self.name = name
             self.value = value
         }
     }
 
     /// The value of member `name` of an object (the last one if repeated); nil otherwise.
-    public subscript(name: String) -> FCMJSON? {
+    public subscript(name: String) -> JSONValue? {
         guard case .object(let members) = self else { return nil }
         return members.last { $0.name == name }?.value
     }
@@ -41,9 +41,9 @@ public enum FCMJSON: Sendable, Hashable {
         return nil
     }
 
-    /// Parses one JSON document (RFC 8259, strict, at most ``FCMJSONParser/maximumDepth`` deep).
-    public init(parsing bytes: some Collection<UInt8>) throws(FCMJSONParseError) {
-        self = try FCMJSONParser.parse(Array(bytes))
+    /// Parses one JSON document (RFC 8259, strict, at most ``JSONParser/maximumDepth`` deep).
+    public init(parsing bytes: some Collection<UInt8>) throws(JSONParseError) {
+        self = try JSONParser.parse(Array(bytes))
     }
 
     /// Compact JSON text.
@@ -82,7 +82,7 @@ public enum FCMJSON: Sendable, Hashable {
 }
 
 /// Why bytes are not a JSON document.
-public struct FCMJSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What is wrong.
     public var message: String
     /// Byte offset where parsing stopped.

@@ -1,6 +1,6 @@
 /// A strict RFC 8259 parser over UTF-8 bytes with a nesting limit, so hostile input can neither
 /// crash nor exhaust the stack. Invalid UTF-8 in a string is refused.
-public struct FCMJSONParser {
+public struct JSONParser {
     /// The deepest nesting accepted.
     public static let maximumDepth = 64
 
@@ -12,8 +12,8 @@ public struct FCMJSONParser {
     }
 
     /// Parses one document; trailing non-whitespace is an error.
-    public static func parse(_ bytes: [UInt8]) throws(FCMJSONParseError) -> FCMJSON {
-        var parser = FCMJSONParser(bytes: bytes)
+    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(bytes: bytes)
         parser.skipWhitespace()
         let value = try parser.parseValue(depth: 0)
         parser.skipWhitespace()
@@ -21,8 +21,8 @@ public struct FCMJSONParser {
         return value
     }
 
-    private func error(_ message: String) -> FCMJSONParseError {
-        FCMJSONParseError(message: message, offset: index)
+    private func error(_ message: String) -> JSONParseError {
+        JSONParseError(message: message, offset: index)
     }
 
     private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -31,13 +31,13 @@ public struct FCMJSONParser {
         while let byte = current, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { index += 1 }
     }
 
-    private mutating func expect(_ byte: UInt8, _ what: String) throws(FCMJSONParseError) {
+    private mutating func expect(_ byte: UInt8, _ what: String) throws(JSONParseError) {
         skipWhitespace()
         guard current == byte else { throw error("expected \(what)") }
         index += 1
     }
 
-    private mutating func parseValue(depth: Int) throws(FCMJSONParseError) -> FCMJSON {
+    private mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
         guard depth < Self.maximumDepth else { throw error("nesting deeper than \(Self.maximumDepth)") }
         guard let byte = current else { throw error("unexpected end of input") }
         switch byte {
@@ -52,7 +52,7 @@ public struct FCMJSONParser {
         }
     }
 
-    private mutating func literal(_ text: String, _ value: FCMJSON) throws(FCMJSONParseError) -> FCMJSON {
+    private mutating func literal(_ text: String, _ value: JSONValue) throws(JSONParseError) -> JSONValue {
         let expected = Array(text.utf8)
         guard index + expected.count <= bytes.count, bytes[index..<index + expected.count].elementsEqual(expected) else {
             throw error("invalid literal")
@@ -61,9 +61,9 @@ public struct FCMJSONParser {
         return value
     }
 
-    private mutating func parseObject(depth: Int) throws(FCMJSONParseError) -> FCMJSON {
+    private mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         index += 1
-        var members: [FCMJSON.Member] = []
+        var members: [JSONValue.Member] = []
         skipWhitespace()
         if current == UInt8(ascii: "}") {
             index += 1
@@ -75,7 +75,7 @@ public struct FCMJSONParser {
             let name = try parseString()
             try expect(UInt8(ascii: ":"), "':'")
             skipWhitespace()
-            members.append(FCMJSON.Member(name, try parseValue(depth: depth + 1)))
+            members.append(JSONValue.Member(name, try parseValue(depth: depth + 1)))
             skipWhitespace()
             switch current {
             case UInt8(ascii: ","): index += 1
@@ -87,9 +87,9 @@ public struct FCMJSONParser {
         }
     }
 
-    private mutating func parseArray(depth: Int) throws(FCMJSONParseError) -> FCMJSON {
+    private mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
         index += 1
-        var elements: [FCMJSON] = []
+        var elements: [JSONValue] = []
         skipWhitespace()
         if current == UInt8(ascii: "]") {
             index += 1
@@ -114,12 +114,12 @@ public struct FCMJSONParser {
         return byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
     }
 
-    private mutating func skipDigits() throws(FCMJSONParseError) {
+    private mutating func skipDigits() throws(JSONParseError) {
         guard Self.isDigit(current) else { throw error("invalid number") }
         while Self.isDigit(current) { index += 1 }
     }
 
-    private mutating func parseNumber() throws(FCMJSONParseError) -> String {
+    private mutating func parseNumber() throws(JSONParseError) -> String {
         let start = index
         if current == UInt8(ascii: "-") { index += 1 }
         if current == UInt8(ascii: "0") { index += 1 } else { try skipDigits() }
@@ -135,7 +135,7 @@ public struct FCMJSONParser {
         return String(decoding: bytes[start..<index], as: UTF8.self)
     }
 
-    private mutating func parseString() throws(FCMJSONParseError) -> String {
+    private mutating func parseString() throws(JSONParseError) -> String {
         index += 1
         var text: [UInt8] = []
         while true {
@@ -156,7 +156,7 @@ public struct FCMJSONParser {
         }
     }
 
-    private mutating func parseEscape(into text: inout [UInt8]) throws(FCMJSONParseError) {
+    private mutating func parseEscape(into text: inout [UInt8]) throws(JSONParseError) {
         guard let escape = current else { throw error("unterminated escape") }
         index += 1
         switch escape {
@@ -184,7 +184,7 @@ public struct FCMJSONParser {
         }
     }
 
-    private mutating func parseHex4() throws(FCMJSONParseError) -> UInt32 {
+    private mutating func parseHex4() throws(JSONParseError) -> UInt32 {
         guard index + 4 <= bytes.count else { throw error("invalid \\u escape") }
         var value: UInt32 = 0
         for _ in 0..<4 {
