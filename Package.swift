@@ -131,7 +131,8 @@ let package = Package(
         ),
         .target(
             name: "APNSHTTP2",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "APNSCore",
                 "APNSWire",
                 "ExactTime",
@@ -152,7 +153,8 @@ let package = Package(
         // the sender over APNs' HTTP/2 frame code and connection pool.
         .target(
             name: "FCMHTTP",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "APNSCore",
                 "APNSHTTP2",
                 "APNSWire",
@@ -194,7 +196,8 @@ let package = Package(
         ),
         .target(
             name: "PushPipeline",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "APNSCore",
                 "FCMCore",
                 "ExactTime",
@@ -215,7 +218,8 @@ let package = Package(
         ),
         .target(
             name: "HeraldService",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "APNSCore",
                 "APNSHTTP2",
                 "FCMCore",
@@ -246,7 +250,8 @@ let package = Package(
         ),
         .executableTarget(
             name: "Herald",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "HeraldService",
                 "PushPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -430,7 +435,8 @@ let package = Package(
         ),
         .testTarget(
             name: "PushPipelineTests",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "FCMCore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -442,7 +448,8 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldServiceTests",
-            dependencies: ["JSONCore", 
+            dependencies: [
+                "JSONCore",
                 "HeraldService",
                 "APNSHTTP2",
                 "FCMCore",
