@@ -56,6 +56,32 @@ struct BatchSendTests {
         }
     }
 
+    /// A batch of a task cancelled before it starts sends nothing: each request is answered with
+    /// the cancellation at once instead of being sent and waited for.
+    @Test func aBatchCancelledBeforeItsStreamsStartIsAnsweredAtOnce() async throws {
+        let faults = MockAPNSFaults(latency: .init(fixed: .seconds(2), scope: .firstRequestPerToken))
+        try await MockHarness.run(mock: SenderAgainstMockTests.tokenMock(faults: faults), authentication: SenderAgainstMockTests.tokenAuthentication) {
+            harness in
+            let warmUp = try await harness.client.send(MockHarness.request(10_000), environment: .production, deadline: .now + .seconds(30))
+            #expect(warmUp.status == 200)
+            let requests = (0..<5).map { MockHarness.request($0) }
+            let client = harness.client
+            let started = ContinuousClock.now
+            let answers = await withTaskGroup(of: Answers.self) { group in
+                group.cancelAll()
+                group.addTask { await Self.sendAll(requests, through: client, deadline: .now + .seconds(30)) }
+                return await group.next()!
+            }
+            #expect(started.duration(to: .now) < .seconds(1), "answered at once, not after the mock's 2 s")
+            #expect(answers.keys.sorted() == Array(requests.indices))
+            for answer in answers.values {
+                #expect(answer.count == 1)
+                #expect(throws: CancellationError.self) { try answer.first?.get() }
+            }
+            #expect(harness.server.totalAcceptedPushes == 1, "only the warm-up reached APNs")
+        }
+    }
+
     @Test func cancellingABatchResetsItsStreamsAndAnswersEachRequest() async throws {
         let faults = MockAPNSFaults(latency: .init(fixed: .seconds(2), scope: .firstRequestPerToken))
         try await MockHarness.run(mock: SenderAgainstMockTests.tokenMock(faults: faults), authentication: SenderAgainstMockTests.tokenAuthentication) {
