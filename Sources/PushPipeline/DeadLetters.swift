@@ -33,4 +33,27 @@ struct DeadLetters: Sendable {
         try await publisher.publishDeadLetter(KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value, headers: headers))
         metrics.recordDeadLetter(rejection.code)
     }
+
+    /// Handles one input message the way every topic's handler does: decodes its value with
+    /// `decode`, dead-letters it when it cannot be read, otherwise gives it to `apply`. Returns
+    /// true once it is done (applied or dead-lettered), false when cancelled first (it is then
+    /// left unfinished and redelivered).
+    func handle<Input>(
+        _ message: KafkaMessage,
+        decode: ([UInt8]?) throws(InputRejection) -> Input,
+        apply: (Input) async throws -> Void
+    ) async -> Bool {
+        let input: Input
+        do {
+            input = try decode(message.value)
+        } catch {
+            return (try? await send(message, error)) != nil
+        }
+        do {
+            try await apply(input)
+            return true
+        } catch {
+            return false
+        }
+    }
 }

@@ -29,7 +29,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let publisher: ReliablePublisher
     private let storeOperations: StoreOperations
     private let tokenUpdates: TokenUpdates
-    private let channelCommands: ChannelCommands
+    private let channelCommands: ChannelCommandProcessor
     private let requests: RequestProcessor
     /// Everything of every message in flight: offsets, fences, claims, permits, batches.
     private let coordinator: DeliveryCoordinator
@@ -111,7 +111,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         self.coordinator = coordinator
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
-        self.channelCommands = ChannelCommands(
+        self.channelCommands = ChannelCommandProcessor(
             manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry, metrics: metrics.sender) },
             coordinator: coordinator,
             ledger: ledger,

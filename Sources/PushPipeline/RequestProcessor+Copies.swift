@@ -35,7 +35,7 @@ extension RequestProcessor {
                 let ticket = delivery.ticket
                 let outcomes = message(of: delivery).recordedOutcomes(eventID: delivery.event.id, topic: delivery.event.topic, in: recorded)
                 if let outcome = outcomes[delivery.destination.ledgerToken] {
-                    let republished = republishing(outcome, of: delivery.event, headers: ticket.batch.resultHeaders(ticket.message))
+                    let republished = resultRecords(outcome, of: delivery.event, headers: ticket.batch.resultHeaders(ticket.message))
                     group.addTask { await self.publish([(republished, DeliveryTicket(ticket.batch, ticket.message, delivery.event))]) }
                     continue
                 }

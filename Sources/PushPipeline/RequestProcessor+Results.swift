@@ -13,7 +13,7 @@ extension RequestProcessor {
     func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         coordinator.recorded(batch.compactMap(\.ticket.claim))
         await publish(
-            batch.map { (republishing($0.standing, of: $0.ticket.event, headers: $0.ticket.batch.resultHeaders($0.ticket.message)), $0.ticket) }
+            batch.map { (resultRecords($0.standing, of: $0.ticket.event, headers: $0.ticket.batch.resultHeaders($0.ticket.message)), $0.ticket) }
         )
     }
 
@@ -51,7 +51,7 @@ extension RequestProcessor {
     /// The records of a recorded outcome of `event`: its push.unregistered event, if it marked
     /// the token, then its push.results record; the same bytes each time they are built.
     /// `headers` carry the event's trace context (none when tracing is off).
-    func republishing(_ outcome: RecordedDelivery, of event: NotificationEvent, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
+    func resultRecords(_ outcome: RecordedDelivery, of event: NotificationEvent, headers: [KafkaHeader]) -> [KafkaOutgoingMessage] {
         let result: [UInt8]
         let unregistered: [UInt8]?
         switch outcome.outcome {

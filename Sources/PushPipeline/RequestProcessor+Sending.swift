@@ -35,7 +35,7 @@ extension RequestProcessor {
 
     /// One event (its ticket's) to one destination.
     struct Delivery: Sendable {
-        var destination: Destination
+        var destination: Recipient
         var ticket: DeliveryTicket
 
         var event: NotificationEvent { ticket.event }

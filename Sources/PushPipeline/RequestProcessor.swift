@@ -9,7 +9,7 @@ import FCMCore
 
 /// Turns poll batches of push.requests messages into results: validates the events (dead
 /// letters for bad ones), resolves their users' devices and recorded outcomes, claims each
-/// (event, ``Destination``: a device, or the channel of a broadcast) so no copy pushes twice,
+/// (event, ``Recipient``: a device, or the channel of a broadcast) so no copy pushes twice,
 /// sends through the ``NotificationSender``, hands
 /// outcomes to the ledger writer and publishes what stands; finishes each message in the
 /// coordinator once its last result is published.
@@ -126,7 +126,7 @@ final class RequestProcessor: Sendable {
                     ready.append(([resultMessage(result.json(), eventID: event.id, headers: headers)], DeliveryTicket(batch, index, event, status: .noDevices)))
                 }
                 for outcome in plan.recorded {
-                    ready.append((republishing(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
+                    ready.append((resultRecords(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
                 }
                 for destination in plan.destinations {
                     let delivery = Delivery(destination: destination, ticket: DeliveryTicket(batch, index, event, claim: keys[claimIndex]))
@@ -256,7 +256,7 @@ final class RequestProcessor: Sendable {
     private struct EventPlan {
         var noDevices: [DeliveryResult] = []
         var recorded: [RecordedDelivery] = []
-        var destinations: [Destination] = []
+        var destinations: [Recipient] = []
 
         var results: Int { noDevices.count + recorded.count + destinations.count }
     }
@@ -272,7 +272,7 @@ final class RequestProcessor: Sendable {
         var plan = EventPlan()
         if let channelID = event.channelID {
             // One result per event.
-            if let outcome = recorded[Destination.ledgerToken(channelID: channelID)] {
+            if let outcome = recorded[Recipient.ledgerToken(channelID: channelID)] {
                 plan.recorded.append(outcome)
             } else {
                 plan.destinations.append(.channel(id: channelID, environment: event.environment ?? .production))
@@ -289,7 +289,7 @@ final class RequestProcessor: Sendable {
                 plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))
             }
             plan.recorded += outcomes
-            plan.destinations += devices.map(Destination.device)
+            plan.destinations += devices.map(Recipient.device)
         }
         return plan
     }

@@ -13,14 +13,7 @@ struct TokenUpdates: Sendable {
     /// Handles one message; returns true once it is done (applied or dead-lettered), false when
     /// cancelled first (it is then left unfinished and redelivered).
     func process(_ message: KafkaMessage) async -> Bool {
-        do {
-            let update: TokenRegistryUpdate
-            do {
-                update = try TokenRegistryUpdate(json: message.value)
-            } catch {
-                try await deadLetters.send(message, error)
-                return true
-            }
+        await deadLetters.handle(message, decode: TokenRegistryUpdate.init(json:)) { update in
             let applied = try await storeOperations.run { try await store.apply(update) }
             logger.debug(
                 "token update",
@@ -30,9 +23,6 @@ struct TokenUpdates: Sendable {
                     PipelineLoggingKeys.applied: "\(applied)",
                 ]
             )
-            return true
-        } catch {
-            return false
         }
     }
 }

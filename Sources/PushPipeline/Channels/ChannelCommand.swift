@@ -138,6 +138,6 @@ extension ChannelCommand {
     var ledgerEventID: String { "channel-request:" + requestID }
 
     /// The delivery ledger's `token` for a command's answer (a notification's is its
-    /// ``Destination/ledgerToken``), and what its apns-request-id is derived from.
+    /// ``Recipient/ledgerToken``), and what its apns-request-id is derived from.
     static let ledgerToken = "channel-management"
 }

@@ -3,7 +3,7 @@ import DeviceTokenStore
 
 /// Where one result of an event goes: a device of one of its users, or the broadcast channel
 /// the event names (one result per event).
-enum Destination: Sendable, Hashable {
+enum Recipient: Sendable, Hashable {
     case device(DeviceToken)
     case channel(id: String, environment: APNSEnvironment)
 

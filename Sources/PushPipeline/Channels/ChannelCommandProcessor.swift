@@ -8,7 +8,7 @@ import Logging
 /// recorded in the delivery ledger under the request id before it is published, so a
 /// redelivered command (a `create` above all) is answered again from the ledger, not performed
 /// twice; copies that arrive together wait for the first (one claim per request id).
-struct ChannelCommands: Sendable {
+struct ChannelCommandProcessor: Sendable {
     /// Performs the commands; nil when the embedder gave no channel management client.
     let manager: ChannelManager?
     /// Holds the claims on the request ids being performed, so a copy waits for the first
@@ -25,18 +25,11 @@ struct ChannelCommands: Sendable {
     /// Handles one message; returns true once it is done (answered or dead-lettered), false when
     /// cancelled first (it is then left unfinished and redelivered).
     func process(_ message: StartedMessage) async -> Bool {
-        do {
-            let command: ChannelCommand
-            do {
-                command = try ChannelCommand(json: message.message.value)
-            } catch {
-                try await deadLetters.send(message.message, error)
-                return true
-            }
+        await deadLetters.handle(message.message, decode: ChannelCommand.init(json:)) { command in
             let claim = DeliveryCoordinator.claimKey(eventID: command.ledgerEventID, token: ChannelCommand.ledgerToken)
             while coordinator.claimSending(claim) != .claimed {
                 await coordinator.waitUntilSettled(claim)
-                if Task.isCancelled { return false }
+                try Task.checkCancellation()
             }
             defer { coordinator.recorded([claim]) }
             let ledgerEvent = LedgerEvent(
@@ -72,9 +65,6 @@ struct ChannelCommands: Sendable {
                 )
             }
             try await publisher.publish([KafkaOutgoingMessage(topic: resultsTopic, key: Array(command.requestID.utf8), value: answer)])
-            return true
-        } catch {
-            return false
         }
     }
 
