@@ -39,8 +39,8 @@ final class MockAPNSConnectionHandler: ChannelInboundHandler {
         var keptPayload: ByteBuffer?
         /// The full body length, also counting bytes beyond what is kept.
         var payloadLength = 0
-        /// What the client may still send on the stream before a WINDOW_UPDATE.
-        var window = MockAPNSConnectionHandler.streamWindowSize
+        /// The stream's receive window.
+        var window = HTTP2ReceiveWindow(size: MockAPNSConnectionHandler.streamWindowSize, initial: MockAPNSConnectionHandler.streamWindowSize)
 
         mutating func keep(_ buffer: ByteBuffer) {
             var buffer = buffer
@@ -62,8 +62,8 @@ final class MockAPNSConnectionHandler: ChannelInboundHandler {
     private let server: MockAPNSServer
     private let connection: MockConnectionState
     private var streams: [HTTP2StreamID: Stream] = [:]
-    /// What the client may still send on the connection before a WINDOW_UPDATE.
-    private var connectionWindow = 65_535
+    /// The connection's receive window.
+    private var connectionWindow = HTTP2ReceiveWindow(size: MockAPNSConnectionHandler.connectionWindowSize, initial: HTTP2ReceiveWindow.protocolDefaultSize)
     /// Frames were written during the current read and wait for its end to be flushed.
     private var needsFlush = false
     /// Whether the connection authenticated with a client certificate; read at its first request.
@@ -145,18 +145,14 @@ final class MockAPNSConnectionHandler: ChannelInboundHandler {
 
     /// Takes a DATA frame's bytes off the windows and opens them again once half is used.
     private func consumeWindow(_ streamID: HTTP2StreamID, data: HTTP2Frame.FramePayload.Data, context: ChannelHandlerContext) {
-        let length = data.data.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0)
+        let length = HTTP2ReceiveWindow.flowControlledLength(data)
         guard length > 0 else { return }
-        self.connectionWindow -= length
-        if self.connectionWindow <= Self.connectionWindowSize / 2 {
-            self.writeWindowUpdate(.rootStream, increment: Self.connectionWindowSize - self.connectionWindow, context: context)
-            self.connectionWindow = Self.connectionWindowSize
+        if let increment = self.connectionWindow.consume(length) {
+            self.writeWindowUpdate(.rootStream, increment: increment, context: context)
         }
         guard !data.endStream, var stream = self.streams[streamID] else { return }
-        stream.window -= length
-        if stream.window <= Self.streamWindowSize / 2 {
-            self.writeWindowUpdate(streamID, increment: Self.streamWindowSize - stream.window, context: context)
-            stream.window = Self.streamWindowSize
+        if let increment = stream.window.consume(length) {
+            self.writeWindowUpdate(streamID, increment: increment, context: context)
         }
         self.streams[streamID] = stream
     }

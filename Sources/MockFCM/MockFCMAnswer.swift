@@ -1,4 +1,4 @@
-import Foundation
+import JSONCore
 
 /// What the mock sends back for one request: status, headers and body.
 struct MockFCMAnswer: Sendable {
@@ -13,7 +13,8 @@ struct MockFCMAnswer: Sendable {
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
 
     /// A `google.rpc.Status` error as FCM writes it, with an FcmError detail when `errorCode`
-    /// is given and a BadRequest detail for `violations` (field, description).
+    /// is given and a BadRequest detail for `violations` (field, description); members in
+    /// alphabetical order, compact.
     static func rpcError(
         _ status: Int,
         canonical: String,
@@ -22,18 +23,17 @@ struct MockFCMAnswer: Sendable {
         violations: [(String, String)] = [],
         retryAfterSeconds: Int? = nil
     ) -> MockFCMAnswer {
-        var details: [[String: Any]] = []
-        if let errorCode { details.append(["@type": fcmErrorType, "errorCode": errorCode]) }
+        var details: [JSONValue] = []
+        if let errorCode { details.append(.object([.init("@type", .string(fcmErrorType)), .init("errorCode", .string(errorCode))])) }
         if !violations.isEmpty {
-            details.append([
-                "@type": badRequestType,
-                "fieldViolations": violations.map { ["field": $0.0, "description": $0.1] },
-            ])
+            let fieldViolations = violations.map { JSONValue.object([.init("description", .string($0.1)), .init("field", .string($0.0))]) }
+            details.append(.object([.init("@type", .string(badRequestType)), .init("fieldViolations", .array(fieldViolations))]))
         }
-        var error: [String: Any] = ["code": status, "message": message, "status": canonical]
-        if !details.isEmpty { error["details"] = details }
-        let data = (try? JSONSerialization.data(withJSONObject: ["error": error], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        var answer = MockFCMAnswer(status: status, body: String(decoding: data, as: UTF8.self), reason: errorCode ?? canonical)
+        var error: [JSONValue.Member] = [.init("code", .number(String(status)))]
+        if !details.isEmpty { error.append(.init("details", .array(details))) }
+        error += [.init("message", .string(message)), .init("status", .string(canonical))]
+        let body = JSONValue.object([.init("error", .object(error))]).serialized()
+        var answer = MockFCMAnswer(status: status, body: String(decoding: body, as: UTF8.self), reason: errorCode ?? canonical)
         if let retryAfterSeconds { answer.headers.append(("retry-after", String(retryAfterSeconds))) }
         return answer
     }
@@ -67,8 +67,8 @@ struct MockFCMAnswer: Sendable {
             "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential."
     )
 
-    static func success(_ object: [String: Any]) -> MockFCMAnswer {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        return MockFCMAnswer(status: 200, body: String(decoding: data, as: UTF8.self))
+    /// 200 with an object of `members`, in the order given (FCM's answers list them alphabetically).
+    static func success(_ members: [JSONValue.Member]) -> MockFCMAnswer {
+        MockFCMAnswer(status: 200, body: String(decoding: JSONValue.object(members).serialized(), as: UTF8.self))
     }
 }

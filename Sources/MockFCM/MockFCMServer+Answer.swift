@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
+import JSONCore
 import MockAPNS
+import NIOCore
 import Synchronization
 import _CryptoExtras
 
@@ -18,7 +20,7 @@ extension MockFCMServer {
         var unregisteredTokens: Set<String>
         var faults: MockFCMFaults
         var generator: SeededGenerator
-        var log: [ReceivedMessage] = []
+        var log = CircularBuffer<ReceivedMessage>()
         var logLimit: Int
         var messageCounter: UInt64 = 0
 
@@ -73,12 +75,12 @@ extension MockFCMServer {
             ledger.tokenExchanges += 1
             ledger.accessTokens[token] = (account.projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000)
         }
-        return .success(["access_token": token, "expires_in": lifetime, "token_type": "Bearer"])
+        return .success([.init("access_token", .string(token)), .init("expires_in", .number(String(lifetime))), .init("token_type", .string("Bearer"))])
     }
 
     /// `POST /v1/projects/{project}/messages:send`, in FCM's order: path, access token and
     /// project, the message, then faults and the token's registration.
-    func sendAnswer(projectID: String, authorization: String?, body: [UInt8]) -> MockFCMAnswer {
+    func sendAnswer(projectID: String, authorization: String?, document: JSONValue?) -> MockFCMAnswer {
         let now = MockWallClock.millisecondsSince1970()
         let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
         let tokenProject = ledger.withLock { ledger -> String? in
@@ -99,7 +101,7 @@ extension MockFCMServer {
             )
         }
         let checked: MessageCheck
-        switch Self.check(body) {
+        switch Self.check(document) {
         case .failure(let refusal): return refusal.answer
         case .success(let check): checked = check
         }
@@ -137,7 +139,7 @@ extension MockFCMServer {
                 ledger.deliveredByToken[target, default: 0] += 1
                 ledger.totalDelivered += 1
             }
-            return .success(["name": checked.validateOnly ? "projects/\(projectID)/messages/fake_message_id" : name])
+            return .success([.init("name", .string(checked.validateOnly ? "projects/\(projectID)/messages/fake_message_id" : name))])
         }
     }
 

@@ -1,4 +1,4 @@
-import Foundation
+import JSONCore
 
 extension MockFCMServer {
     /// A message that passed the checks: its target and whether it only asks for validation.
@@ -19,49 +19,51 @@ extension MockFCMServer {
     /// FCM's longest `android.ttl`, in seconds.
     static let maximumTTLSeconds = 2_419_200
 
-    /// Checks a send request's body as FCM does: one target, string data values and no reserved
-    /// key, `android.priority` and `android.ttl`, and the size of the message (its target left
-    /// out, re-serialized compactly).
-    static func check(_ body: [UInt8]) -> Result<MessageCheck, Refusal> {
+    /// Checks a send request's body (nil: not JSON) as FCM does: one target, string data values
+    /// and no reserved key, `android.priority` and `android.ttl`, and the size of the message (its
+    /// target left out, re-serialized compactly; numbers count as written).
+    static func check(_ document: JSONValue?) -> Result<MessageCheck, Refusal> {
         func refuse(_ field: String, _ description: String) -> Result<MessageCheck, Refusal> {
             .failure(Refusal(answer: .invalidArgument(field, description)))
         }
-        guard let document = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
-            var message = document["message"] as? [String: Any]
-        else { return refuse("message", "Invalid JSON payload received.") }
+        guard let message = document?["message"], case .object(let members) = message else {
+            return refuse("message", "Invalid JSON payload received.")
+        }
         let targets = ["token", "topic", "condition", "fid"].filter { message[$0] != nil }
         guard targets.count == 1 else {
             return refuse("message", "Exactly one of token, topic, condition or fid must be set.")
         }
-        guard let targetField = targets.first, ["token", "fid"].contains(targetField), let target = message[targetField] as? String,
+        guard let targetField = targets.first, ["token", "fid"].contains(targetField), let target = message[targetField]?.stringValue,
             !target.isEmpty
         else { return refuse("message.\(targets[0])", "The mock delivers to registration tokens and FIDs only.") }
         if let refusal = checkData(message["data"], field: "message.data") { return .failure(refusal) }
         if let android = message["android"] {
-            guard let android = android as? [String: Any] else { return refuse("message.android", "Invalid value at 'message.android'") }
+            guard case .object = android else { return refuse("message.android", "Invalid value at 'message.android'") }
             if let refusal = checkData(android["data"], field: "message.android.data") { return .failure(refusal) }
             if let priority = android["priority"] {
-                guard let text = priority as? String, ["normal", "high"].contains(text.lowercased()) else {
+                guard let text = priority.stringValue, ["normal", "high"].contains(text.lowercased()) else {
                     return refuse("message.android.priority", "Invalid value at 'message.android.priority'")
                 }
             }
             if let ttl = android["ttl"] {
-                guard let text = ttl as? String, isValidDuration(text) else {
+                guard let text = ttl.stringValue, isValidDuration(text) else {
                     return refuse("message.android.ttl", "Invalid value at 'message.android.ttl' (type.googleapis.com/google.protobuf.Duration)")
                 }
             }
         }
-        message[targetField] = nil
-        let size = (try? JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))?.count ?? 0
+        let size = JSONValue.object(members.filter { $0.name != targetField }).serialized().count
         guard size <= maximumMessageBytes else { return refuse("message", "Message is too big") }
-        return .success(MessageCheck(target: target, targetField: targetField, validateOnly: document["validate_only"] as? Bool == true))
+        return .success(MessageCheck(target: target, targetField: targetField, validateOnly: document?["validate_only"] == .bool(true)))
     }
 
-    private static func checkData(_ value: Any?, field: String) -> Refusal? {
+    private static func checkData(_ value: JSONValue?, field: String) -> Refusal? {
         guard let value else { return nil }
-        guard let data = value as? [String: Any] else { return Refusal(answer: .invalidArgument(field, "Invalid value at '\(field)'")) }
-        for (index, (key, entry)) in data.sorted(by: { $0.key < $1.key }).enumerated() {
-            guard entry is String else {
+        guard let members = value.members else { return Refusal(answer: .invalidArgument(field, "Invalid value at '\(field)'")) }
+        // A repeated key counts once, with its last value, as a JSON object parsed into a map.
+        var entries: [String: JSONValue] = [:]
+        for member in members { entries[member.name] = member.value }
+        for (index, (key, entry)) in entries.sorted(by: { $0.key < $1.key }).enumerated() {
+            guard entry.stringValue != nil else {
                 return Refusal(answer: .invalidArgument("\(field)[\(index)].value", "Invalid value at '\(field)[\(index)].value' (TYPE_STRING)"))
             }
             if key == "from" || key == "message_type" || key.hasPrefix("google.") || key.hasPrefix("gcm.notification.") {

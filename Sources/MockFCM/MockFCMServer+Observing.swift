@@ -32,7 +32,7 @@ extension MockFCMServer {
 
     /// The most recent send requests, oldest first (at most ``MockFCMConfiguration/requestLogLimit``).
     public func receivedMessages() -> [ReceivedMessage] {
-        ledger.withLock { $0.log }
+        ledger.withLock { Array($0.log) }
     }
 
     /// From now on, messages to `token` answer 404 UNREGISTERED.

@@ -1,9 +1,9 @@
 import Crypto
 import Foundation
+import JSONCore
 public import Logging
 import MockAPNS
 import NIOCore
-import NIOHTTP1
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
@@ -152,7 +152,7 @@ public final class MockFCMServer: Service, Sendable {
             .get()
     }
 
-    /// TLS, HTTP/2 and a handler per stream on an accepted connection (on its event loop).
+    /// TLS, HTTP/2 and the connection's request handler on an accepted connection (on its event loop).
     private func configureConnection(_ channel: any Channel, sslContext: NIOSSLContext) throws {
         let tracked = openConnections.withLock { open -> Bool in
             guard open != nil else { return false }
@@ -168,20 +168,8 @@ public final class MockFCMServer: Service, Sendable {
         }
         let pipeline = channel.pipeline.syncOperations
         try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
-        let connection = NIOLoopBound(
-            MockFCMConnection(channel: channel, goAwayAfter: ledger.withLock { $0.faults.goAwayAfterRequests }),
-            eventLoop: channel.eventLoop
-        )
-        _ = try pipeline.configureHTTP2Pipeline(mode: .server, connectionConfiguration: .init(), streamConfiguration: .init()) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                let streamID = try stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-                connection.value.streamOpened(streamID)
-                try stream.pipeline.syncOperations.addHandlers([
-                    HTTP2FramePayloadToHTTP1ServerCodec(),
-                    MockFCMStreamHandler(server: self, connection: connection.value, streamID: streamID),
-                ])
-            }
-        }
+        try pipeline.addHandler(NIOHTTP2Handler(mode: .server))
+        try pipeline.addHandler(MockFCMConnectionHandler(server: self, goAwayAfter: ledger.withLock { $0.faults.goAwayAfterRequests }))
     }
 
     private static func alternativeNames(_ host: String) -> [GeneralName] {
@@ -200,35 +188,30 @@ public final class MockFCMServer: Service, Sendable {
     }
 
     /// Decides the answer to one complete request and counts it.
-    func answer(method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]) -> MockFCMAnswer {
+    func answer(method: String, path: String, authority: String?, authorization: String?, body: [UInt8]) -> MockFCMAnswer {
         let sendPrefix = "/v1/projects/"
         let sendSuffix = "/messages:send"
         var answer: MockFCMAnswer
-        var isSend = false
-        if method == .POST, path == Self.tokenPath {
-            answer = tokenAnswer(body: body, authority: headers.first(name: "host"))
-        } else if method == .POST, path.hasPrefix(sendPrefix), path.hasSuffix(sendSuffix),
+        var logged: ReceivedMessage?
+        if method == "POST", path == Self.tokenPath {
+            answer = tokenAnswer(body: body, authority: authority)
+        } else if method == "POST", path.hasPrefix(sendPrefix), path.hasSuffix(sendSuffix),
             case let project = path.dropFirst(sendPrefix.count).dropLast(sendSuffix.count), !project.isEmpty, !project.contains("/")
         {
-            isSend = true
-            answer = sendAnswer(projectID: String(project), authorization: headers.first(name: "authorization"), body: body)
+            let document = try? JSONValue(parsing: body)
+            answer = sendAnswer(projectID: String(project), authorization: authorization, document: document)
+            let message = document?["message"]
+            let target = message?["token"]?.stringValue ?? message?["fid"]?.stringValue
+            logged = ReceivedMessage(path: path, target: target, status: answer.status, reason: answer.reason, body: body)
         } else {
             answer = .htmlNotFound
         }
-        let logged =
-            isSend
-            ? ReceivedMessage(path: path, target: Self.target(body), status: answer.status, reason: answer.reason, body: body) : nil
         ledger.withLock { ledger in
             ledger.countsByStatus[answer.status, default: 0] += 1
             if let logged { ledger.record(logged) }
         }
         logger.trace("mock FCM answered", metadata: ["mock_fcm.path": "\(path)", "mock_fcm.status": "\(answer.status)"])
         return answer
-    }
-
-    private static func target(_ body: [UInt8]) -> String? {
-        let message = ((try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any])?["message"] as? [String: Any]
-        return message?["token"] as? String ?? message?["fid"] as? String
     }
 
     enum Lifecycle {
