@@ -75,6 +75,21 @@ struct BenchServices {
         return counts
     }
 
+    /// The transactions committed or rolled back in the benchmark's database so far: outside an
+    /// explicit transaction each of Herald's statements is one, so the difference over a window
+    /// counts its PostgreSQL round trips (the statistics lag by up to a second).
+    func transactionCount(logger: Logger) async throws -> Int64 {
+        var count: Int64 = 0
+        try await withPostgres(logger: logger) { client in
+            let rows = try await client.query(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+                logger: logger
+            )
+            for try await value in rows.decode(Int64.self) { count = value }
+        }
+        return count
+    }
+
     /// Runs `body` with a PostgreSQL client that is closed afterwards.
     func withPostgres(logger: Logger, _ body: (PostgresClient) async throws -> Void) async throws {
         let client = try PostgresClient(configuration: PostgresURL(postgresURL).clientConfiguration(), backgroundLogger: logger)

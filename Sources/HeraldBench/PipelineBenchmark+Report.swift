@@ -62,6 +62,7 @@ extension PipelineBenchmark {
         )
         let histograms = HeraldHistograms(run.heraldMetrics)
         print(histograms.summary(title: "herald's histograms over the whole run (/metrics)"))
+        print(perBatchLine(run, histograms: histograms, notifications: total, heraldCPU: cpu("herald")))
         if let warm = run.warm {
             let window = Double(run.resultTimes.count - warm.results)
             let heraldCPU = Double((run.end.ticks["herald"] ?? 0) - (warm.cpu.ticks["herald"] ?? 0)) / ProcStats.ticksPerSecond
@@ -77,6 +78,19 @@ extension PipelineBenchmark {
         if run.unexpected > 0 { failures.append("\(run.unexpected) results of no expected (event, device)") }
         if !run.notDelivered.isEmpty { failures.append("not delivered: \(run.notDelivered)") }
         return failures
+    }
+
+    /// Herald's fixed cost per poll batch with events (one token lookup each, one app here) and
+    /// per notification: CPU, context switches, read/write system calls, PostgreSQL round trips.
+    func perBatchLine(_ run: PipelineRun, histograms: HeraldHistograms, notifications: Double, heraldCPU: Double) -> String {
+        let batches = max(1, histograms.histograms["token_lookup"]?.count ?? 0)
+        let switches = Double(run.end.heraldContextSwitches - run.start.heraldContextSwitches)
+        let syscalls = Double(run.end.heraldReadWriteSyscalls - run.start.heraldReadWriteSyscalls)
+        let roundTrips = Double(run.postgresTransactions)
+        return "per poll batch with events (\(fixed(batches)) batches, \(fixed(notifications / batches, 1)) notifications each): "
+            + "herald CPU \(fixed(heraldCPU * 1e6 / batches, 0)) µs, \(fixed(switches / batches, 1)) context switches, "
+            + "\(fixed(syscalls / batches, 1)) read/write system calls, \(fixed(roundTrips / batches, 2)) PostgreSQL round trips; "
+            + "per notification \(fixed(switches / notifications, 2)), \(fixed(syscalls / notifications, 2)) and \(fixed(roundTrips / notifications, 3))"
     }
 
     /// Throughput and p50/p99 latency per second of the run (by the result's timestamp) as SVG.
@@ -150,6 +164,8 @@ struct PipelineRun {
     var duplicates = 0
     var unexpected = 0
     var notDelivered: [String: Int] = [:]
+    /// PostgreSQL transactions of the benchmark's database over the window (its round trips).
+    var postgresTransactions: Int64 = 0
     /// Herald's VmRSS (summed over instances) once a second, and the largest VmHWM.
     var rssKilobytes: [Int64] = []
     var peakKilobytes: Int64 = 0

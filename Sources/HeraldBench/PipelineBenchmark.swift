@@ -341,6 +341,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             }
             var seen = [Bool](repeating: false, count: total)
             var unique = 0
+            let transactionsBefore = try await services.transactionCount(logger: logger)
             var run = PipelineRun(start: CPUSample.take(groups()))
             let clock = ContinuousClock()
             let startedAt = clock.now
@@ -393,6 +394,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
             }
             run.seconds = (clock.now - startedAt).inSeconds
             run.end = CPUSample.take(groups())
+            // The statistics lag: read them after a second, outside the CPU window.
+            try await Task.sleep(for: .seconds(1))
+            run.postgresTransactions = try await services.transactionCount(logger: logger) - transactionsBefore
             run.peakKilobytes = heraldPIDs.map { ProcStats.statusKilobytes($0, "VmHWM") }.max() ?? 0
             (run.produceTimes, _, run.produceSeconds) = try await produced
             urgentDuringCampaign?.cancel()

@@ -38,6 +38,31 @@ enum ProcStats {
         }
     }
 
+    /// Context switches (voluntary and not) of every live thread of `pid`, summed over
+    /// /proc/<pid>/task/*/status; a thread that ended no longer counts.
+    static func contextSwitches(_ pid: Int32) -> Int64 {
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return threads.reduce(0) { total, thread in
+            let text = String(decoding: read("/proc/\(pid)/task/\(thread)/status"), as: UTF8.self)
+            return total + counters(in: text, ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"])
+        }
+    }
+
+    /// The read-like and write-like system calls of `pid` so far (/proc/<pid>/io `syscr` +
+    /// `syscw`: reads, writes, sends and receives, not polls, futexes or the rest); 0 if gone.
+    static func readWriteSyscalls(_ pid: Int32) -> Int64 {
+        counters(in: String(decoding: read("/proc/\(pid)/io"), as: UTF8.self), ["syscr", "syscw"])
+    }
+
+    /// The sum of the `name: value` lines of `text` named in `names`.
+    private static func counters(in text: String, _ names: [String]) -> Int64 {
+        text.split(separator: "\n").reduce(0) { total, line in
+            let parts = line.split(separator: ":")
+            guard parts.count == 2, names.contains(String(parts[0])) else { return total }
+            return total + (Int64(parts[1].trimmingCharacters(in: .whitespaces)) ?? 0)
+        }
+    }
+
     /// Busy and total clock ticks of all CPUs since boot (/proc/stat; idle and iowait are not busy).
     static func machineTicks() -> (busy: Int64, total: Int64) {
         let text = String(decoding: read("/proc/stat"), as: UTF8.self)
@@ -53,12 +78,18 @@ struct CPUSample {
     var ticks: [String: Int64]
     var machine: (busy: Int64, total: Int64)
     var benchMicroseconds: Int64
+    /// Herald's context switches and read/write system calls (``ProcStats``), over its instances.
+    var heraldContextSwitches: Int64 = 0
+    var heraldReadWriteSyscalls: Int64 = 0
 
     static func take(_ groups: [String: [Int32]]) -> CPUSample {
-        CPUSample(
+        let herald = groups["herald"] ?? []
+        return CPUSample(
             ticks: groups.mapValues { $0.map(ProcStats.cpuTicks).reduce(0, +) },
             machine: ProcStats.machineTicks(),
-            benchMicroseconds: CPUTime.thisProcess.microseconds
+            benchMicroseconds: CPUTime.thisProcess.microseconds,
+            heraldContextSwitches: herald.map(ProcStats.contextSwitches).reduce(0, +),
+            heraldReadWriteSyscalls: herald.map(ProcStats.readWriteSyscalls).reduce(0, +)
         )
     }
 }
