@@ -56,33 +56,11 @@ struct BatchSendTests {
         }
     }
 
-    /// A batch of a task cancelled before it starts sends nothing: each request is answered with
-    /// the cancellation at once instead of being sent and waited for.
-    @Test func aBatchCancelledBeforeItsStreamsStartIsAnsweredAtOnce() async throws {
-        let faults = MockAPNSFaults(latency: .init(fixed: .seconds(2), scope: .firstRequestPerToken))
-        try await MockHarness.run(mock: SenderAgainstMockTests.tokenMock(faults: faults), authentication: SenderAgainstMockTests.tokenAuthentication) {
-            harness in
-            let warmUp = try await harness.client.send(MockHarness.request(10_000), environment: .production, deadline: .now + .seconds(30))
-            #expect(warmUp.status == 200)
-            let requests = (0..<5).map { MockHarness.request($0) }
-            let client = harness.client
-            let started = ContinuousClock.now
-            let answers = await withTaskGroup(of: Answers.self) { group in
-                group.cancelAll()
-                group.addTask { await Self.sendAll(requests, through: client, deadline: .now + .seconds(30)) }
-                return await group.next()!
-            }
-            #expect(started.duration(to: .now) < .seconds(1), "answered at once, not after the mock's 2 s")
-            #expect(answers.keys.sorted() == Array(requests.indices))
-            for answer in answers.values {
-                #expect(answer.count == 1)
-                #expect(throws: CancellationError.self) { try answer.first?.get() }
-            }
-            #expect(harness.server.totalAcceptedPushes == 1, "only the warm-up reached APNs")
-        }
-    }
-
-    @Test func cancellingABatchResetsItsStreamsAndAnswersEachRequest() async throws {
+    /// A batch whose task is cancelled answers every request with the cancellation at once:
+    /// cancelled before it starts, it sends nothing; cancelled while its streams wait for the
+    /// mock's 2 s, it resets them.
+    @Test(arguments: [true, false])
+    func aCancelledBatchAnswersEachRequestAtOnce(cancelledBeforeItStarts: Bool) async throws {
         let faults = MockAPNSFaults(latency: .init(fixed: .seconds(2), scope: .firstRequestPerToken))
         try await MockHarness.run(mock: SenderAgainstMockTests.tokenMock(faults: faults), authentication: SenderAgainstMockTests.tokenAuthentication) {
             harness in
@@ -93,19 +71,26 @@ struct BatchSendTests {
             let client = harness.client
             let started = ContinuousClock.now
             let answers = await withTaskGroup(of: Answers.self) { group in
+                if cancelledBeforeItStarts { group.cancelAll() }
                 group.addTask { await Self.sendAll(requests, through: client, deadline: .now + .seconds(30)) }
-                try? await Task.sleep(for: .milliseconds(200))
-                group.cancelAll()
+                if !cancelledBeforeItStarts {
+                    try? await Task.sleep(for: .milliseconds(200))
+                    group.cancelAll()
+                }
                 return await group.next()!
             }
-            #expect(started.duration(to: .now) < .seconds(1), "answered at the cancellation, not after the latency")
+            #expect(started.duration(to: .now) < .seconds(1), "answered at the cancellation, not after the mock's 2 s")
             #expect(answers.keys.sorted() == Array(requests.indices))
             for answer in answers.values {
                 #expect(answer.count == 1)
                 #expect(throws: CancellationError.self) { try answer.first?.get() }
             }
             let server = harness.server
-            try await waitUntil { server.streamStatistics().unansweredRequests == 5 }
+            if cancelledBeforeItStarts {
+                #expect(server.streamStatistics().unansweredRequests == 0, "nothing sent")
+            } else {
+                try await waitUntil { server.streamStatistics().unansweredRequests == 5 }
+            }
         }
     }
 }
