@@ -34,7 +34,9 @@ struct StartedMessage: Sendable {
     /// ``ledgerDays``; one recorded under the record's own day wins.
     func recordedOutcomes(eventID: String, topic: String, in found: [LedgerEvent: [String: RecordedDelivery]]) -> [String: RecordedDelivery] {
         // The usual record has a timestamp: one day, its outcomes as found, not copied.
-        guard !hasRecordTimestamp else { return found[LedgerEvent(eventID: eventID, topic: topic, recordTimestampMilliseconds: recordTimestampMilliseconds)] ?? [:] }
+        guard !hasRecordTimestamp else {
+            return found[LedgerEvent(eventID: eventID, topic: topic, recordTimestampMilliseconds: recordTimestampMilliseconds)] ?? [:]
+        }
         return ledgerDays.reduce(into: [:]) { outcomes, day in
             outcomes.merge(found[LedgerEvent(eventID: eventID, topic: topic, day: day)] ?? [:]) { first, _ in first }
         }
