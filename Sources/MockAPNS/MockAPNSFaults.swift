@@ -34,6 +34,7 @@ public struct MockAPNSFaults: Sendable, Hashable {
                 case everyRequest
                 case firstRequestPerToken
                 case fraction(Double)
+                case tokens(Set<String>)
             }
             let backing: Backing
 
@@ -44,6 +45,11 @@ public struct MockAPNSFaults: Sendable, Hashable {
             /// A share (0...1) of requests, drawn per request.
             public static func fraction(_ share: Double) -> Scope {
                 Scope(backing: .fraction(min(max(share, 0), 1)))
+            }
+            /// Every request for one of these device tokens (hex, compared case-insensitively),
+            /// so one stream of a batch can be made the slow one.
+            public static func tokens(_ deviceTokens: Set<String>) -> Scope {
+                Scope(backing: .tokens(Set(deviceTokens.map { $0.lowercased() })))
             }
         }
 

@@ -164,7 +164,9 @@ extension MockAPNSServer {
     func addedLatency(headers: HPACKHeaders) -> Duration? {
         guard let latency = self.ledger.withLockedValue({ $0.faults.latency }) else { return nil }
         var tokenKey: String?
-        if case .firstRequestPerToken = latency.scope.backing {
+        switch latency.scope.backing {
+        case .everyRequest, .fraction: break
+        case .firstRequestPerToken, .tokens:
             let path = headers.first(name: ":path") ?? ""
             let token = path.hasPrefix(Self.devicePathPrefix) ? path.dropFirst(Self.devicePathPrefix.utf8.count) : ""
             tokenKey = Encoding.asciiLowercased(token)
@@ -177,6 +179,8 @@ extension MockAPNSServer {
                 guard let tokenKey, ledger.tokensDelayedOnce.insert(tokenKey).inserted else { return nil }
             case .fraction(let share):
                 guard ledger.random.nextUnitInterval() < share else { return nil }
+            case .tokens(let tokens):
+                guard let tokenKey, tokens.contains(tokenKey) else { return nil }
             }
             return ledger.drawLatency(latency)
         }

@@ -56,6 +56,42 @@ struct BatchSendTests {
         }
     }
 
+    /// A request to send again (here after a 403 ExpiredProviderToken) starts as soon as its
+    /// first answer is known: it does not wait for the batch's slowest stream (one device the
+    /// mock answers after 3 s), so it neither inherits that stream's lateness nor runs out of
+    /// deadline behind it.
+    @Test func aRetryInABatchDoesNotWaitForTheBatchsSlowestStream() async throws {
+        // A provider token that expires about 2 s from now (APNs allows an hour), and its successor.
+        let now = Int64(Date().timeIntervalSince1970)
+        let expiring = try MockAPNSIntegrationTests.credentials.signToken(issuedAt: now - 3600 + 2)
+        let fresh = try MockAPNSIntegrationTests.credentials.signToken(issuedAt: now)
+        let source = MockAPNSIntegrationTests.ScriptedTokenSource(tokens: [expiring, fresh])
+        try await MockAPNSIntegrationTests.withMockAndClient(connectionsPerEndpoint: 1, makeTokenSource: { source }) { fixture in
+            // The first 200 lifts token authentication's one-stream start, so the batch gets its streams.
+            let warmUp = try await fixture.client.send(MockAPNSIntegrationTests.request(), environment: .production, deadline: .now + .seconds(10))
+            #expect(warmUp.status == 200)
+            try await Task.sleep(for: .milliseconds(3500))
+            let slowToken = "00000000000000aa"
+            fixture.server.setFaults(MockAPNSFaults(latency: .init(fixed: .seconds(3), scope: .tokens([slowToken]))))
+            let tokens = [slowToken] + (1...3).map { String(format: "%016x", $0) }
+            let requests = tokens.map { MockAPNSIntegrationTests.request(token: $0) }
+            let answers = Mutex<[Int: Duration]>([:])
+            let started = ContinuousClock.now
+            await fixture.client.sendAll(requests, environment: .production, deadline: .now + .seconds(10)) { index, answer in
+                if (try? answer.get())?.status == 200 { answers.withLock { $0[index] = started.duration(to: .now) } }
+            }
+            let answeredAfter = answers.withLock { $0 }
+            for index in requests.indices.dropFirst() {
+                let after = try #require(answeredAfter[index], "request \(index) was not delivered")
+                #expect(after < .seconds(1), "request \(index) waited for the slow stream")
+            }
+            #expect(await source.replacements == 1)
+            let slow = try #require(answeredAfter[0], "the slow request was not delivered")
+            #expect(slow >= .seconds(6), "its 403 after 3 s, then its second try's 3 s")
+            #expect(fixture.server.statusCounts() == [200: 1 + tokens.count, 403: tokens.count])
+        }
+    }
+
     /// A batch whose task is cancelled answers every request with the cancellation at once:
     /// cancelled before it starts, it sends nothing; cancelled while its streams wait for the
     /// mock's 2 s, it resets them.

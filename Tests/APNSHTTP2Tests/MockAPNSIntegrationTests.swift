@@ -217,6 +217,7 @@ struct MockAPNSIntegrationTests {
     /// the client asks for a replacement and retries once inside `send`.
     actor ScriptedTokenSource: APNSProviderTokenSource {
         private var tokens: [String]
+        private var retired: Set<String> = []
         private(set) var replacements = 0
 
         init(tokens: [String]) {
@@ -225,9 +226,12 @@ struct MockAPNSIntegrationTests {
 
         func currentToken() -> String { tokens[0] }
 
+        /// Like the real manager: a token already replaced is answered "send again" (with the
+        /// current one), without another replacement.
         func replaceExpired(_ token: String) -> Bool {
-            guard tokens.count > 1, token == tokens[0] else { return false }
-            tokens.removeFirst()
+            guard token == tokens[0] else { return retired.contains(token) }
+            guard tokens.count > 1 else { return false }
+            retired.insert(tokens.removeFirst())
             replacements += 1
             return true
         }
