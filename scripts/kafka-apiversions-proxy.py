@@ -31,7 +31,12 @@ It forwards bytes in both directions unchanged, except:
 The broker must advertise the proxy's address (tansu --advertised-listener-url), so clients
 reconnect through the proxy after reading metadata.
 
-Usage: kafka-apiversions-proxy.py --listen 127.0.0.1:PP --upstream 127.0.0.1:TP [--verbose]
+With --tls-cert and --tls-key the proxy's listener speaks TLS (the upstream stays plain): the
+test command's second broker, which Herald reaches over TLS with its documented settings
+(HERALD_KAFKA_SECURITY_PROTOCOL=SSL, HERALD_KAFKA_SSL_CA_LOCATION).
+
+Usage: kafka-apiversions-proxy.py --listen 127.0.0.1:PP --upstream 127.0.0.1:TP
+                                  [--tls-cert PEM --tls-key PEM] [--verbose]
 Python 3.11 standard library only.
 """
 
@@ -39,6 +44,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import struct
 
 API_VERSIONS = 18
@@ -206,16 +212,22 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--listen", required=True, type=host_port, help="HOST:PORT to listen on")
     ap.add_argument("--upstream", required=True, type=host_port, help="broker HOST:PORT")
+    ap.add_argument("--tls-cert", help="PEM certificate (chain): the listener speaks TLS")
+    ap.add_argument("--tls-key", help="PEM key of --tls-cert")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
+    tls = None
+    if args.tls_cert or args.tls_key:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
     server = await asyncio.start_server(lambda r, w: handle(r, w, args.upstream),
-                                        *args.listen, reuse_address=True)
+                                        *args.listen, reuse_address=True, ssl=tls)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    log.info("listening on %s:%d, upstream %s:%d", *args.listen, *args.upstream)
+    log.info("listening on %s:%d%s, upstream %s:%d", *args.listen, " (TLS)" if tls else "", *args.upstream)
     async with server:
         await stop.wait()
     log.info("stopped")

@@ -2,7 +2,9 @@
 # Local throw-away services for Herald's tests, demo and CI:
 #   PostgreSQL (Debian's binaries, initdb + pg_ctl, as an unprivileged user, loopback only),
 #   Tansu (Kafka-compatible broker, in-memory) and scripts/kafka-apiversions-proxy.py in front
-#   of it (works around librdkafka 2.0.2's ApiVersions v3 parsing bug; see that file).
+#   of it (works around librdkafka 2.0.2's ApiVersions v3 parsing bug; see that file); when
+#   openssl is there, a second Tansu behind the same proxy with a TLS listener (a private CA),
+#   for the tests of Herald on a broker over TLS.
 # Usage: scripts/services.sh start|stop|env|status|pg-stop|pg-start|broker-cut|broker-restore
 #   start  installs missing deps, starts everything on free 127.0.0.1 ports and writes
 #          .local/run/services.env (source it); a no-op when already running.
@@ -92,6 +94,8 @@ stop_pid() {
 stop_all() {
   stop_pid proxy kafka-apiversions-proxy
   stop_pid tansu tansu
+  stop_pid proxy-tls kafka-apiversions-proxy
+  stop_pid tansu-tls tansu
   if [[ -f "$RUN/pg.base" ]]; then
     PGBASE="$(cat "$RUN/pg.base")"
     if [[ -f "$PGBASE/data/postmaster.pid" ]]; then
@@ -145,13 +149,43 @@ make_pg_base() {
   echo "$PGBASE" >"$RUN/pg.base"
 }
 
-# Starts the ApiVersions proxy on 127.0.0.1:$1 in front of Tansu on 127.0.0.1:$2.
+# Starts the ApiVersions proxy on 127.0.0.1:$1 in front of Tansu on 127.0.0.1:$2; with a
+# third argument, the proxy named proxy-tls whose listener speaks TLS with the certificate and
+# key in that directory.
 start_proxy() {
-  setsid python3 "$PROXY" --listen "127.0.0.1:$1" --upstream "127.0.0.1:$2" \
-    >>"$RUN/proxy.log" 2>&1 </dev/null &
-  echo $! >"$RUN/proxy.pid"
-  wait_tcp "$1" proxy
-  log "kafka proxy ready on 127.0.0.1:$1"
+  local name=proxy tls=()
+  if [[ -n "${3:-}" ]]; then name=proxy-tls tls=(--tls-cert "$3/server.pem" --tls-key "$3/server.key"); fi
+  setsid python3 "$PROXY" --listen "127.0.0.1:$1" --upstream "127.0.0.1:$2" "${tls[@]}" \
+    >>"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+  wait_tcp "$1" "$name"
+  log "kafka $name ready on 127.0.0.1:$1"
+}
+
+# Starts Tansu named $1 listening on 127.0.0.1:$2, advertising its proxy's port $3 so clients
+# come back through the proxy.
+start_tansu() {
+  setsid "$TANSU" broker --listener-url "tcp://127.0.0.1:$2" \
+    --advertised-listener-url "tcp://127.0.0.1:$3" --storage-engine "memory://$1/" \
+    >"$RUN/$1.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$1.pid"
+  wait_tcp "$2" "$1"
+  log "$1 ready on 127.0.0.1:$2"
+}
+
+# The broker TLS files (a private CA, a server certificate for 127.0.0.1) in $RUN/kafka-tls;
+# false when openssl is missing (the broker TLS tests then skip).
+kafka_tls_files() {
+  local dir="$RUN/kafka-tls"
+  command -v openssl >/dev/null || return 1
+  rm -rf "$dir" && mkdir -p "$dir"
+  (
+    cd "$dir" || exit 1
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=Herald test broker CA" -keyout ca.key -out ca.pem
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
+  ) >>"$RUN/proxy-tls.log" 2>&1 || { rm -rf "$dir"; return 1; }
 }
 
 start_all() {
@@ -165,14 +199,14 @@ start_all() {
   stop_all >/dev/null  # clear leftovers of a crashed run
   trap 'if (($?)); then log "start failed; cleaning up"; stop_all; fi' EXIT
 
-  local pgbin ports pgport tport pport
+  local pgbin ports pgport tport pport tlstport tlspport
   pgbin="$(pg_bin)"
   ports="$(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(5)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')"
-  read -r pgport tport pport <<<"$ports"
+  read -r pgport tport pport tlstport tlspport <<<"$ports"
 
   # PostgreSQL
   if [[ $(id -u) -eq 0 ]] && ! id "$PG_SYSTEM_USER" >/dev/null 2>&1; then
@@ -198,16 +232,14 @@ print(*(s.getsockname()[1] for s in socks))')"
   fi
   log "postgres ready on 127.0.0.1:$pgport (data $PGBASE/data)"
 
-  # Tansu, advertising the proxy's address so clients come back through the proxy
-  setsid "$TANSU" broker --listener-url "tcp://127.0.0.1:$tport" \
-    --advertised-listener-url "tcp://127.0.0.1:$pport" --storage-engine memory://tansu/ \
-    >"$RUN/tansu.log" 2>&1 </dev/null &
-  echo $! >"$RUN/tansu.pid"
-  wait_tcp "$tport" tansu
-  log "tansu ready on 127.0.0.1:$tport"
-
+  start_tansu tansu "$tport" "$pport"
   : >"$RUN/proxy.log"
   start_proxy "$pport" "$tport"
+  : >"$RUN/proxy-tls.log"
+  if kafka_tls_files; then
+    start_tansu tansu-tls "$tlstport" "$tlspport"
+    start_proxy "$tlspport" "$tlstport" "$RUN/kafka-tls"
+  fi
 
   cat >"$ENV_FILE.tmp" <<EOF
 export HERALD_KAFKA_BROKERS=127.0.0.1:$pport
@@ -217,6 +249,13 @@ export HERALD_TANSU_URL=tcp://127.0.0.1:$tport
 EOF
   if [[ -s "$RUN/pg-tls/client.key" ]]; then
     echo "export HERALD_TEST_POSTGRES_TLS_DIR=$RUN/pg-tls" >>"$ENV_FILE.tmp"
+  fi
+  if [[ -s "$RUN/kafka-tls/ca.pem" ]]; then
+    cat >>"$ENV_FILE.tmp" <<EOF
+export HERALD_TEST_KAFKA_TLS_BROKERS=127.0.0.1:$tlspport
+export HERALD_TEST_KAFKA_TLS_TANSU_URL=tcp://127.0.0.1:$tlstport
+export HERALD_TEST_KAFKA_TLS_CA=$RUN/kafka-tls/ca.pem
+EOF
   fi
   mv "$ENV_FILE.tmp" "$ENV_FILE"
   trap - EXIT
@@ -254,7 +293,7 @@ case "${1:-}" in
     cat "$ENV_FILE"
     ;;
   status)
-    for s in postgres:postgres tansu:tansu proxy:kafka-apiversions-proxy; do
+    for s in postgres:postgres tansu:tansu proxy:kafka-apiversions-proxy tansu-tls:tansu proxy-tls:kafka-apiversions-proxy; do
       if alive "${s%%:*}" "${s#*:}"; then echo "${s%%:*}: running"; else echo "${s%%:*}: stopped"; fi
     done
     ;;

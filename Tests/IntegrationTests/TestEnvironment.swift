@@ -11,10 +11,31 @@ import Testing
 /// these variables and the test command exports them. Without them a test that needs one is
 /// skipped (cancelled) with a message that says so; the other tests still run.
 enum TestEnvironment {
-    static var brokers: String { get throws { try variable("HERALD_KAFKA_BROKERS") } }
+    /// The second broker, reached over TLS only (scripts/services.sh starts it when openssl is
+    /// there): its address, its Tansu's own URL (for creating topics) and the CA to trust.
+    struct TLSBroker: Sendable {
+        var brokers: String
+        var tansuURL: String
+        var caPath: String
+
+        /// The broker the services offer, or nil (the test then says it skipped).
+        static var offered: TLSBroker? {
+            let environment = ProcessInfo.processInfo.environment
+            guard let brokers = environment["HERALD_TEST_KAFKA_TLS_BROKERS"], let tansuURL = environment["HERALD_TEST_KAFKA_TLS_TANSU_URL"],
+                let caPath = environment["HERALD_TEST_KAFKA_TLS_CA"]
+            else { return nil }
+            return TLSBroker(brokers: brokers, tansuURL: tansuURL, caPath: caPath)
+        }
+    }
+
+    /// Set for a test that runs everything (Herald, the testbed's clients, topic creation) on
+    /// the TLS broker instead of the plain one.
+    @TaskLocal static var tlsBroker: TLSBroker?
+
+    static var brokers: String { get throws { try tlsBroker?.brokers ?? variable("HERALD_KAFKA_BROKERS") } }
     static var postgresURL: String { get throws { try variable("HERALD_POSTGRES_URL") } }
     static var tansuBinary: String { get throws { try variable("HERALD_TANSU_BIN") } }
-    static var tansuURL: String { get throws { try variable("HERALD_TANSU_URL") } }
+    static var tansuURL: String { get throws { try tlsBroker?.tansuURL ?? variable("HERALD_TANSU_URL") } }
 
     private static func variable(_ name: String) throws -> String {
         guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
@@ -26,7 +47,12 @@ enum TestEnvironment {
     /// Librdkafka settings for Tansu, for Herald and the tests' own clients: its first group join
     /// waits half of session.timeout.ms, so a short session makes every join (each instance,
     /// each result reader) short.
-    static let kafkaProperties = ["session.timeout.ms": "3000", "heartbeat.interval.ms": "500"]
+    /// On the TLS broker, also the documented TLS settings.
+    static var kafkaProperties: [String: String] {
+        let properties = ["session.timeout.ms": "3000", "heartbeat.interval.ms": "500"]
+        guard let tlsBroker else { return properties }
+        return properties.merging(["security.protocol": "ssl", "ssl.ca.location": tlsBroker.caPath]) { $1 }
+    }
 
     static var kafka: KafkaConfiguration {
         get throws { KafkaConfiguration(bootstrapServers: try brokers, properties: kafkaProperties) }
