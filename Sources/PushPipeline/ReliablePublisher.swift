@@ -19,9 +19,7 @@ final class ReliablePublisher: Sendable {
     private let publisher: any MessagePublisher
     private let logger: Logger
     private let metrics: PipelineMetrics
-    private let retriableBackoff: Backoff
-    private let permanentBackoff: Backoff
-    private let blocked = BlockingCauses()
+    private let retry: PersistentRetry
 
     /// `retriableBackoff` paces attempts after retriable errors, `permanentBackoff` after permanent ones.
     init(
@@ -32,15 +30,32 @@ final class ReliablePublisher: Sendable {
         metrics: PipelineMetrics
     ) {
         self.publisher = publisher
-        self.retriableBackoff = retriableBackoff
-        self.permanentBackoff = permanentBackoff
         self.logger = logger
         self.metrics = metrics
+        let reports = PersistentRetry.Reports(
+            held: { cause, error, first, metadata in
+                metrics.recordPermanentPublishError(cause)
+                guard first else { return }
+                logger.error(
+                    "publishing is blocked by a permanent broker error; Herald is unready until it clears",
+                    metadata: metadata.merging([PipelineLoggingKeys.kafkaError: "\(cause)", PipelineLoggingKeys.error: "\(error)"]) { $1 }
+                )
+            },
+            released: { cause in logger.info("publishing is no longer blocked", metadata: [PipelineLoggingKeys.kafkaError: "\(cause)"]) },
+            transient: { error, attempt, metadata in
+                guard attempt == 1 || attempt.isMultiple(of: 20) else { return }
+                logger.warning(
+                    "retrying publish",
+                    metadata: metadata.merging([PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"]) { $1 }
+                )
+            }
+        )
+        retry = PersistentRetry(transientBackoff: retriableBackoff, permanentBackoff: permanentBackoff, reports: reports)
     }
 
     /// The permanent errors that hold publishes right now (empty when publishing works).
     var blockingCauses: [String] {
-        blocked.causes
+        retry.blockingCauses
     }
 
     /// Publishes a dead letter; one too large for the broker goes without its value.
@@ -74,24 +89,20 @@ final class ReliablePublisher: Sendable {
         after firstFailure: (any Error)? = nil
     ) async throws(CancellationError) {
         var message = message
-        var attempts = RetryAttempts()
-        var heldBy: String?
-        var lastFailure = firstFailure
-        defer { if let heldBy { release(heldBy) } }
-        while true {
+        var failureToHandle = firstFailure
+        try await retry.run(metadata: [PipelineLoggingKeys.topic: "\(message.topic)"]) { () async -> PersistentRetry.Attempt<Void> in
             let failure: any Error
-            if let lastFailure {
-                failure = lastFailure
+            if let failureToHandle {
+                failure = failureToHandle
             } else {
-                if Task.isCancelled { throw CancellationError() }
                 do {
                     try await publisher.send(message)
-                    return
+                    return .succeeded(())
                 } catch {
                     failure = error
                 }
             }
-            lastFailure = nil
+            failureToHandle = nil
             let kafkaError = failure as? any PublishError
             metrics.recordPublishError(kafkaError?.cause ?? "unknown")
             if omittingValueIfTooLarge, kafkaError?.isRecordTooLarge == true, message.value != nil {
@@ -101,47 +112,12 @@ final class ReliablePublisher: Sendable {
                 )
                 message.value = nil
                 message.headers.append(KafkaHeader(key: "herald-value-omitted", text: "too_large"))
-                continue
+                return .again
             }
-            let backoff: Backoff
             if let kafkaError, !kafkaError.isRetriable {
-                let cause = kafkaError.cause ?? "unknown"
-                if heldBy != cause {
-                    if let heldBy { release(heldBy) }
-                    hold(cause, topic: message.topic, error: kafkaError)
-                    heldBy = cause
-                }
-                backoff = permanentBackoff
-            } else {
-                if let heldBy { release(heldBy) }
-                heldBy = nil
-                let attempt = attempts.failures + 1
-                if attempt == 1 || attempt.isMultiple(of: 20) {
-                    logger.warning(
-                        "retrying publish",
-                        metadata: [
-                            PipelineLoggingKeys.topic: "\(message.topic)", PipelineLoggingKeys.error: "\(failure)", PipelineLoggingKeys.attempt: "\(attempt)",
-                        ]
-                    )
-                }
-                backoff = retriableBackoff
+                return .permanent(cause: kafkaError.cause ?? "unknown", kafkaError)
             }
-            try await attempts.waitAfterFailure(backoff)
+            return .transient(failure)
         }
-    }
-
-    /// Counts a permanent error; logs it when it is the first publish this cause holds.
-    private func hold(_ cause: String, topic: String, error: any PublishError) {
-        metrics.recordPermanentPublishError(cause)
-        if blocked.hold(cause) {
-            logger.error(
-                "publishing is blocked by a permanent broker error; Herald is unready until it clears",
-                metadata: [PipelineLoggingKeys.topic: "\(topic)", PipelineLoggingKeys.kafkaError: "\(cause)", PipelineLoggingKeys.error: "\(error.message)"]
-            )
-        }
-    }
-
-    private func release(_ cause: String) {
-        if blocked.release(cause) { logger.info("publishing is no longer blocked", metadata: [PipelineLoggingKeys.kafkaError: "\(cause)"]) }
     }
 }

@@ -20,18 +20,14 @@ import Logging
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
     let timeout: Duration
-    /// The wait between attempts after a transient failure.
-    let backoff: Backoff
-    /// The wait between attempts after a permanent failure.
-    let permanentBackoff: Backoff
     /// Timed-out attempts still running, at most `maxAbandoned` (see ``withTimeout(_:tracking:abandoning:)``).
     let abandoned: AbandonedOperations
     /// Sorts a failure into transient or permanent (the store knows its errors).
     let classify: @Sendable (any Error) -> StoreFailure
     let metrics: PipelineMetrics
-    let logger: Logger
-    private let blocked = BlockingCauses()
+    private let retry: PersistentRetry
 
+    /// `backoff` paces attempts after transient failures, `permanentBackoff` after permanent ones.
     init(
         timeout: Duration,
         maxAbandoned: Int,
@@ -43,72 +39,45 @@ struct StoreOperations: Sendable {
     ) {
         self.timeout = timeout
         abandoned = AbandonedOperations(limit: maxAbandoned)
-        self.backoff = backoff
-        self.permanentBackoff = permanentBackoff
         self.classify = classify
         self.metrics = metrics
-        self.logger = logger
+        let reports = PersistentRetry.Reports(
+            held: { cause, error, first, _ in
+                metrics.recordPermanentStoreError(cause)
+                guard first else { return }
+                logger.error(
+                    "PostgreSQL refuses Herald's statements; Herald is unready until an operator fixes the cause",
+                    metadata: [PipelineLoggingKeys.sqlState: "\(cause)", PipelineLoggingKeys.error: "\(error)"]
+                )
+            },
+            released: { cause in logger.info("PostgreSQL accepts Herald's statements again", metadata: [PipelineLoggingKeys.sqlState: "\(cause)"]) },
+            transient: { error, attempt, _ in
+                logger.warning("retrying token store", metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempt)"])
+            }
+        )
+        retry = PersistentRetry(transientBackoff: backoff, permanentBackoff: permanentBackoff, reports: reports)
     }
 
     /// The permanent failures holding operations right now, and `abandoned_operations` while
     /// the bound of abandoned time-outs is full (empty when the store works).
-    var blockingCauses: [String] { blocked.causes + (abandoned.isFull ? ["abandoned_operations"] : []) }
+    var blockingCauses: [String] { retry.blockingCauses + (abandoned.isFull ? ["abandoned_operations"] : []) }
 
     /// Runs `operation` until it succeeds; throws only when cancelled.
     func run<Result: Sendable>(
         _ operation: @escaping @Sendable () async throws -> Result
     ) async throws(CancellationError) -> Result {
-        var attempts = RetryAttempts()
-        var heldBy: String?
-        defer { if let heldBy { release(heldBy) } }
-        while true {
-            if Task.isCancelled { throw CancellationError() }
-            if abandoned.isFull {
-                // PostgreSQL holds that many timed-out calls already: another would only add one.
-                try await attempts.waitAfterFailure(backoff)
-                continue
-            }
+        try await retry.run { () async -> PersistentRetry.Attempt<Result> in
+            // PostgreSQL holds that many timed-out calls already: another would only add one.
+            if abandoned.isFull { return .notTried }
             metrics.storeOperationStarted()
             defer { metrics.storeOperationEnded() }
             do {
-                return try await withTimeout(timeout, tracking: abandoned, abandoning: operation)
+                return .succeeded(try await withTimeout(timeout, tracking: abandoned, abandoning: operation))
             } catch {
                 metrics.recordStoreError()
                 let failure = error is OperationTimedOut ? .transient("timeout") : classify(error)
-                if failure.isPermanent {
-                    if heldBy != failure.cause {
-                        if let heldBy { release(heldBy) }
-                        hold(failure.cause, error: error)
-                        heldBy = failure.cause
-                    }
-                    try await attempts.waitAfterFailure(permanentBackoff)
-                    continue
-                }
-                if let heldBy { release(heldBy) }
-                heldBy = nil
-                logger.warning(
-                    "retrying token store",
-                    metadata: [PipelineLoggingKeys.error: "\(error)", PipelineLoggingKeys.attempt: "\(attempts.failures + 1)"]
-                )
-                try await attempts.waitAfterFailure(backoff)
+                return failure.isPermanent ? .permanent(cause: failure.cause, error) : .transient(error)
             }
-        }
-    }
-
-    /// Counts a permanent failure; logs it when it is the first operation this cause holds.
-    private func hold(_ cause: String, error: any Error) {
-        metrics.recordPermanentStoreError(cause)
-        if blocked.hold(cause) {
-            logger.error(
-                "PostgreSQL refuses Herald's statements; Herald is unready until an operator fixes the cause",
-                metadata: [PipelineLoggingKeys.sqlState: "\(cause)", PipelineLoggingKeys.error: "\(error)"]
-            )
-        }
-    }
-
-    private func release(_ cause: String) {
-        if blocked.release(cause) {
-            logger.info("PostgreSQL accepts Herald's statements again", metadata: [PipelineLoggingKeys.sqlState: "\(cause)"])
         }
     }
 }
