@@ -129,7 +129,7 @@ package enum HeraldApplication {
         let consumer = try KafkaConsumer(
             configuration: configuration.kafka,
             groupID: configuration.consumerGroup,
-            topics: [topics.requests, topics.tokens, topics.channels],
+            topics: topics.subscriptions(bulk: false),
             logger: logger
         )
         // The bulk lane is a consumer of its own in a group of its own (HERALD_KAFKA_GROUP +
@@ -139,7 +139,7 @@ package enum HeraldApplication {
         let bulkConsumer = try KafkaConsumer(
             configuration: configuration.kafka,
             groupID: configuration.bulkConsumerGroup,
-            topics: [topics.bulkRequests],
+            topics: topics.subscriptions(bulk: true),
             logger: logger
         )
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil

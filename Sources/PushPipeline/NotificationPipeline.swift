@@ -24,6 +24,8 @@ public import Tracing
 /// redelivered event republishes the recorded results instead of pushing again.
 public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendable {
     private let configuration: PipelineConfiguration
+    /// ``PushTopics/inputs`` by topic: what each record read is, and which lane reads it.
+    private let inputsByTopic: [String: (input: PushTopics.Input, isBulk: Bool)]
     private let urgent: InputLane
     private let bulk: InputLane?
     private let publisher: ReliablePublisher
@@ -83,6 +85,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let metrics = PipelineMetrics(factory: metricsFactory)
         self.metrics = metrics
         self.configuration = configuration
+        self.inputsByTopic = Dictionary(configuration.topics.inputs.map { ($0.topic, ($0.input, $0.isBulk)) }) { first, _ in first }
         self.urgent = InputLane(priority: .urgent, source: source)
         self.bulk = bulkSource.map {
             InputLane(priority: .bulk, source: $0, pacer: configuration.bulkMaxRate > 0 ? SendPacer(perSecond: configuration.bulkMaxRate) : nil)
@@ -203,11 +206,12 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 for message in messages {
                     // A partition revoked (or being drained) during the poll is the new owner's: not started here.
                     guard let started = coordinator.start(message, lane: lane.priority, polledAtMilliseconds: polledAtMilliseconds) else { continue }
-                    if message.topic == configuration.topics.tokens {
+                    switch inputsByTopic[message.topic]?.input ?? .notificationEvents {
+                    case .tokenUpdates:
                         group.addTask { if await self.tokenUpdates.process(message) { self.coordinator.finish(started) } }
-                    } else if message.topic == configuration.topics.channels {
+                    case .channelCommands:
                         group.addTask { if await self.channelCommands.process(started) { self.coordinator.finish(started) } }
-                    } else {
+                    case .notificationEvents:
                         requests.append(started)
                     }
                 }
@@ -251,7 +255,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
 
     /// The lane whose member was given or is losing `partitions` (each member reads one lane's topics).
     private func lane(of partitions: [KafkaTopicPartition]) -> InputLane {
-        if let bulk, partitions.first?.topic == configuration.topics.bulkRequests { return bulk }
+        if let bulk, let topic = partitions.first?.topic, inputsByTopic[topic]?.isBulk == true { return bulk }
         return urgent
     }
 
