@@ -12,7 +12,10 @@ import Testing
         #expect(topics.subscriptions(bulk: false) == ["acme.push", "acme.tokens", "acme.channels"])
         #expect(topics.subscriptions(bulk: true) == ["acme.push.campaigns"])
         let inputs = Dictionary(uniqueKeysWithValues: topics.inputs.map { ($0.topic, $0.input) })
-        #expect(inputs == ["acme.push": .notificationEvents, "acme.push.campaigns": .notificationEvents, "acme.tokens": .tokenUpdates, "acme.channels": .channelCommands])
+        #expect(
+            inputs == [
+                "acme.push": .notificationEvents, "acme.push.campaigns": .notificationEvents, "acme.tokens": .tokenUpdates, "acme.channels": .channelCommands,
+            ])
         #expect(!Set(topics.inputs.map(\.topic)).contains(topics.results), "Herald never reads what it writes")
     }
 }
