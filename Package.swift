@@ -122,6 +122,7 @@ let package = Package(
             name: "APNSWire",
             dependencies: [
                 "APNSCore",
+                "JSONCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
