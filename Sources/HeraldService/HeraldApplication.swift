@@ -208,6 +208,7 @@ package enum HeraldApplication {
             ] + senders + [
                 .init(service: credentialsReloader),
                 // Stopped after the pipeline has drained, so it answers throughout the drain.
+                .init(service: database),
                 .init(service: health),
                 .init(service: producer),
                 .init(service: consumer),

@@ -162,6 +162,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 group.addTask(priority: .high) {
                     await self.requests.recordOutcomes()
                 }
+                group.addTask { await self.storeOperations.runTimeLimit() }
                 defer { group.cancelAll() }
                 try await withThrowingTaskGroup(of: Void.self) { consumers in
                     consumers.addTask { try await self.consume(self.urgent) }

@@ -13,13 +13,14 @@ import Logging
 /// ``blockingCauses`` (Herald is unready with `postgres_failing:<sqlstate>`) while any operation
 /// is held by it, and retried slowly, so a fix resumes the work without a restart.
 ///
-/// A timed-out attempt is abandoned, not awaited (``withTimeout(_:tracking:abandoning:)``), and
+/// A timed-out attempt is abandoned, not awaited (``withTimeout(_:tracking:abandoning:)``; the
+/// time limit is enforced while ``runTimeLimit()`` runs), and
 /// ends when PostgreSQL or the connection does; at most `maxAbandoned` are left running at once
 /// (`herald_postgres_abandoned_operations`): past it, attempts wait instead of starting, and a
 /// timed-out one is awaited, and ``blockingCauses`` names `abandoned_operations` (Herald unready).
 struct StoreOperations: Sendable {
     /// How long one attempt may take before it is abandoned and tried again.
-    let timeout: Duration
+    let timeLimit: TimeLimit
     /// Timed-out attempts still running, at most `maxAbandoned` (see ``withTimeout(_:tracking:abandoning:)``).
     let abandoned: AbandonedOperations
     /// Sorts a failure into transient or permanent (the store knows its errors).
@@ -37,7 +38,7 @@ struct StoreOperations: Sendable {
         metrics: PipelineMetrics,
         logger: Logger
     ) {
-        self.timeout = timeout
+        self.timeLimit = TimeLimit(timeout)
         abandoned = AbandonedOperations(limit: maxAbandoned)
         self.classify = classify
         self.metrics = metrics
@@ -62,6 +63,11 @@ struct StoreOperations: Sendable {
     /// the bound of abandoned time-outs is full (empty when the store works).
     var blockingCauses: [String] { retry.blockingCauses + (abandoned.isFull ? ["abandoned_operations"] : []) }
 
+    /// Enforces the time limit of every attempt, until cancelled.
+    func runTimeLimit() async {
+        await timeLimit.run()
+    }
+
     /// Runs `operation` until it succeeds; throws only when cancelled.
     func run<Result: Sendable>(
         _ operation: @escaping @Sendable () async throws -> Result
@@ -72,7 +78,7 @@ struct StoreOperations: Sendable {
             metrics.storeOperationStarted()
             defer { metrics.storeOperationEnded() }
             do {
-                return .succeeded(try await withTimeout(timeout, tracking: abandoned, abandoning: operation))
+                return .succeeded(try await withTimeout(timeLimit, tracking: abandoned, abandoning: operation))
             } catch {
                 metrics.recordStoreError()
                 let failure = error is OperationTimedOut ? .transient("timeout") : classify(error)

@@ -42,23 +42,120 @@ package final class AbandonedOperations: Sendable {
     fileprivate func ended() { running.subtract(1, ordering: .relaxed) }
 }
 
-/// Runs `operation`; after `timeout` cancels it, stops waiting for it and throws
-/// ``OperationTimedOut``. When the caller is cancelled first, the operation is cancelled too
-/// and the caller stops waiting at once. An operation still running when the caller stopped
-/// waiting is counted in `abandoned` until it ends.
+/// The time limit of one kind of operation, and the one sleeper that enforces it for every
+/// call: ``run()`` must be running for a call to ever time out, and to forget the calls that
+/// ended (the pipeline runs its store operations' limit beside its consumers; the readiness
+/// probe's is a service).
+///
+/// Every call gets the same limit, so deadlines come in the order the calls started and a queue
+/// is enough: the sleeper wakes at the oldest deadline, drops the calls that ended, times out
+/// those that did not, and sleeps until the next. At a steady load calls end within
+/// milliseconds, so it wakes about once per limit. Measured with perf at a steady 1,000
+/// notifications/s: a timer and a task group per store call (three per poll batch) were about
+/// 8 % of Herald's CPU, in `Task.sleep`'s dispatch timers and the wake-ups of libdispatch's
+/// timer thread (BENCHMARKS.md).
+package final class TimeLimit: Sendable {
+    /// How long a call may take.
+    package let duration: Duration
+
+    private struct State {
+        /// Calls by deadline, oldest first; `head` is the first not yet taken.
+        var calls: [(deadline: ContinuousClock.Instant, call: any TimeLimitedCall)] = []
+        var head = 0
+        /// The sleeper, while it waits for a call.
+        var sleeper: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    package init(_ duration: Duration) {
+        self.duration = duration
+    }
+
+    /// Times out the calls that outlive the limit, until cancelled.
+    package func run() async {
+        while !Task.isCancelled {
+            let now = ContinuousClock.now
+            let (expired, nextDeadline) = state.withLock { state -> ([any TimeLimitedCall], ContinuousClock.Instant?) in
+                var expired: [any TimeLimitedCall] = []
+                while state.head < state.calls.count {
+                    let (deadline, call) = state.calls[state.head]
+                    if !call.hasEnded {
+                        guard deadline <= now else { break }
+                        expired.append(call)
+                    }
+                    state.head += 1
+                }
+                if state.head > 1024, state.head * 2 > state.calls.count {
+                    state.calls.removeFirst(state.head)
+                    state.head = 0
+                }
+                return (expired, state.head < state.calls.count ? state.calls[state.head].deadline : nil)
+            }
+            for call in expired { call.timeLimitPassed() }
+            if let nextDeadline {
+                try? await Task.sleep(until: nextDeadline)
+            } else {
+                await waitForACall()
+            }
+        }
+    }
+
+    private func waitForACall() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let wakeNow = state.withLock { state in
+                    guard state.head == state.calls.count, !Task.isCancelled else { return true }
+                    state.sleeper = continuation
+                    return false
+                }
+                if wakeNow { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { state in
+                defer { state.sleeper = nil }
+                return state.sleeper
+            }?.resume()
+        }
+    }
+
+    fileprivate func add(_ call: any TimeLimitedCall) {
+        let sleeper = state.withLock { state in
+            state.calls.append((.now + duration, call))
+            defer { state.sleeper = nil }
+            return state.sleeper
+        }
+        sleeper?.resume()
+    }
+}
+
+/// A call ``TimeLimit`` watches.
+private protocol TimeLimitedCall: AnyObject, Sendable {
+    /// The call ended, or its caller stopped waiting: no time-out is due.
+    var hasEnded: Bool { get }
+    /// The limit passed while the call was running.
+    func timeLimitPassed()
+}
+
+/// Runs `operation` within `limit`: when the limit passes first (``TimeLimit/run()`` is
+/// running), the operation is cancelled, the caller stops waiting and gets
+/// ``OperationTimedOut``. When the caller is cancelled first, the operation is cancelled too and
+/// the caller stops waiting at once. An operation still running when the caller stopped waiting
+/// is counted in `abandoned` until it ends.
 ///
 /// Not waiting is the point: a postgres-nio query whose connection died mid-transaction was
-/// seen neither to answer nor to react to cancellation, and waiting for it (as a task group
-/// must for its children) stalled the notifications behind it for good. The operation runs in
-/// a task of its own that hands its result over; on time-out that task is cancelled and left
-/// to end whenever it does, so use this only for calls that are safe to repeat, and bound how
-/// many may be left running with `abandoned` (``StoreOperations`` does).
+/// seen neither to answer nor to react to cancellation, and waiting for it stalled the
+/// notifications behind it for good. The operation runs in a task of its own that hands its
+/// result over; on time-out that task is cancelled and left to end whenever it does, so use this
+/// only for calls that are safe to repeat, and bound how many may be left running with
+/// `abandoned` (``StoreOperations`` does): past the bound, a timed-out caller waits for its
+/// operation after all.
 package func withTimeout<Result: Sendable>(
-    _ timeout: Duration,
+    _ limit: TimeLimit,
     tracking abandoned: AbandonedOperations? = nil,
     abandoning operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
-    let handOver = HandOver<Result>(abandoned: abandoned)
+    let handOver = HandOver<Result>(limit: limit.duration, abandoned: abandoned)
     let work = Task {
         do {
             handOver.deliver(.success(try await operation()))
@@ -66,61 +163,68 @@ package func withTimeout<Result: Sendable>(
             handOver.deliver(.failure(error))
         }
     }
+    handOver.attach(work)
+    limit.add(handOver)
     return try await withTaskCancellationHandler {
-        try await withThrowingTaskGroup(of: Result?.self) { group in
-            group.addTask { try await handOver.value }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                return nil
-            }
-            defer { group.cancelAll() }
-            if case .some(.some(let value)) = try await group.next() { return value }
-            work.cancel()
-            // The time limit passed. Past the bound of abandoned operations, wait for this one.
-            guard handOver.abandonAtTimeOut() else {
-                while let next = try await group.next() {
-                    if let value = next { return value }
-                }
-                throw OperationTimedOut(timeout: timeout)
-            }
-            throw OperationTimedOut(timeout: timeout)
-        }
+        try await handOver.value
     } onCancel: {
         work.cancel()
     }
 }
 
-/// One result, handed from the task computing it to the one waiting for it; the waiter gives
-/// up when cancelled, whether or not the result has come.
-private final class HandOver<Value: Sendable>: Sendable {
+/// One result, handed from the task computing it to the caller waiting for it; the caller
+/// stops waiting when it is cancelled or the time limit passes, whether or not the result has
+/// come.
+private final class HandOver<Value: Sendable>: TimeLimitedCall {
     private enum State {
         case pending
         case waiting(CheckedContinuation<Value, any Error>)
         case delivered(Result<Value, any Error>)
-        /// The waiter gave up while the operation was still running.
-        case abandoned
+        /// The caller stopped waiting (at the time limit, or cancelled) while the operation ran.
+        case abandoned(timedOut: Bool)
         /// Both sides are done.
         case closed
     }
 
-    private let state = Mutex(State.pending)
+    private struct Guarded {
+        var state = State.pending
+        /// The task running the operation, cancelled at the time limit.
+        var work: Task<Void, Never>?
+    }
+
+    private let guarded = Mutex(Guarded())
+    private let limit: Duration
     private let abandoned: AbandonedOperations?
 
-    init(abandoned: AbandonedOperations?) {
+    init(limit: Duration, abandoned: AbandonedOperations?) {
+        self.limit = limit
         self.abandoned = abandoned
     }
 
+    func attach(_ work: Task<Void, Never>) {
+        guarded.withLock { $0.work = work }
+    }
+
+    var hasEnded: Bool {
+        guarded.withLock { guarded in
+            switch guarded.state {
+            case .pending, .waiting: false
+            case .delivered, .abandoned, .closed: true
+            }
+        }
+    }
+
     func deliver(_ result: Result<Value, any Error>) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-            switch state {
+        let waiter = guarded.withLock { guarded -> CheckedContinuation<Value, any Error>? in
+            switch guarded.state {
             case .pending:
-                state = .delivered(result)
+                guarded.state = .delivered(result)
                 return nil
             case .waiting(let continuation):
-                state = .closed
+                guarded.state = .closed
                 return continuation
             case .abandoned:
-                state = .closed
+                guarded.state = .closed
                 abandoned?.ended()  // Under the lock, so the count never goes below zero.
                 return nil
             case .delivered, .closed:
@@ -130,42 +234,41 @@ private final class HandOver<Value: Sendable>: Sendable {
         waiter?.resume(with: result)
     }
 
-    /// The caller's time limit passed: releases the waiter (counting the operation as
-    /// abandoned) unless the bound of abandoned operations is full or the result is in; returns
-    /// whether the caller stops waiting.
-    func abandonAtTimeOut() -> Bool {
-        let waiter = state.withLock { state -> (released: Bool, continuation: CheckedContinuation<Value, any Error>?) in
-            switch state {
+    /// Cancels the operation and releases the caller, counting the operation as abandoned,
+    /// unless the bound of abandoned operations is full: the caller then waits for it after all.
+    func timeLimitPassed() {
+        let (work, waiter) = guarded.withLock { guarded -> (Task<Void, Never>?, CheckedContinuation<Value, any Error>?) in
+            switch guarded.state {
             case .pending:
-                guard abandoned?.abandonWithinLimit() ?? true else { return (false, nil) }
-                state = .abandoned
-                return (true, nil)
+                guard abandoned?.abandonWithinLimit() ?? true else { return (guarded.work, nil) }
+                guarded.state = .abandoned(timedOut: true)
+                return (guarded.work, nil)
             case .waiting(let continuation):
-                guard abandoned?.abandonWithinLimit() ?? true else { return (false, nil) }
-                state = .abandoned
-                return (true, continuation)
-            case .delivered:
-                return (false, nil)
-            case .abandoned, .closed:
-                return (true, nil)
+                guard abandoned?.abandonWithinLimit() ?? true else { return (guarded.work, nil) }
+                guarded.state = .abandoned(timedOut: true)
+                return (guarded.work, continuation)
+            case .delivered, .abandoned, .closed:
+                return (nil, nil)
             }
         }
-        waiter.continuation?.resume(throwing: CancellationError())
-        return waiter.released
+        work?.cancel()
+        waiter?.resume(throwing: OperationTimedOut(timeout: limit))
     }
 
     var value: Value {
         get async throws {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
-                    let ready: Result<Value, any Error>? = state.withLock { state in
-                        switch state {
+                    let ready: Result<Value, any Error>? = guarded.withLock { guarded in
+                        switch guarded.state {
                         case .pending:
-                            state = .waiting(continuation)
+                            guarded.state = .waiting(continuation)
                             return nil
                         case .delivered(let result):
-                            state = .closed
+                            guarded.state = .closed
                             return result
+                        case .abandoned(timedOut: true):
+                            return .failure(OperationTimedOut(timeout: limit))
                         case .waiting, .abandoned, .closed:
                             return .failure(CancellationError())
                         }
@@ -173,18 +276,18 @@ private final class HandOver<Value: Sendable>: Sendable {
                     if let ready { continuation.resume(with: ready) }
                 }
             } onCancel: {
-                let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-                    switch state {
+                let waiter = guarded.withLock { guarded -> CheckedContinuation<Value, any Error>? in
+                    switch guarded.state {
                     case .pending:
-                        state = .abandoned
+                        guarded.state = .abandoned(timedOut: false)
                         abandoned?.abandoned()
                         return nil
                     case .waiting(let continuation):
-                        state = .abandoned
+                        guarded.state = .abandoned(timedOut: false)
                         abandoned?.abandoned()
                         return continuation
                     case .delivered:
-                        state = .closed
+                        guarded.state = .closed
                         return nil
                     case .abandoned, .closed:
                         return nil

@@ -21,6 +21,8 @@ import Testing
     @Test func aStuckProbeIsNeverStartedTwiceAndChecksAnswerWithinTheirLimit() async throws {
         let operation = StuckOperation()
         let probe = SingleFlightProbe(timeout: .milliseconds(50)) { try await operation.run() }
+        let enforcing = Task { await probe.run() }
+        defer { enforcing.cancel() }
         for _ in 0..<20 {
             let answered = await probe.check()
             #expect(!answered)

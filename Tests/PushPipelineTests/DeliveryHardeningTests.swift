@@ -180,11 +180,22 @@ struct DeliveryHardeningTests {
 }
 
 @Suite struct TimeoutTests {
+    /// Runs `body` with a time limit of `duration` enforced.
+    static func withLimit<Value: Sendable>(_ duration: Duration, _ body: (TimeLimit) async throws -> Value) async throws -> Value {
+        let limit = TimeLimit(duration)
+        return try await withThrowingTaskGroup(of: Void.self, returning: Value.self) { group in
+            group.addTask { await limit.run() }
+            defer { group.cancelAll() }
+            return try await body(limit)
+        }
+    }
+
     @Test func aCancelledCallerCancelsTheOperation() async throws {
         let operationCancelled = Atomic(false)
         let started = Atomic(false)
+        let limit = TimeLimit(.seconds(30))
         let caller = Task {
-            try await withTimeout(.seconds(30)) {
+            try await withTimeout(limit) {
                 started.store(true, ordering: .relaxed)
                 do {
                     try await Task.sleep(for: .seconds(30))
@@ -204,8 +215,11 @@ struct DeliveryHardeningTests {
 
     @Test func aResultWithinTheLimitIsReturnedAndNothingIsAbandoned() async throws {
         let abandoned = AbandonedOperations()
-        for value in 0..<1_000 {
-            #expect(try await withTimeout(.seconds(30), tracking: abandoned) { value } == value)
+        try await Self.withLimit(.seconds(30)) { limit in
+            for value in 0..<1_000 {
+                let returned = try await withTimeout(limit, tracking: abandoned) { value }
+                #expect(returned == value)
+            }
         }
         #expect(abandoned.count == 0)
     }
@@ -218,7 +232,9 @@ struct DeliveryHardeningTests {
             let hung = StoreOperationsTests.Hung()
             let abandoned = AbandonedOperations()
             await #expect(throws: OperationTimedOut.self) {
-                try await withTimeout(.zero, tracking: abandoned) { await hung.run() }
+                try await Self.withLimit(.zero) { limit in
+                    try await withTimeout(limit, tracking: abandoned) { await hung.run() }
+                }
             }
             #expect(abandoned.count == 1)
             hung.release()

@@ -47,6 +47,8 @@ struct StoreOperationsTests {
             metrics: PipelineMetrics(),
             logger: Logger(label: "test")
         )
+        let enforcing = Task { await operations.runTimeLimit() }
+        defer { enforcing.cancel() }
         let hung = Hung()
         let result = Task {
             try await operations.run {
@@ -77,6 +79,8 @@ struct StoreOperationsTests {
             metrics: PipelineMetrics(),
             logger: Logger(label: "test")
         )
+        let enforcing = Task { await operations.runTimeLimit() }
+        defer { enforcing.cancel() }
         let hung = Hung()
         let callers = (0..<12).map { caller in
             Task {
