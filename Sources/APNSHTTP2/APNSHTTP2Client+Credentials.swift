@@ -100,12 +100,14 @@ extension APNSHTTP2Client {
         default defaultAuthentication: APNSClientConfiguration.Authentication?,
         byTopic: [String: APNSClientConfiguration.Authentication]
     ) throws -> Bool {
-        guard defaultAuthentication != nil || !byTopic.isEmpty else {
-            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
-        }
         replacing.lock()
         defer { replacing.unlock() }
         let current = routing.withLockedValue { $0.routing.poolsByIdentity }
+        // A client that serves apps is never left without a credential by a replacement; one
+        // that started with none (an Android-only deployment) may stay so.
+        guard defaultAuthentication != nil || !byTopic.isEmpty || current.isEmpty else {
+            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
+        }
         let next = try Self.makeRouting(
             default: defaultAuthentication,
             byTopic: byTopic,

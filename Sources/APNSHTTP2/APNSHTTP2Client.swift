@@ -120,9 +120,6 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         guard configuration.connectionsPerEndpoint >= 1 else {
             throw APNSClientConfigurationError("connectionsPerEndpoint must be at least 1")
         }
-        guard configuration.authentication != nil || !configuration.credentialsByTopic.isEmpty else {
-            throw APNSClientConfigurationError("no credential: give a default one or one per topic")
-        }
         self.metrics = APNSClientMetrics(configuration: configuration, factory: metricsFactory)
         self.configuration = configuration
         self.logger = logger

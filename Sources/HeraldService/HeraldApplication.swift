@@ -66,9 +66,13 @@ package enum HeraldApplication {
         apnsOverride: APNSClientConfiguration? = nil,
         logger: Logger
     ) throws -> ServiceGroup {
-        guard let apnsConfiguration = apnsOverride ?? configuration.apns else {
+        // An Android-only deployment (FCM configured, no APNs credential) gets an APNs client
+        // with no credential: it never connects, and Apple devices get `rejected` results
+        // (NoCredentialForTopic), as Android devices do without FCM.
+        guard let apnsConfiguration = apnsOverride ?? configuration.apns ?? configuration.fcm.map({ _ in APNSClientConfiguration(authentication: nil) })
+        else {
             throw ConfigurationError(
-                "no APNs credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, or HERALD_APNS_CREDENTIALS_FILE"
+                "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_APNS_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
             )
         }
         // The pipeline's queries are equality lookups and batched writes, planned generically so

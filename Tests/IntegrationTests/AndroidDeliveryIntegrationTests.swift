@@ -4,6 +4,7 @@ import Foundation
 import HeraldService
 import KafkaMessages
 import KafkaTransport
+import MockAPNS
 import MockFCM
 import PostgresTokenStore
 import PushPipeline
@@ -125,6 +126,35 @@ extension AndroidDeliveryIntegrationTests {
             #expect(result?["status"] as? String == "rejected", "\(String(describing: result))")
             #expect(result?["fcm_status"] as? Int == 403)
             #expect(try await disabled.activeDevices(users: ["wes"]).count == 1, "a refusal without FcmError marks nothing")
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
+    /// An Android-only deployment: FCM configured, no APNs credential at all. Herald starts and
+    /// becomes ready, delivers to Android devices, and answers an event's Apple devices with a
+    /// `rejected` result (NoCredentialForTopic), never connecting to APNs.
+    @Test func anAndroidOnlyDeploymentNeedsNoAPNsCredential() async throws {
+        let testbed = try HeraldTestbed()
+        let iPhone = TestDevice(user: "alice", token: TestDevice.randomToken(), environment: "production")
+        let pixel = Self.pixel("alice")
+        try await testbed.withMocks {
+            var (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
+            for key in environment.keys where key.hasPrefix("HERALD_APNS_") { environment[key] = nil }
+            let herald = try await testbed.startHerald(environment)
+            let ready = try await ReadinessTests.waitForReadiness(port: httpPort) { status, _ in status == 200 }
+            #expect(ready.status == 200, "\(ready.body)")
+            try await testbed.register([iPhone])
+            try await testbed.registerAndroid(user: "alice", token: pixel, at: "2026-11-21T10:00:00Z")
+            try await testbed.waitForActiveDevices(users: ["alice"], count: 2)
+            try await testbed.publishMixedEvent(id: "order-android-only", users: ["alice"])
+            let reader = try TopicReader(topics: [testbed.topics.results])
+            let results = try await reader.read(timeout: .seconds(60)) { $0.count >= 2 }.compactMap(\.json)
+            func result(_ token: String) -> [String: Any]? { results.first { $0["token"] as? String == token } }
+            #expect(result(pixel)?["status"] as? String == "delivered")
+            #expect(result(iPhone.token)?["status"] as? String == "rejected")
+            #expect(result(iPhone.token)?["reason"] as? String == "NoCredentialForTopic")
+            #expect(testbed.production.receivedRequests().isEmpty && testbed.production.acceptedConnectionCount == 0)
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }
