@@ -1,7 +1,8 @@
 public import _CryptoExtras
 
 /// A service account the mock accepts: its project, `client_email` and the public half of its
-/// key, against which the token endpoint verifies RS256 assertions.
+/// key, against which the token endpoint verifies RS256 assertions. An account with several keys
+/// at once (one being rotated) is listed once per key.
 public struct MockFCMServiceAccount: Sendable {
     public var projectID: String
     public var clientEmail: String

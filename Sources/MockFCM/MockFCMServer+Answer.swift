@@ -9,8 +9,12 @@ import _CryptoExtras
 extension MockFCMServer {
     /// The counters, issued tokens, scripts and log, behind the server's lock.
     struct Ledger {
-        var accessTokens: [String: (projectID: String, expiresAtMilliseconds: Int64)] = [:]
+        /// Issued access tokens: the project, the expiry, and the `kid` of the key that signed the
+        /// assertion they were exchanged for (nil for a static token).
+        var accessTokens: [String: (projectID: String, expiresAtMilliseconds: Int64, keyID: String?)] = [:]
         var tokenExchanges = 0
+        /// Messages delivered with an access token, by the `kid` its assertion was signed with.
+        var deliveredByKeyID: [String: Int] = [:]
         var refusedAssertions = 0
         var requestsByToken: [String: Int] = [:]
         var deliveredByToken: [String: Int] = [:]
@@ -53,10 +57,15 @@ extension MockFCMServer {
             let claims = (try? JSONSerialization.jsonObject(with: claimsData)) as? [String: Any]
         else { return refused("Malformed JWT") }
         guard header["alg"] as? String == "RS256" else { return refused("Invalid JWT algorithm") }
-        guard let issuer = claims["iss"] as? String, let account = configuration.serviceAccounts.first(where: { $0.clientEmail == issuer })
+        guard let issuer = claims["iss"] as? String, configuration.serviceAccounts.contains(where: { $0.clientEmail == issuer })
         else { return refused("Invalid JWT: unknown issuer") }
+        // An account may have several keys at once (a key being rotated): any of them signs.
         let signingInput = Data(parts[0].utf8) + Data(".".utf8) + Data(parts[1].utf8)
-        guard account.publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: signingInput, padding: .insecurePKCS1v1_5)
+        guard
+            let account = configuration.serviceAccounts.first(where: {
+                $0.clientEmail == issuer
+                    && $0.publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: signingInput, padding: .insecurePKCS1v1_5)
+            })
         else { return refused("Invalid JWT Signature.") }
         if let authority, claims["aud"] as? String != "https://\(authority)\(Self.tokenPath)" {
             return refused(
@@ -73,7 +82,7 @@ extension MockFCMServer {
         let lifetime = configuration.accessTokenLifetimeSeconds
         ledger.withLock { ledger in
             ledger.tokenExchanges += 1
-            ledger.accessTokens[token] = (account.projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000)
+            ledger.accessTokens[token] = (account.projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000, header["kid"] as? String)
         }
         return .success([.init("access_token", .string(token)), .init("expires_in", .number(String(lifetime))), .init("token_type", .string("Bearer"))])
     }
@@ -83,11 +92,11 @@ extension MockFCMServer {
     func sendAnswer(projectID: String, authorization: String?, document: JSONValue?) -> MockFCMAnswer {
         let now = MockWallClock.millisecondsSince1970()
         let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
-        let tokenProject = ledger.withLock { ledger -> String? in
+        let issuedToken = ledger.withLock { ledger -> (projectID: String, keyID: String?)? in
             guard let bearer, let issued = ledger.accessTokens[bearer], issued.expiresAtMilliseconds > now else { return nil }
-            return issued.projectID
+            return (issued.projectID, issued.keyID)
         }
-        guard let tokenProject else { return .unauthenticated }
+        guard let (tokenProject, keyID) = issuedToken else { return .unauthenticated }
         guard tokenProject == projectID else {
             return .rpcError(
                 403, canonical: "PERMISSION_DENIED",
@@ -138,6 +147,7 @@ extension MockFCMServer {
             if !checked.validateOnly {
                 ledger.deliveredByToken[target, default: 0] += 1
                 ledger.totalDelivered += 1
+                if let keyID { ledger.deliveredByKeyID[keyID, default: 0] += 1 }
             }
             return .success([.init("name", .string(checked.validateOnly ? "projects/\(projectID)/messages/fake_message_id" : name))])
         }

@@ -25,6 +25,12 @@ extension MockFCMServer {
         ledger.withLock { $0.tokenExchanges }
     }
 
+    /// Messages delivered with an access token exchanged for an assertion signed by the key
+    /// `keyID` (the assertion's `kid`, the key file's `private_key_id`).
+    public func deliveredCount(keyID: String) -> Int {
+        ledger.withLock { $0.deliveredByKeyID[keyID] ?? 0 }
+    }
+
     /// Assertions the token endpoint refused.
     public var refusedAssertionCount: Int {
         ledger.withLock { $0.refusedAssertions }

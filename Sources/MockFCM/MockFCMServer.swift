@@ -49,7 +49,7 @@ public final class MockFCMServer: Service, Sendable {
             generator: SeededGenerator(seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)),
             logLimit: max(0, configuration.requestLogLimit)
         )
-        for (token, projectID) in configuration.staticAccessTokens { ledger.accessTokens[token] = (projectID, .max) }
+        for (token, projectID) in configuration.staticAccessTokens { ledger.accessTokens[token] = (projectID, .max, nil) }
         self.ledger = Mutex(ledger)
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import HeraldService
 import KafkaTransport
 import MockAPNS
+import MockFCM
 import Testing
 
 /// `herald run` re-reads HERALD_APNS_CREDENTIALS_FILE while it pushes: a key replaced and
@@ -80,6 +81,67 @@ struct CredentialsReloadTests {
             #expect(keyIDs(phases[2]) == [secondKey.keyID], "the broken file changed nothing")
             #expect(keyIDs(phases[3]) == [firstKey.keyID])
 
+            herald.send(SIGTERM)
+            #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+        }
+    }
+
+    /// A Firebase key rotated while Android devices are pushed: the credentials file's FCM entry
+    /// names a new key file of the same service account and Herald gets SIGHUP. The messages
+    /// after the reload go out with an access token signed by the new key, and every
+    /// notification is delivered once.
+    @Test func aRotatedFirebaseKeyTakesEffectOnSIGHUPWhileAndroidDevicesArePushed() async throws {
+        let testbed = try HeraldTestbed(fcmRotatedKey: true)
+        let file = testbed.directory.appendingPathComponent("credentials.json")
+        func writeCredentials(fcmKeyFile: String) throws {
+            let key = testbed.key
+            try Data(
+                #"""
+                [{"topics": ["\#(testbed.bundleID)"], "key_path": "\#(key.path)", "key_id": "\#(key.keyID)", "team_id": "\#(key.teamID)"},
+                 {"platform": "fcm", "packages": ["\#(testbed.fcmPackage)"], "service_account_path": "\#(fcmKeyFile)"}]
+                """#.utf8
+            ).write(to: file, options: .atomic)
+        }
+        let users = (0..<20).map { "u-\($0)" }
+        let pixels = users.map { AndroidDeliveryIntegrationTests.pixel($0) }
+        let eventsPerPhase = 8
+
+        try await testbed.withMocks {
+            try writeCredentials(fcmKeyFile: try await testbed.writeFCMServiceAccount(named: "firebase-old.json", keyID: "old-key"))
+            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID", "HERALD_FCM_SERVICE_ACCOUNT_PATH"] { environment[key] = nil }
+            environment["HERALD_APNS_CREDENTIALS_FILE"] = file.path
+            let herald = try await testbed.startHerald(environment)
+            for (user, pixel) in zip(users, pixels) { try await testbed.registerAndroid(user: user, token: pixel, at: "2026-11-21T10:00:00Z") }
+            try await testbed.waitForActiveDevices(users: users, count: pixels.count)
+            let log = HeraldLog(path: herald.logPath)
+
+            for index in 0..<eventsPerPhase { try await testbed.publishMixedEvent(id: "before-\(index)", users: users) }
+            // Rotated while the first phase is being pushed.
+            try await Task.sleep(for: .milliseconds(200))
+            let newKeyFile = try await testbed.writeFCMServiceAccount(named: "firebase-new.json", key: HeraldTestbed.fcmRotatedKey, keyID: "new-key")
+            try writeCredentials(fcmKeyFile: newKeyFile)
+            herald.send(SIGHUP)
+            try await log.waitFor("APNs credentials file applied", count: 1)
+            let perPhase = eventsPerPhase * pixels.count
+            // The first phase is delivered: whatever is delivered from now on is the second's.
+            let clock = ContinuousClock()
+            let firstPhaseDeadline = clock.now + .seconds(120)
+            while testbed.fcm.totalDelivered < perPhase, clock.now < firstPhaseDeadline { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(testbed.fcm.totalDelivered == perPhase)
+            let newKeyBefore = testbed.fcm.deliveredCount(keyID: "new-key")
+            for index in 0..<eventsPerPhase { try await testbed.publishMixedEvent(id: "after-\(index)", users: users) }
+            let reader = try TopicReader(topics: [testbed.topics.results])
+            var records = try await reader.read(timeout: .seconds(120)) { $0.count >= 2 * perPhase }
+            // Anything beyond the expected records would show up within a short grace period.
+            records += try await reader.read(timeout: .seconds(2)) { _ in false }
+            let results = records.compactMap(ResultRecord.init)
+            #expect(results.count == 2 * perPhase)
+            #expect(Set(results.map(\.key)).count == 2 * perPhase, "one result per event and device")
+            #expect(results.allSatisfy { $0.status == "delivered" })
+            #expect(pixels.allSatisfy { testbed.fcm.deliveredCount(token: $0) == 2 * eventsPerPhase }, "every notification sent once")
+            #expect(testbed.fcm.deliveredCount(keyID: "old-key") + testbed.fcm.deliveredCount(keyID: "new-key") == 2 * perPhase)
+            #expect(testbed.fcm.deliveredCount(keyID: "new-key") - newKeyBefore == perPhase, "the second phase went with the new key's token")
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }

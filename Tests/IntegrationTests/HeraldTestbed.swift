@@ -48,7 +48,8 @@ final class HeraldTestbed: Sendable {
         clientCertificateAuthority: String? = nil,
         sandboxUniqueIDs: Bool = false,
         fcmInvalidTokens: Set<String> = [],
-        fcmDisabled: Bool = false
+        fcmDisabled: Bool = false,
+        fcmRotatedKey: Bool = false
     ) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
@@ -76,9 +77,9 @@ final class HeraldTestbed: Sendable {
         sandbox = mock("sandbox", uniqueIDs: sandboxUniqueIDs)
         var fcmConfiguration = MockFCMConfiguration(
             caCertificatePath: directory.appendingPathComponent("fcm-ca.pem").path,
-            serviceAccounts: [
-                MockFCMServiceAccount(projectID: fcmProjectID, clientEmail: Self.fcmClientEmail(fcmProjectID), publicKey: Self.fcmKey.publicKey)
-            ]
+            serviceAccounts: ([Self.fcmKey] + (fcmRotatedKey ? [Self.fcmRotatedKey] : [])).map { [fcmProjectID] key in
+                MockFCMServiceAccount(projectID: fcmProjectID, clientEmail: Self.fcmClientEmail(fcmProjectID), publicKey: key.publicKey)
+            }
         )
         fcmConfiguration.invalidTokens = fcmInvalidTokens
         if fcmDisabled { fcmConfiguration.disabledProjects = [fcmProjectID] }
@@ -95,16 +96,22 @@ final class HeraldTestbed: Sendable {
     /// takes a while).
     static let fcmKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
 
+    /// A second key of the same service account (`fcmRotatedKey: true`), for key rotation.
+    static let fcmRotatedKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+
     static func fcmClientEmail(_ projectID: String) -> String { "herald@\(projectID).iam.gserviceaccount.com" }
 
     /// Writes a service-account key file for ``fcmProjectID`` whose `token_uri` is the mock's
-    /// (call inside `withMocks`), signed with `key` (the trusted one by default); returns its path.
-    func writeFCMServiceAccount(named name: String = "fcm-service-account.json", key: _RSA.Signing.PrivateKey = fcmKey) async throws
-        -> String
-    {
+    /// (call inside `withMocks`), signed with `key` (the trusted one by default) whose
+    /// `private_key_id` is `keyID`; returns its path.
+    func writeFCMServiceAccount(
+        named name: String = "fcm-service-account.json",
+        key: _RSA.Signing.PrivateKey = fcmKey,
+        keyID: String = "test-key"
+    ) async throws -> String {
         let account = FCMServiceAccount(
             projectID: fcmProjectID,
-            privateKeyID: "test-key",
+            privateKeyID: keyID,
             privateKeyPEM: key.pkcs8PEMRepresentation,
             clientEmail: Self.fcmClientEmail(fcmProjectID),
             tokenURI: "https://127.0.0.1:\(try await fcm.listeningPort())/token"
