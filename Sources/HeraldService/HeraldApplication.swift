@@ -38,11 +38,23 @@ package enum HeraldApplication {
     }
 
     /// Runs `body` with a registry connected to `postgresURL`, for one-off work outside the service.
+    ///
+    /// A server that refuses Herald (a password or client certificate it does not accept, a
+    /// database that does not exist) ends the work at once with the server's reason; the pool
+    /// alone would retry for a minute and then name no cause. A server not reachable yet is left
+    /// to the pool's retries.
     package static func withTokenStore<Result: Sendable>(
         postgresURL: PostgresURL,
         logger: Logger,
         _ body: (PostgresDeviceTokenStore) async throws -> Result
     ) async throws -> Result {
+        do {
+            try await PostgresConnection.connect(configuration: try postgresURL.connectionConfiguration(), id: 0, logger: logger).close()
+        } catch let error as PSQLError where error.code == .server {
+            throw PostgresRefused(url: postgresURL, error: error)
+        } catch {
+            logger.info("PostgreSQL not reachable yet; retrying", metadata: ["error": "\(error)"])
+        }
         let client = PostgresClient(configuration: postgresURL.clientConfiguration(), backgroundLogger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
@@ -264,3 +276,16 @@ package enum HeraldApplication {
 /// librdkafka's consumer and producer are the pipeline's message source and publisher.
 extension KafkaConsumer: MessageSource {}
 extension KafkaProducer: MessagePublisher {}
+
+/// PostgreSQL answered Herald's connection with an error: the server's SQLSTATE and message
+/// (never the password).
+struct PostgresRefused: Error, CustomStringConvertible {
+    let url: PostgresURL
+    let error: PSQLError
+
+    var description: String {
+        let state = error.serverInfo?[.sqlState] ?? "?"
+        let message = error.serverInfo?[.message] ?? "no message"
+        return "PostgreSQL at \(url) refused the connection: \(message) (SQLSTATE \(state))"
+    }
+}

@@ -36,9 +36,13 @@ struct ChaosTests {
         var herald = try HeraldProcess(environment: environment, logPath: logPath)
         try await testbed.register(devices)
         try await testbed.waitForActiveTokens(users: users, count: devices.count)
-        for index in 0..<events {
-            try await testbed.publishEvent(id: "\(testbed.bundleID)-event-\(index)", users: users)
-        }
+        // Published while the loop below watches: Herald pushes as the events come, and the
+        // disruption lands mid-run however fast it pushes.
+        async let published: Void = {
+            for index in 0..<events {
+                try await testbed.publishEvent(id: "\(testbed.bundleID)-event-\(index)", users: users)
+            }
+        }()
         let expected = events * devices.count
         let reader = try TopicReader(topics: [testbed.topics.results])
         var results: [ResultRecord] = []
@@ -53,6 +57,7 @@ struct ChaosTests {
             let pushes = testbed.production.totalAcceptedPushes + testbed.sandbox.totalAcceptedPushes
             try await disrupt(Progress(outcomes: keys.count, pushes: pushes), &herald)
         }
+        try await published
         results += try await reader.read(timeout: .seconds(2)) { _ in false }.compactMap(ResultRecord.init)
         herald.send(SIGTERM)
         _ = try await herald.waitForExit(timeout: .seconds(30))

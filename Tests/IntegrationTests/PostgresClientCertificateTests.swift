@@ -27,8 +27,14 @@ struct PostgresClientCertificateTests {
         #expect(withCertificate.status == 0, "\(withCertificate.errors)")
         #expect(withCertificate.errors.contains("delivery ledger partitions"), "\(withCertificate.errors)")
 
+        // Refused by the server: said at once, with the server's reason, not after the pool's
+        // minute of retries.
+        let started = ContinuousClock.now
         let withoutCertificate = try await migrate(base)
         #expect(withoutCertificate.status != 0, "the server takes herald_cert only with its certificate")
+        #expect(started.duration(to: .now) < .seconds(10))
+        let reason = "refused the connection: connection requires a valid client certificate (SQLSTATE 28000)"
+        #expect(withoutCertificate.errors.contains(reason), "\(withoutCertificate.errors)")
 
         let unreadableKey = try await migrate(base + "&sslcert=\(tls)/client.pem&sslkey=\(tls)/missing.key")
         #expect(unreadableKey.status == 2, "a key that cannot be used is a configuration error at start-up")

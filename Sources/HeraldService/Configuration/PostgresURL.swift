@@ -68,8 +68,22 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
         }
     }
 
-    /// postgres-nio's TLS setting for ``sslMode``.
+    /// postgres-nio's TLS setting for ``sslMode``, for the pool.
     var tls: PostgresClient.Configuration.TLS {
+        guard let (configuration, isRequired) = tlsSettings else { return .disable }
+        return isRequired ? .require(configuration) : .prefer(configuration)
+    }
+
+    /// The same, for one connection.
+    func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
+        guard let (configuration, isRequired) = tlsSettings else { return .disable }
+        let context = try NIOSSLContext(configuration: configuration)
+        return isRequired ? .require(context) : .prefer(context)
+    }
+
+    /// The TLS configuration ``sslMode`` asks for, and whether a connection without TLS is
+    /// refused; nil for `disable`.
+    private var tlsSettings: (configuration: TLSConfiguration, isRequired: Bool)? {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if let sslRootCertificatePath { configuration.trustRoots = .file(sslRootCertificatePath) }
         if let (chain, key) = sslClientCertificate {
@@ -78,16 +92,16 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
         }
         switch sslMode {
         case .disable:
-            return .disable
+            return nil
         case .prefer, .require:
             configuration.certificateVerification = .none
-            return sslMode == .prefer ? .prefer(configuration) : .require(configuration)
+            return (configuration, sslMode == .require)
         case .verifyCA:
             configuration.certificateVerification = .noHostnameVerification
-            return .require(configuration)
+            return (configuration, true)
         case .verifyFull:
             configuration.certificateVerification = .fullVerification
-            return .require(configuration)
+            return (configuration, true)
         }
     }
 
@@ -108,6 +122,11 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     ///     was nearly empty still probes its index, and the ledger's statements are not planned
     ///     over every day partition at each execution (the lookup: 1.9 ms planning and 0.35 ms
     ///     executing unnamed, 0.03 and 0.06 ms prepared; EXPLAIN ANALYZE, BENCHMARKS.md).
+    /// One connection's configuration, for a check before a pool is made.
+    package func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
+    }
+
     package func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
