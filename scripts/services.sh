@@ -110,14 +110,13 @@ stop_all() {
   rm -f "$RUN/postgres.pid" "$RUN/pg.base" "$ENV_FILE"
 }
 
-# Picks a base dir for PostgreSQL that its user can reach, with a short enough socket path.
-# TLS for the test PostgreSQL (a private CA, a server certificate for 127.0.0.1, a client
-# certificate for the role herald_cert, which may log in only with it): the options that turn
-# it on, or nothing when openssl is missing (the TLS tests then skip). The role's rules go first
-# in pg_hba.conf; every other login stays as initdb made it.
-pg_tls_options() {
-  local dir="$RUN/pg-tls"
-  command -v openssl >/dev/null || return 0
+# Writes a private CA (ca.pem), a server certificate for 127.0.0.1 (server.pem, server.key) and,
+# when a third argument names one, a client certificate for that common name (client.pem,
+# client.key) into the new directory $1, logging to $2; fails (leaving no directory) when
+# openssl is missing or fails.
+make_test_certificates() {
+  local dir="$1" log="$2" client="${3:-}"
+  command -v openssl >/dev/null || return 1
   rm -rf "$dir" && mkdir -p "$dir"
   (
     cd "$dir" || exit 1
@@ -125,9 +124,20 @@ pg_tls_options() {
     openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
     printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=herald_cert" -keyout client.key -out client.csr
-    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem
-  ) >>"$RUN/postgres.log" 2>&1 || { rm -rf "$dir"; return 0; }
+    if [[ -n "$client" ]]; then
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=$client" -keyout client.key -out client.csr
+      openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem
+    fi
+  ) >>"$log" 2>&1 || { rm -rf "$dir"; return 1; }
+}
+
+# TLS for the test PostgreSQL (a private CA, a server certificate for 127.0.0.1, a client
+# certificate for the role herald_cert, which may log in only with it): the options that turn
+# it on, or nothing when openssl is missing (the TLS tests then skip). The role's rules go first
+# in pg_hba.conf; every other login stays as initdb made it.
+pg_tls_options() {
+  local dir="$RUN/pg-tls"
+  make_test_certificates "$dir" "$RUN/postgres.log" herald_cert || return 0
   # The server's copies belong to the PostgreSQL user, its key readable by it alone.
   chmod 644 "$dir"/*.pem "$dir"/*.key
   as_pg cp "$dir/server.pem" "$dir/server.key" "$dir/ca.pem" "$PGBASE/data/"
@@ -136,6 +146,7 @@ pg_tls_options() {
   printf ' -c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key -c ssl_ca_file=ca.pem'
 }
 
+# Picks a base dir for PostgreSQL that its user can reach, with a short enough socket path.
 make_pg_base() {
   PGBASE="$RUN/pg"
   mkdir -p "$PGBASE"
@@ -176,16 +187,7 @@ start_tansu() {
 # The broker TLS files (a private CA, a server certificate for 127.0.0.1) in $RUN/kafka-tls;
 # false when openssl is missing (the broker TLS tests then skip).
 kafka_tls_files() {
-  local dir="$RUN/kafka-tls"
-  command -v openssl >/dev/null || return 1
-  rm -rf "$dir" && mkdir -p "$dir"
-  (
-    cd "$dir" || exit 1
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=Herald test broker CA" -keyout ca.key -out ca.pem
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
-    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
-  ) >>"$RUN/proxy-tls.log" 2>&1 || { rm -rf "$dir"; return 1; }
+  make_test_certificates "$RUN/kafka-tls" "$RUN/proxy-tls.log"
 }
 
 start_all() {
