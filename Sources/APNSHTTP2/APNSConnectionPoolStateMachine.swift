@@ -195,7 +195,7 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
     /// free first) so they answer a large batch in parallel, but a batch of up to
     /// ``smallBatch`` on one connection: one hop to one event loop. None while requests of the
     /// same or a higher precedence wait (they go first) or after shutdown.
-    mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
+    package mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, !pools[poolIndex].waiters.hasWaiters(aheadOf: precedence) else { return [] }
         let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })

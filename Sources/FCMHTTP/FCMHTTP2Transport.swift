@@ -172,6 +172,12 @@ final class FCMHTTP2Transport: Sendable {
         }
     }
 
+    /// A stream for each of up to `count` requests, as many as are free now (none while requests
+    /// wait for one); each goes back with ``release(_:status:)``.
+    func leaseFreeStreams(upTo count: Int) -> [FCMConnection] {
+        pool.withLock { $0.leaseFreeStreams(.production, upTo: count) }
+    }
+
     private func leaseStream(deadline: NIODeadline) async throws -> FCMConnection {
         switch pool.withLock({ $0.leaseIfAvailable(.production) }) {
         case .leased(let connection): return connection
@@ -201,7 +207,8 @@ final class FCMHTTP2Transport: Sendable {
         pool.withLock { $0.removeWaiter(id, for: .production) }?.continuation.resume(throwing: CancellationError())
     }
 
-    private func release(_ connection: FCMConnection, status: Int?) {
+    /// Gives a leased stream back; `status` is FCM's answer, nil when there was none.
+    func release(_ connection: FCMConnection, status: Int?) {
         perform(pool.withLock { $0.release(connectionID: connection.id, environment: .production, status: status) })
     }
 
