@@ -5,12 +5,14 @@ import NIOCore
 
 /// A batch of requests started as one ``HTTP2StreamBatch``: the streams free now are leased in
 /// one lock section per credential, each connection gets its share in one hop to its event loop,
-/// and the answers are handed to the caller from there.
+/// the rest wait in their pools for a stream, and the answers are handed to the caller from there.
 extension APNSHTTP2Client {
-    /// Sends every request, calling `answered` on the connections' event loops; what cannot
-    /// take that path (no free stream, a credential being replaced, a 403 ExpiredProviderToken
-    /// to retry with a new token, a stream that could not be opened) goes through
-    /// ``send(_:environment:deadline:)`` in a child task, with the same guarantees.
+    /// Sends every request, calling `answered` on the connections' event loops; a request that
+    /// finds no free stream waits in its pool without a task and starts where a stream is freed.
+    /// What cannot take that path (no credential, a credential being replaced, no stream before
+    /// the deadline, a 403 ExpiredProviderToken to retry with a new token, a stream that could
+    /// not be opened) goes through ``send(_:environment:deadline:)`` in a child task, with the
+    /// same guarantees.
     public func sendAll(
         _ requests: [APNSRequest],
         environment: APNSEnvironment,
@@ -19,13 +21,21 @@ extension APNSHTTP2Client {
     ) async {
         // Past the deadline or cancelled: the single path says so per request.
         let nioDeadline = Task.isCancelled ? nil : NIODeadline.fromContinuousClock(deadline)
-        let (leased, alone) =
+        let (leased, waiting, alone) =
             nioDeadline == nil
-            ? ([], Array(requests.indices)) : leaseFreeStreams(for: requests, environment: environment)
+            ? ([], [], Array(requests.indices)) : leaseFreeStreams(for: requests, environment: environment)
+        let deadlineOfStreams = nioDeadline ?? .now()
+        // A batch comes from one lane: its first request's precedence is every request's.
+        let precedence = requests.first?.precedence ?? .urgent
         await Batch.send(
             leased.map { ($0.index, requests[$0.index], $0.connection, $0.pool) },
-            deadline: nioDeadline ?? .now(),
-            alone: alone.map { SecondTry(index: $0, expired: nil) }
+            waiting: waiting.map { ($0.index, requests[$0.index], $0.pool, SecondTry(index: $0.index, expired: nil)) },
+            deadline: deadlineOfStreams,
+            alone: alone.map { SecondTry(index: $0, expired: nil) },
+            pools: Batch.Pools(
+                wait: { self.wait($0, environment: environment, deadline: deadlineOfStreams, precedence: precedence) },
+                stopWaiting: { for (pool, id) in $0 { self.cancelWaiter(id, environment: environment, pool: pool) } }
+            )
         ) { stream, result in
             self.releaseStream(on: stream.connection, status: try? result.get().response.status, pool: stream.context)
             switch result {
@@ -56,11 +66,12 @@ extension APNSHTTP2Client {
     private typealias Batch = HTTP2StreamBatch<APNSConnection, CredentialPool, SecondTry>
 
     /// Leases a stream for each request whose credential's pool has one free now, one lock
-    /// section per pool; returns those and the indexes of the rest.
+    /// section per pool; returns those, the requests to wait in their pools for a stream, and
+    /// the indexes of the rest (no credential serves them).
     private func leaseFreeStreams(
         for requests: [APNSRequest],
         environment: APNSEnvironment
-    ) -> (leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)], rest: [Int]) {
+    ) -> (leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)], waiting: [(index: Int, pool: CredentialPool)], rest: [Int]) {
         var byPool: [ObjectIdentifier: (pool: CredentialPool, indexes: [Int])] = [:]
         var rest: [Int] = []
         for (index, request) in requests.enumerated() {
@@ -72,21 +83,22 @@ extension APNSHTTP2Client {
             byPool[ObjectIdentifier(pool), default: (pool, [])].indexes.append(index)
         }
         var leased: [(index: Int, connection: APNSConnection, pool: CredentialPool)] = []
+        var waiting: [(index: Int, pool: CredentialPool)] = []
         for (pool, indexes) in byPool.values {
             // A batch comes from one lane: its first request's precedence is every request's.
             let precedence = requests[indexes[0]].precedence
             let connections = pool.state.withLockedValue { $0.leaseFreeStreams(environment, upTo: indexes.count, precedence: precedence) }
             leased += zip(indexes, connections).map { ($0, $1, pool) }
-            rest += indexes.dropFirst(connections.count)
+            waiting += indexes.dropFirst(connections.count).map { ($0, pool) }
         }
-        return (leased, rest)
+        return (leased, waiting, rest)
     }
 
     /// A request of a batch to send again.
     private struct SecondTry: Sendable {
         var index: Int
         /// The first answer and its connection, for a 403 ExpiredProviderToken; nil when the
-        /// whole single path runs (no stream was free, or it could not be opened).
+        /// whole single path runs (no stream was leased, or it could not be opened).
         var expired: (outcome: APNSStreamOutcome, connection: APNSConnection)?
     }
 }

@@ -15,10 +15,31 @@ package final class HTTP2StreamBatch<Connection: HTTP2StreamConnection, Context:
     /// A stream leased for a request: the request's index in the caller's batch, the request, the
     /// connection and the client's context.
     package typealias Leased = (index: Int, request: Connection.Handler.Request, connection: Connection, context: Context)
+    /// A request that waits in its pool for a stream; `fallback` sends it alone when it gets none.
+    package typealias Waiting = (index: Int, request: Connection.Handler.Request, context: Context, fallback: Retry)
     /// A leased stream as started, with its request ID on the connection.
     package typealias Stream = (
         index: Int, request: Connection.Handler.Request, connection: Connection, context: Context, requestID: UInt64
     )
+    /// What finishes a stream on its event loop: given its outcome, returns its request to send
+    /// again, if any.
+    package typealias Finish = @Sendable (Stream, Result<Connection.Handler.Outcome, any Error>) -> Retry?
+
+    /// How a client queues a batch's waiting requests in its pools and takes them out again.
+    package struct Pools: Sendable {
+        /// Queues the waiters, each with its request's context; returns each one's waiter ID.
+        package var wait: @Sendable ([(context: Context, waiter: PooledStreamWaiter<Connection>)]) -> [UInt64]
+        /// Removes the waiters still queued; each is told it gets no stream.
+        package var stopWaiting: @Sendable ([(context: Context, id: UInt64)]) -> Void
+
+        package init(
+            wait: @escaping @Sendable ([(context: Context, waiter: PooledStreamWaiter<Connection>)]) -> [UInt64],
+            stopWaiting: @escaping @Sendable ([(context: Context, id: UInt64)]) -> Void
+        ) {
+            self.wait = wait
+            self.stopWaiting = stopWaiting
+        }
+    }
 
     private struct State {
         var unanswered: Int
@@ -26,32 +47,48 @@ package final class HTTP2StreamBatch<Connection: HTTP2StreamConnection, Context:
         var waiter: CheckedContinuation<[Retry]?, Never>?
         var started = false
         var cancelled = false
+        /// Streams started when a waiting request got its stream.
+        var startedLater: [Stream] = []
+        /// The waiting requests' waiter IDs in their pools.
+        var queued: [(context: Context, id: UInt64)] = []
     }
 
     private let streams: [Stream]
+    private let deadline: NIODeadline
+    private let finish: Finish
+    private let pools: Pools
     private let state: NIOLockedValueBox<State>
 
-    private init(_ leased: [Leased], retries: [Retry]) {
+    private init(_ leased: [Leased], waiting: Int, retries: [Retry], deadline: NIODeadline, finish: @escaping Finish, pools: Pools) {
         streams = leased.map { ($0.index, $0.request, $0.connection, $0.context, $0.connection.nextRequestID()) }
-        state = NIOLockedValueBox(State(unanswered: leased.count, retries: retries))
+        self.deadline = deadline
+        self.finish = finish
+        self.pools = pools
+        state = NIOLockedValueBox(State(unanswered: leased.count + waiting, retries: retries))
     }
 
-    /// Starts the `leased` streams, each with `deadline` (unused when none is leased), and hands
-    /// each of `alone` to `retry` at once. `finish` reads each stream's outcome on its event loop
-    /// and returns the request to send again, if any, which `retry` then sends. Returns once every
-    /// stream was finished and every retry returned. Cancelling the caller resets the streams:
-    /// their outcomes are then `CancellationError`s, also for streams not yet started.
+    /// Starts the `leased` streams with `deadline`, queues `waiting` in their pools, each started
+    /// when it gets a stream (where the stream was freed), and hands each of `alone` to `retry` at
+    /// once. `finish` reads each stream's outcome on its event loop and returns the request to
+    /// send again, if any, which `retry` then sends; so does a waiting request's `fallback` when
+    /// its pool gives it no stream. Returns once every stream was finished and every retry
+    /// returned. Cancelling the caller resets the streams (their outcomes are then
+    /// `CancellationError`s, also for streams not yet started) and takes the waiting requests
+    /// out of their pools (they fall back).
     package static func send(
         _ leased: [Leased],
+        waiting: [Waiting],
         deadline: NIODeadline,
         alone: [Retry],
-        finish: @escaping @Sendable (Stream, Result<Connection.Handler.Outcome, any Error>) -> Retry?,
+        pools: Pools,
+        finish: @escaping Finish,
         retry: @escaping @Sendable (Retry) async -> Void
     ) async {
-        let batch = HTTP2StreamBatch(leased, retries: alone)
+        let batch = HTTP2StreamBatch(leased, waiting: waiting.count, retries: alone, deadline: deadline, finish: finish, pools: pools)
         await withDiscardingTaskGroup { group in
             await withTaskCancellationHandler {
-                batch.start(deadline: deadline, finish: finish)
+                batch.start()
+                if !waiting.isEmpty { batch.queue(waiting) }
                 while let again = await batch.nextRetries() {
                     for request in again { group.addTask { await retry(request) } }
                 }
@@ -62,10 +99,12 @@ package final class HTTP2StreamBatch<Connection: HTTP2StreamConnection, Context:
     }
 
     /// The streams by connection: each connection gets its share in one hop.
-    private var byConnection: [[Stream]] { Array(Dictionary(grouping: streams, by: { ObjectIdentifier($0.connection) }).values) }
+    private static func byConnection(_ streams: [Stream]) -> [[Stream]] {
+        Array(Dictionary(grouping: streams, by: { ObjectIdentifier($0.connection) }).values)
+    }
 
     /// Starts the streams, one hop per connection, unless the batch was cancelled first.
-    private func start(deadline: NIODeadline, finish: @escaping @Sendable (Stream, Result<Connection.Handler.Outcome, any Error>) -> Retry?) {
+    private func start() {
         let started = state.withLockedValue { state in
             state.started = !state.cancelled
             return state.started
@@ -75,29 +114,58 @@ package final class HTTP2StreamBatch<Connection: HTTP2StreamConnection, Context:
             for stream in streams { answered(finish(stream, .failure(CancellationError()))) }
             return
         }
-        for share in byConnection {
+        for share in Self.byConnection(streams) {
             share[0].connection.start(
-                share.map { stream in (stream.requestID, stream.request, .callback { self.answered(finish(stream, $0)) }) },
+                share.map { stream in (stream.requestID, stream.request, .callback { self.answered(self.finish(stream, $0)) }) },
                 deadline: deadline
             )
         }
         // A cancellation that came while the streams were handed over may have reset them
         // before they reached their event loops: reset them again, after.
-        if state.withLockedValue({ $0.cancelled }) { resetStreams() }
+        if state.withLockedValue({ $0.cancelled }) { Self.reset(streams) }
+    }
+
+    /// Queues the waiting requests in their pools.
+    private func queue(_ waiting: [Waiting]) {
+        let ids = pools.wait(
+            waiting.map { request in
+                (request.context, .callback { leased in self.leased(leased, for: request) })
+            }
+        )
+        let stop = state.withLockedValue { state in
+            state.queued = zip(waiting, ids).map { ($0.context, $1) }
+            return state.cancelled ? state.queued : []
+        }
+        // Cancelled while they were queued: the cancellation found no waiter IDs yet.
+        if !stop.isEmpty { pools.stopWaiting(stop) }
+    }
+
+    /// A waiting request got its stream (or none: it falls back).
+    private func leased(_ leased: Result<Connection, any Error>, for request: Waiting) {
+        guard case .success(let connection) = leased else { return answered(request.fallback) }
+        let stream: Stream = (request.index, request.request, connection, request.context, connection.nextRequestID())
+        let cancelled = state.withLockedValue { state in
+            if !state.cancelled { state.startedLater.append(stream) }
+            return state.cancelled
+        }
+        guard !cancelled else { return answered(finish(stream, .failure(CancellationError()))) }
+        connection.start([(stream.requestID, stream.request, .callback { self.answered(self.finish(stream, $0)) })], deadline: deadline)
+        if state.withLockedValue({ $0.cancelled }) { connection.cancel([stream.requestID]) }
     }
 
     /// The caller was cancelled: resets the streams if they were started (a later start finds
-    /// the flag and resets them itself).
+    /// the flag and resets them itself) and takes the waiting requests out of their pools.
     private func cancel() {
-        let started = state.withLockedValue { state in
+        let (started, queued) = state.withLockedValue { state in
             state.cancelled = true
-            return state.started
+            return ((state.started ? streams : []) + state.startedLater, state.queued)
         }
-        if started { resetStreams() }
+        Self.reset(started)
+        if !queued.isEmpty { pools.stopWaiting(queued) }
     }
 
-    private func resetStreams() {
-        for share in byConnection { share[0].connection.cancel(share.map(\.requestID)) }
+    private static func reset(_ streams: [Stream]) {
+        for share in byConnection(streams) { share[0].connection.cancel(share.map(\.requestID)) }
     }
 
     /// One stream was finished (`again`: its request is to be sent again).

@@ -54,3 +54,26 @@ extension HTTP2StreamConnection {
         }
     }
 }
+
+/// Whoever waits in a connection pool for a stream: a task's continuation, or a request of an
+/// ``HTTP2StreamBatch``, called back where the stream was freed (no task per request).
+package enum PooledStreamWaiter<Connection: Sendable>: Sendable {
+    case continuation(CheckedContinuation<Connection, any Error>)
+    case callback(@Sendable (Result<Connection, any Error>) -> Void)
+
+    /// Hands the waiter its stream's connection.
+    package func resume(returning connection: Connection) {
+        switch self {
+        case .continuation(let continuation): continuation.resume(returning: connection)
+        case .callback(let leased): leased(.success(connection))
+        }
+    }
+
+    /// Tells the waiter it gets no stream.
+    package func resume(throwing error: any Error) {
+        switch self {
+        case .continuation(let continuation): continuation.resume(throwing: error)
+        case .callback(let leased): leased(.failure(error))
+        }
+    }
+}

@@ -23,7 +23,7 @@ import Synchronization
 /// until their deadline. A stream above a GOAWAY's last stream ID, or one never written because
 /// its connection closed or began draining, is sent again on another connection.
 final class FCMHTTP2Transport: Sendable {
-    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, CheckedContinuation<FCMConnection, any Error>>
+    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, PooledStreamWaiter<FCMConnection>>
 
     /// How often a request whose stream was not processed moves to another connection.
     private static let maximumUnprocessedRetries = 3
@@ -187,7 +187,8 @@ final class FCMHTTP2Transport: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                switch pool.withLock({ $0.enqueue(Pool.Waiter(id: waiterID, continuation: continuation, deadline: deadline), for: .production) }) {
+                let waiter = Pool.Waiter(id: waiterID, continuation: .continuation(continuation), deadline: deadline)
+                switch pool.withLock({ $0.enqueue(waiter, for: .production) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
                 case .failed(let error):
@@ -201,6 +202,21 @@ final class FCMHTTP2Transport: Sendable {
         } onCancel: {
             self.cancelWaiter(waiterID)
         }
+    }
+
+    /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(upTo:)``), in
+    /// one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
+    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline) -> [UInt64] {
+        let queued = waiters.map { waiter in
+            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, continuation: waiter, deadline: deadline)
+        }
+        perform(pool.withLock { $0.enqueue(queued, for: .production) })
+        return queued.map(\.id)
+    }
+
+    /// Takes the waiters still queued out of the pool; each is told it gets no stream.
+    func stopWaiting(_ ids: [UInt64]) {
+        for id in ids { cancelWaiter(id) }
     }
 
     private func cancelWaiter(_ id: UInt64) {

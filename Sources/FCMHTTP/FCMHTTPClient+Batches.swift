@@ -7,13 +7,15 @@ import Synchronization
 
 /// A batch of messages started as one ``HTTP2StreamBatch``, as APNs' are: the streams free now
 /// are leased in one lock section, each connection gets its share in one hop to its event loop,
-/// and the answers are read and handed to the caller there, with no task or continuation per
-/// message.
+/// the rest wait in the pool for a stream, and the answers are read and handed to the caller
+/// there, with no task or continuation per message.
 extension FCMHTTPClient {
-    /// Sends every request, calling `answered` on the connections' event loops; what cannot take
-    /// that path (no credential, no valid access token at hand, no free stream, a stream that
-    /// could not be opened) goes through ``send(_:deadline:)`` in a child task, and so does a
-    /// message refused with 401 UNAUTHENTICATED, once, after its access token was invalidated.
+    /// Sends every request, calling `answered` on the connections' event loops; a message that
+    /// finds no free stream waits in the pool without a task and starts where a stream is freed.
+    /// What cannot take that path (no credential, no valid access token at hand, no stream before
+    /// the deadline, a stream that could not be opened) goes through ``send(_:deadline:)`` in a
+    /// child task, and so does a message refused with 401 UNAUTHENTICATED, once, after its access
+    /// token was invalidated.
     public func sendAll(
         _ requests: [FCMRequest],
         deadline: ContinuousClock.Instant,
@@ -21,9 +23,19 @@ extension FCMHTTPClient {
     ) async {
         // Past the deadline or cancelled: the single path says so per request.
         let nioDeadline = Task.isCancelled ? nil : NIODeadline.fromContinuousClock(deadline)
-        let (leased, alone) = nioDeadline == nil ? ([], Array(requests.indices)) : leaseFreeStreams(for: requests)
-        let sentAt = ContinuousClock.now
-        await Batch.send(leased, deadline: nioDeadline ?? .now(), alone: alone.map { SecondTry(index: $0, refused: nil) }) { stream, result in
+        let (leased, waiting, alone) = nioDeadline == nil ? ([], [], Array(requests.indices)) : leaseFreeStreams(for: requests)
+        let (deadlineOfStreams, sentAt) = (nioDeadline ?? .now(), ContinuousClock.now)
+        let pools = Batch.Pools(
+            wait: { self.transport.wait($0.map(\.waiter), deadline: deadlineOfStreams) },
+            stopWaiting: { self.transport.stopWaiting($0.map(\.id)) }
+        )
+        await Batch.send(
+            leased,
+            waiting: waiting,
+            deadline: deadlineOfStreams,
+            alone: alone.map { SecondTry(index: $0, refused: nil) },
+            pools: pools
+        ) { stream, result in
             self.transport.release(stream.connection, status: try? result.get().status)
             switch result {
             case .success(let answer):
@@ -65,9 +77,10 @@ extension FCMHTTPClient {
         var refused: SentWith?
     }
 
-    /// A stream and the HTTP/2 request for each message whose project has a valid access token
-    /// now, as far as streams are free (one lock section); the indexes of the rest.
-    private func leaseFreeStreams(for requests: [FCMRequest]) -> (leased: [Batch.Leased], rest: [Int]) {
+    /// The HTTP/2 request of each message whose project has a valid access token now, with a
+    /// stream as far as streams are free (one lock section), else to wait for one; the indexes
+    /// of the rest.
+    private func leaseFreeStreams(for requests: [FCMRequest]) -> (leased: [Batch.Leased], waiting: [Batch.Waiting], rest: [Int]) {
         let accounts = credentials.withLock { credentials in requests.map { credentials.serviceAccount(for: $0.package) } }
         var projects: [String: (path: String, token: FCMAccessTokenSource.AccessToken)?] = [:]
         var sendable: [(index: Int, project: SentWith, path: String)] = []
@@ -89,10 +102,14 @@ extension FCMHTTPClient {
         }
         let connections = transport.leaseFreeStreams(upTo: sendable.count)
         let now = WallClock.millisecondsSince1970()
-        let leased: [Batch.Leased] = zip(sendable, connections).map { message, connection in
-            let request = sendRequest(requests[message.index], path: message.path, token: message.project.token, nowMilliseconds: now)
-            return (message.index, request, connection, message.project)
+        let sends = sendable.map { sendRequest(requests[$0.index], path: $0.path, token: $0.project.token, nowMilliseconds: now) }
+        let leased: [Batch.Leased] = zip(sendable, connections).enumerated().map { position, leased in
+            (leased.0.index, sends[position], leased.1, leased.0.project)
         }
-        return (leased, rest + sendable.dropFirst(connections.count).map(\.index))
+        let waiting: [Batch.Waiting] = sendable.indices.dropFirst(connections.count).map { position in
+            let message = sendable[position]
+            return (message.index, sends[position], message.project, SecondTry(index: message.index, refused: nil))
+        }
+        return (leased, waiting, rest)
     }
 }
