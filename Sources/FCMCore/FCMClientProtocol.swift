@@ -1,3 +1,5 @@
+import APNSCore
+
 /// Sends messages to FCM. The pipeline depends on this protocol only, not on a transport.
 public protocol FCMClientProtocol: Sendable {
     /// Sends one message with the credential that serves `request.package` and returns FCM's
@@ -28,16 +30,8 @@ extension FCMClientProtocol {
         deadline: ContinuousClock.Instant,
         answered: @escaping @Sendable (Int, Result<FCMResponse, any Error>) -> Void
     ) async {
-        await withDiscardingTaskGroup { group in
-            for (index, request) in requests.enumerated() {
-                group.addTask {
-                    do {
-                        answered(index, .success(try await send(request, deadline: deadline)))
-                    } catch {
-                        answered(index, .failure(error))
-                    }
-                }
-            }
+        await sendEachInATask(requests.count, answered: answered) { index in
+            try await send(requests[index], deadline: deadline)
         }
     }
 }

@@ -110,10 +110,7 @@ struct BatchAgainstMockTests {
             for answer in answers {
                 #expect(throws: CancellationError.self) { try answer[0].get() }
             }
-            try await Task.sleep(for: .milliseconds(900))
-            for index in 0..<20 { #expect(harness.server.requestCount(token: "device-\(index)") == 0) }
-            harness.server.setFaults(.none)
-            #expect(try await harness.send(try FCMHarness.request("after")).decision == .delivered)
+            try await harness.expectNeverProcessedAndServingOn((0..<20).map { "device-\($0)" })
         }
     }
 
@@ -129,15 +126,21 @@ struct BatchAgainstMockTests {
             for answer in answers {
                 #expect { try answer[0].get() } throws: { ($0 as? FCMTransportError)?.isDeadlineExceeded == true }
             }
-            try await Task.sleep(for: .milliseconds(900))
-            for index in 0..<20 { #expect(harness.server.requestCount(token: "device-\(index)") == 0) }
-            harness.server.setFaults(.none)
-            #expect(try await harness.send(try FCMHarness.request("after")).decision == .delivered)
+            try await harness.expectNeverProcessedAndServingOn((0..<20).map { "device-\($0)" })
         }
     }
 }
 
 extension FCMHarness {
+    /// After a batch's streams were reset: the mock, past its latency, has processed no message
+    /// to `tokens`, and with the faults cleared the connection serves on.
+    func expectNeverProcessedAndServingOn(_ tokens: [String]) async throws {
+        try await Task.sleep(for: .milliseconds(900))
+        for token in tokens { #expect(server.requestCount(token: token) == 0) }
+        server.setFaults(.none)
+        #expect(try await send(try FCMHarness.request("after")).decision == .delivered)
+    }
+
     /// Sends `requests` as one batch with a deadline `timeout` from now; returns every answer
     /// each request got, by index.
     func sendAll(_ requests: [FCMRequest], timeout: Duration = .seconds(10)) async -> [[Result<FCMResponse, any Error>]] {

@@ -128,10 +128,7 @@ extension NotificationSender {
         deadline: ContinuousClock.Instant,
         unless fenced: () -> Bool
     ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        if hasExpired(request, inAbout: .zero) { return history.outcome(.expired) }
-        guard ContinuousClock.now < deadline else { return history.outcome(.failed) }
-        if fenced() { throw .fenced }
-        return nil
+        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, unless: fenced).map { history.outcome($0) }
     }
 
     /// Reads the answer to the attempt counted last in `history`, sent at `sentAtMilliseconds`
