@@ -29,14 +29,27 @@ extension APNSClientProtocol {
         deadline: ContinuousClock.Instant,
         answered: @escaping @Sendable (Int, Result<APNSResponse, any Error>) -> Void
     ) async {
-        await withDiscardingTaskGroup { group in
-            for (index, request) in requests.enumerated() {
-                group.addTask {
-                    do {
-                        answered(index, .success(try await send(request, environment: environment, deadline: deadline)))
-                    } catch {
-                        answered(index, .failure(error))
-                    }
+        await sendEachInATask(requests.count, answered: answered) { index in
+            try await send(requests[index], environment: environment, deadline: deadline)
+        }
+    }
+}
+
+/// A batch sent the default way (``APNSClientProtocol/sendAll(_:environment:deadline:answered:)``,
+/// FCM's too): `send(index)` for each index below `count`, each from its own child task, its
+/// answer or error handed to `answered`.
+package func sendEachInATask<Answer: Sendable>(
+    _ count: Int,
+    answered: @escaping @Sendable (Int, Result<Answer, any Error>) -> Void,
+    send: @escaping @Sendable (Int) async throws -> Answer
+) async {
+    await withDiscardingTaskGroup { group in
+        for index in 0..<count {
+            group.addTask {
+                do {
+                    answered(index, .success(try await send(index)))
+                } catch {
+                    answered(index, .failure(error))
                 }
             }
         }

@@ -21,7 +21,7 @@ extension ProviderTokenManager: APNSProviderTokenSource {}
 /// Each connection signs and refreshes its own token (a token kept per connection), so a
 /// connection never sees its token change sooner than 20 minutes after it started using it,
 /// whatever other connections do; APNs answers TooManyProviderTokenUpdates otherwise.
-final class APNSConnection: APNSPooledConnection {
+final class APNSConnection: HTTP2StreamConnection {
     /// How often the connection asks its token manager whether the token is due for renewal.
     static let tokenCheckInterval: Duration = .seconds(60)
 
@@ -29,7 +29,7 @@ final class APNSConnection: APNSPooledConnection {
     let environment: APNSEnvironment
     let tokenManager: (any APNSProviderTokenSource)?
     private let channel: any Channel
-    private let handler: NIOLoopBound<APNSConnectionHandler>
+    let handler: NIOLoopBound<APNSConnectionHandler>
     private let logger: Logger
     private let requestIDs = Atomic<UInt64>(0)
 
@@ -126,51 +126,9 @@ final class APNSConnection: APNSPooledConnection {
         }
     }
 
-    /// Sends `request` on a new stream and waits for APNs' answer, the deadline or a failure.
-    func execute(_ request: APNSRequest, deadline: NIODeadline) async throws -> APNSStreamOutcome {
-        // An already-cancelled task would run its cancellation handler before the stream exists.
-        try Task.checkCancellation()
-        let requestID = nextRequestID()
-        let handler = self.handler
-        let eventLoop = channel.eventLoop
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                eventLoop.execute {
-                    handler.value.startStream(
-                        requestID: requestID,
-                        request: request,
-                        deadline: deadline,
-                        continuation: continuation
-                    )
-                }
-            }
-        } onCancel: {
-            eventLoop.execute { handler.value.cancelStream(requestID: requestID) }
-        }
-    }
-
-    /// A new ID for a stream of this connection (``start(_:deadline:)``, ``cancel(_:)``).
+    /// A new ID for a stream of this connection (``execute(_:deadline:)``, ``start(_:deadline:)``).
     func nextRequestID() -> UInt64 {
         requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
-    }
-
-    /// Starts a stream for each request in one hop to the event loop; each waiter is called
-    /// there with its answer or an error.
-    func start(_ streams: [(requestID: UInt64, request: APNSRequest, waiter: StreamWaiter)], deadline: NIODeadline) {
-        let handler = self.handler
-        channel.eventLoop.execute {
-            for stream in streams {
-                handler.value.startStream(requestID: stream.requestID, request: stream.request, deadline: deadline, waiter: stream.waiter)
-            }
-        }
-    }
-
-    /// Resets the streams of these requests (their waiters get a `CancellationError`).
-    func cancel(_ requestIDs: [UInt64]) {
-        let handler = self.handler
-        channel.eventLoop.execute {
-            for requestID in requestIDs { handler.value.cancelStream(requestID: requestID) }
-        }
     }
 
     /// Makes streams opened from now on carry `token`.

@@ -195,7 +195,7 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
     /// free first) so they answer a large batch in parallel, but a batch of up to
     /// ``smallBatch`` on one connection: one hop to one event loop. None while requests of the
     /// same or a higher precedence wait (they go first) or after shutdown.
-    mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
+    package mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, !pools[poolIndex].waiters.hasWaiters(aheadOf: precedence) else { return [] }
         let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })
@@ -214,18 +214,50 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
         if isShutDown { return .failed(.shuttingDown("\(peerName) client is shutting down")) }
         if let connection = leaseFreeStreams(environment, upTo: 1, precedence: waiter.precedence).first { return .leased(connection) }
         let poolIndex = Self.poolIndex(environment)
+        if let overloaded = queue(waiter, poolIndex) { return .failed(overloaded) }
+        return .queued(waitersQueued(poolIndex, environment, earliestDeadline: waiter.deadline))
+    }
+
+    /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(_:upTo:precedence:)``)
+    /// as ``enqueue(_:for:)`` queues one: waiters beyond the queue's bound fail `overloaded`, a
+    /// connection is planned when allowed, and a stream freed since the batch's lease serves
+    /// them at once.
+    package mutating func enqueue(_ waiters: [Waiter], for environment: APNSEnvironment) -> Actions {
+        guard !isShutDown else {
+            return Actions(failures: waiters.map { ($0, .shuttingDown("\(peerName) client is shutting down")) })
+        }
+        let poolIndex = Self.poolIndex(environment)
+        var failures: [(waiter: Waiter, error: APNSTransportError)] = []
+        for waiter in waiters {
+            if let overloaded = queue(waiter, poolIndex) { failures.append((waiter, overloaded)) }
+        }
+        guard let earliest = waiters.map(\.deadline).min(), failures.count < waiters.count else { return Actions(failures: failures) }
+        var actions = waitersQueued(poolIndex, environment, earliestDeadline: earliest)
+        actions.failures = failures
+        actions.leases = serveWaiters(poolIndex).leases
+        return actions
+    }
+
+    /// Appends `waiter` to the queue; the error when the queue is full.
+    private mutating func queue(_ waiter: Waiter, _ poolIndex: Int) -> APNSTransportError? {
         guard pools[poolIndex].waiters.count < maximumWaiters else {
-            return .failed(.overloaded("\(maximumWaiters) requests already wait for an \(peerName) stream"))
+            return .overloaded("\(maximumWaiters) requests already wait for an \(peerName) stream")
         }
         pools[poolIndex].waiters.append(waiter)
+        return nil
+    }
+
+    /// After waiters were queued: a connection to open, and the waiter timer when
+    /// `earliestDeadline` comes before the one armed.
+    private mutating func waitersQueued(_ poolIndex: Int, _ environment: APNSEnvironment, earliestDeadline: NIODeadline) -> Actions {
         var actions = Actions()
         actions.open = planConnectionIfNeeded(poolIndex, environment)
-        if waiterTimer.map({ waiter.deadline < $0.deadline }) ?? true {
+        if waiterTimer.map({ earliestDeadline < $0.deadline }) ?? true {
             actions.cancelWaiterTimer = waiterTimer?.scheduled
-            waiterTimer = WaiterTimer(deadline: waiter.deadline, scheduled: nil)
-            actions.armWaiterTimer = waiter.deadline
+            waiterTimer = WaiterTimer(deadline: earliestDeadline, scheduled: nil)
+            actions.armWaiterTimer = earliestDeadline
         }
-        return .queued(actions)
+        return actions
     }
 
     /// Stores the timer scheduled for `deadline`; false when a timer for an earlier deadline

@@ -21,7 +21,7 @@ extension APNSHTTP2Client {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: continuation, deadline: deadline, precedence: precedence)
+                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: .continuation(continuation), deadline: deadline, precedence: precedence)
                 switch pool.state.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
@@ -38,6 +38,25 @@ extension APNSHTTP2Client {
         } onCancel: {
             self.cancelWaiter(waiterID, environment: environment, pool: pool)
         }
+    }
+
+    /// Queues the requests of a batch that found no free stream in their pools, one lock section
+    /// per pool; returns their waiter IDs (for ``cancelWaiter(_:environment:pool:)``).
+    func wait(
+        _ waiters: [(context: CredentialPool, waiter: PooledStreamWaiter<APNSConnection>)],
+        environment: APNSEnvironment,
+        deadline: NIODeadline,
+        precedence: APNSStreamPrecedence
+    ) -> [UInt64] {
+        let queued = waiters.map { pool, waiter in
+            let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+            return (pool, PoolStateMachine.Waiter(id: id, continuation: waiter, deadline: deadline, precedence: precedence))
+        }
+        for (_, share) in Dictionary(grouping: queued, by: { ObjectIdentifier($0.0) }) {
+            let pool = share[0].0
+            perform(pool.state.withLockedValue { $0.enqueue(share.map(\.1), for: environment) }, pool: pool)
+        }
+        return queued.map(\.1.id)
     }
 
     func cancelWaiter(_ id: UInt64, environment: APNSEnvironment, pool: CredentialPool) {

@@ -27,9 +27,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     let configuration: APNSClientConfiguration
     let logger: Logger
     let eventLoopGroup: any EventLoopGroup
-    typealias PoolStateMachine = APNSConnectionPoolStateMachine<
-        APNSConnection, CheckedContinuation<APNSConnection, any Error>
-    >
+    typealias PoolStateMachine = APNSConnectionPoolStateMachine<APNSConnection, PooledStreamWaiter<APNSConnection>>
 
     /// The connections of one credential: its TLS identity or token source and its pool state.
     final class CredentialPool: Sendable {

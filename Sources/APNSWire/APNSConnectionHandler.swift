@@ -45,10 +45,24 @@ package enum HTTP2StreamWaiter<Outcome: Sendable>: Sendable {
 /// An APNs stream's waiter.
 package typealias StreamWaiter = HTTP2StreamWaiter<APNSStreamOutcome>
 
+/// A connection's handler as its pooled connection reaches it, on the event loop: streams
+/// started with a waiter each and reset by request ID (APNs' and FCM's handlers).
+package protocol HTTP2StreamHandler: AnyObject {
+    associatedtype Request: Sendable
+    associatedtype Outcome: Sendable
+
+    /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with the
+    /// answer or an error.
+    func startStream(requestID: UInt64, request: Request, deadline: NIODeadline, waiter: HTTP2StreamWaiter<Outcome>)
+
+    /// The caller gave up: reset its stream (its waiter gets a `CancellationError`).
+    func cancelStream(requestID: UInt64)
+}
+
 /// The HTTP/2 client of one APNs connection: ``HTTP2ConnectionCore`` with ``APNSExchange``
 /// (``APNSHeaderEncoder``'s header blocks, the connection's provider token, answers read as
 /// ``APNSStreamOutcome``). ``APNSConnection`` reaches it through `NIOLoopBound`.
-package final class APNSConnectionHandler: ChannelInboundHandler {
+package final class APNSConnectionHandler: ChannelInboundHandler, HTTP2StreamHandler {
     package typealias InboundIn = ByteBuffer
     package typealias OutboundOut = ByteBuffer
     package typealias Configuration = HTTP2ConnectionConfiguration

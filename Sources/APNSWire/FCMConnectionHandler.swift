@@ -3,7 +3,7 @@ package import NIOCore
 
 /// The HTTP/2 client of one FCM connection: ``HTTP2ConnectionCore`` with ``FCMExchange``, the
 /// same frame code as APNs' connections. The FCM client reaches it through `NIOLoopBound`.
-package final class FCMConnectionHandler: ChannelInboundHandler {
+package final class FCMConnectionHandler: ChannelInboundHandler, HTTP2StreamHandler {
     package typealias InboundIn = ByteBuffer
     package typealias OutboundOut = ByteBuffer
 
@@ -27,15 +27,15 @@ package final class FCMConnectionHandler: ChannelInboundHandler {
         )
     }
 
-    /// Opens a stream for `request`; `continuation` is resumed exactly once, on the event loop,
-    /// with the answer or an error (``APNSStreamNotOpened`` when it was never written).
+    /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with
+    /// the answer or an error (``APNSStreamNotOpened`` when it was never written).
     package func startStream(
         requestID: UInt64,
         request: FCMSendRequest,
         deadline: NIODeadline,
-        continuation: CheckedContinuation<FCMSendAnswer, any Error>
+        waiter: HTTP2StreamWaiter<FCMSendAnswer>
     ) {
-        core.startStream(requestID: requestID, request: request, deadline: deadline, waiter: .continuation(continuation))
+        core.startStream(requestID: requestID, request: request, deadline: deadline, waiter: waiter)
     }
 
     /// The caller's task was cancelled: reset its stream.

@@ -203,8 +203,10 @@ final class HTTP2ConnectionCore<Exchange: HTTP2Exchange> {
             pingAckTimer = nil
         case .goingAway(let goAway):
             if let failReady = goAway.failReady { readyFailed(failReady) }
-            for finished in goAway.refused { finished.waiter.resume(with: finished.result) }
+            // The pool first, then the callers: a batch's callback, run here, gives its stream
+            // back at once, and the pool must not hand that stream out again on this connection.
             onEvent(goAway.event)
+            for finished in goAway.refused { finished.waiter.resume(with: finished.result) }
             if goAway.closeConnection { context?.close(promise: nil) }
         case .connectionError(let error, let failReady):
             logger.warning("\(Exchange.peerName) connection protocol error", metadata: [APNSLoggingKeys.error: "\(error)"])
@@ -228,8 +230,9 @@ final class HTTP2ConnectionCore<Exchange: HTTP2Exchange> {
         let closed = state.channelClosed(streamError: streamError, reportClosure: reportClosure)
         if let failReady = closed.failReady { readyFailed(failReady) }
         cancelTimers()
-        for waiter in closed.failedWaiters { waiter.resume(throwing: closed.error) }
+        // The pool first, as for GOAWAY.
         if let event = closed.event { onEvent(event) }
+        for waiter in closed.failedWaiters { waiter.resume(throwing: closed.error) }
     }
 
     private func sendPreface() {

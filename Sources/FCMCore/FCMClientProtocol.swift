@@ -1,3 +1,5 @@
+import APNSCore
+
 /// Sends messages to FCM. The pipeline depends on this protocol only, not on a transport.
 public protocol FCMClientProtocol: Sendable {
     /// Sends one message with the credential that serves `request.package` and returns FCM's
@@ -8,6 +10,30 @@ public protocol FCMClientProtocol: Sendable {
     /// stream, no access token to be had) and ``FCMNoCredentialError`` when no credential
     /// serves the package.
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse
+
+    /// Sends every request at once and calls `answered` with each one's index in `requests` and
+    /// what ``send(_:deadline:)`` would have returned or thrown, as each answer arrives (on
+    /// whatever thread it arrives); returns once every request was answered.
+    ///
+    /// The default sends each request from its own child task; a transport can start the whole
+    /// batch in one hop to its connections and call back from there.
+    func sendAll(
+        _ requests: [FCMRequest],
+        deadline: ContinuousClock.Instant,
+        answered: @escaping @Sendable (Int, Result<FCMResponse, any Error>) -> Void
+    ) async
+}
+
+extension FCMClientProtocol {
+    public func sendAll(
+        _ requests: [FCMRequest],
+        deadline: ContinuousClock.Instant,
+        answered: @escaping @Sendable (Int, Result<FCMResponse, any Error>) -> Void
+    ) async {
+        await sendEachInATask(requests.count, answered: answered) { index in
+            try await send(requests[index], deadline: deadline)
+        }
+    }
 }
 
 /// A message for a package no credential serves. Nothing was sent; the result is `rejected`

@@ -86,12 +86,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
 
     /// A valid token for `projectID`, waiting for an exchange (until `deadline`) when there is none.
     public func accessToken(projectID: String, deadline: ContinuousClock.Instant) async throws -> AccessToken {
-        let now = ContinuousClock.now
-        let cached = state.withLock { state -> AccessToken? in
-            guard let token = state.projects[projectID]?.token, token.expiresAt > now + .seconds(1) else { return nil }
-            return token
-        }
-        if let cached { return cached }
+        if let cached = validAccessToken(projectID: projectID) { return cached }
         return try await withThrowingTaskGroup(of: AccessToken.self) { group in
             group.addTask { try await self.waitForToken(projectID: projectID) }
             group.addTask {
@@ -100,6 +95,15 @@ public final class FCMAccessTokenSource: Service, Sendable {
             }
             defer { group.cancelAll() }
             return try await group.next()!
+        }
+    }
+
+    /// The project's access token when it is valid for at least another second, without waiting.
+    func validAccessToken(projectID: String) -> AccessToken? {
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard let token = state.projects[projectID]?.token, token.expiresAt > now + .seconds(1) else { return nil }
+            return token
         }
     }
 

@@ -8,11 +8,12 @@ import NIOSSL
 import Synchronization
 
 /// One HTTP/2 connection to FCM: a `Sendable` face for the loop-bound ``FCMConnectionHandler``
-/// (the frame code APNs' connections use), pooled by ``FCMHTTP2Transport``.
-final class FCMConnection: APNSPooledConnection {
+/// (the frame code APNs' connections use), pooled by ``FCMHTTP2Transport``; its streams start as
+/// APNs' do (``HTTP2StreamConnection``).
+final class FCMConnection: HTTP2StreamConnection {
     let id: Int
     private let channel: any Channel
-    private let handler: NIOLoopBound<FCMConnectionHandler>
+    let handler: NIOLoopBound<FCMConnectionHandler>
     private let requestIDs = Atomic<UInt64>(0)
 
     /// The pool keeps FCM's connections as those of one environment.
@@ -84,21 +85,9 @@ final class FCMConnection: APNSPooledConnection {
         }
     }
 
-    /// Sends `request` on a new stream and waits for FCM's answer, the deadline or a failure.
-    func execute(_ request: FCMSendRequest, deadline: NIODeadline) async throws -> FCMSendAnswer {
-        // An already-cancelled task would run its cancellation handler before the stream exists.
-        try Task.checkCancellation()
-        let requestID = requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
-        let (handler, eventLoop) = (self.handler, channel.eventLoop)
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                eventLoop.execute {
-                    handler.value.startStream(requestID: requestID, request: request, deadline: deadline, continuation: continuation)
-                }
-            }
-        } onCancel: {
-            eventLoop.execute { handler.value.cancelStream(requestID: requestID) }
-        }
+    /// A new ID for a stream of this connection.
+    func nextRequestID() -> UInt64 {
+        requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
     /// Takes no new streams and closes when in-flight streams finished, at the latest after `timeout`.

@@ -23,7 +23,7 @@ import Synchronization
 /// until their deadline. A stream above a GOAWAY's last stream ID, or one never written because
 /// its connection closed or began draining, is sent again on another connection.
 final class FCMHTTP2Transport: Sendable {
-    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, CheckedContinuation<FCMConnection, any Error>>
+    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, PooledStreamWaiter<FCMConnection>>
 
     /// How often a request whose stream was not processed moves to another connection.
     private static let maximumUnprocessedRetries = 3
@@ -172,6 +172,12 @@ final class FCMHTTP2Transport: Sendable {
         }
     }
 
+    /// A stream for each of up to `count` requests, as many as are free now (none while requests
+    /// wait for one); each goes back with ``release(_:status:)``.
+    func leaseFreeStreams(upTo count: Int) -> [FCMConnection] {
+        pool.withLock { $0.leaseFreeStreams(.production, upTo: count) }
+    }
+
     private func leaseStream(deadline: NIODeadline) async throws -> FCMConnection {
         switch pool.withLock({ $0.leaseIfAvailable(.production) }) {
         case .leased(let connection): return connection
@@ -181,7 +187,8 @@ final class FCMHTTP2Transport: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                switch pool.withLock({ $0.enqueue(Pool.Waiter(id: waiterID, continuation: continuation, deadline: deadline), for: .production) }) {
+                let waiter = Pool.Waiter(id: waiterID, continuation: .continuation(continuation), deadline: deadline)
+                switch pool.withLock({ $0.enqueue(waiter, for: .production) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
                 case .failed(let error):
@@ -197,11 +204,27 @@ final class FCMHTTP2Transport: Sendable {
         }
     }
 
+    /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(upTo:)``), in
+    /// one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
+    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline) -> [UInt64] {
+        let queued = waiters.map { waiter in
+            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, continuation: waiter, deadline: deadline)
+        }
+        perform(pool.withLock { $0.enqueue(queued, for: .production) })
+        return queued.map(\.id)
+    }
+
+    /// Takes the waiters still queued out of the pool; each is told it gets no stream.
+    func stopWaiting(_ ids: [UInt64]) {
+        for id in ids { cancelWaiter(id) }
+    }
+
     private func cancelWaiter(_ id: UInt64) {
         pool.withLock { $0.removeWaiter(id, for: .production) }?.continuation.resume(throwing: CancellationError())
     }
 
-    private func release(_ connection: FCMConnection, status: Int?) {
+    /// Gives a leased stream back; `status` is FCM's answer, nil when there was none.
+    func release(_ connection: FCMConnection, status: Int?) {
         perform(pool.withLock { $0.release(connectionID: connection.id, environment: .production, status: status) })
     }
 

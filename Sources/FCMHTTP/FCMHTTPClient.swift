@@ -23,8 +23,8 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     public let tokens: FCMAccessTokenSource
     /// The OAuth token exchange's client (AsyncHTTPClient: one request per project an hour).
     private let httpClient: HTTPClient
-    private let transport: FCMHTTP2Transport
-    private let credentials: Mutex<FCMCredentials>
+    let transport: FCMHTTP2Transport
+    let credentials: Mutex<FCMCredentials>
     private let logger: Logger
     private let metrics: FCMClientMetrics
 
@@ -86,23 +86,31 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     }
 
     public func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+        try await send(request, deadline: deadline, refreshed: false)
+    }
+
+    /// ``send(_:deadline:)``; `refreshed`: the access token was already refreshed once for this
+    /// request, so a 401 UNAUTHENTICATED is final.
+    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant, refreshed: Bool) async throws -> FCMResponse {
         guard let account = credentials.withLock({ $0.serviceAccount(for: request.package) }) else {
             throw FCMNoCredentialError(package: request.package)
         }
-        let path = "\(transport.pathPrefix)/v1/projects/\(account.projectID)/messages:send"
-        var refreshed = false
+        let path = sendPath(projectID: account.projectID)
+        var refreshed = refreshed
         while true {
             let token = try await tokens.accessToken(projectID: account.projectID, deadline: deadline)
-            var response = try await post(request, path: path, token: token, deadline: deadline)
+            let send = sendRequest(request, path: path, token: token, nowMilliseconds: WallClock.millisecondsSince1970())
+            let sentAt = ContinuousClock.now
+            var response: FCMResponse
+            do {
+                response = self.response(to: try await transport.send(send, deadline: deadline), sentAt: sentAt)
+            } catch {
+                if Task.isCancelled, ContinuousClock.now < deadline { throw CancellationError() }
+                throw failure(error, sentAt: sentAt, deadline: deadline)
+            }
             response.accessTokenRefreshed = refreshed
             guard response.decision == .refreshAccessToken else {
-                logger.trace(
-                    "FCM answered",
-                    metadata: [
-                        "fcm.target": "\(request.target.redacted)", "fcm.status": "\(response.status)",
-                        "fcm.reason": "\(response.reason ?? "")",
-                    ]
-                )
+                logAnswer(response, to: request)
                 return response
             }
             tokens.invalidate(token, projectID: account.projectID)
@@ -110,31 +118,41 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         }
     }
 
-    private func post(
-        _ request: FCMRequest,
-        path: String,
-        token: FCMAccessTokenSource.AccessToken,
-        deadline: ContinuousClock.Instant
-    ) async throws -> FCMResponse {
-        let send = FCMSendRequest(
-            path: path,
-            authorization: "Bearer " + token.value,
-            body: request.body(nowMilliseconds: WallClock.millisecondsSince1970())
+    /// The path of the send endpoint of `projectID`.
+    func sendPath(projectID: String) -> String {
+        "\(transport.pathPrefix)/v1/projects/\(projectID)/messages:send"
+    }
+
+    /// The HTTP/2 request that sends `request` to `path` with `token`, its TTL counted from
+    /// `nowMilliseconds` of the wall clock.
+    func sendRequest(_ request: FCMRequest, path: String, token: FCMAccessTokenSource.AccessToken, nowMilliseconds: Int64) -> FCMSendRequest {
+        FCMSendRequest(path: path, authorization: "Bearer " + token.value, body: request.body(nowMilliseconds: nowMilliseconds))
+    }
+
+    /// FCM's answer to a request sent at `sentAt`, its duration recorded.
+    func response(to answer: FCMSendAnswer, sentAt: ContinuousClock.Instant) -> FCMResponse {
+        metrics.request(duration: sentAt.duration(to: .now), answered: true)
+        return FCMResponse(
+            status: answer.status,
+            body: answer.body.readableBytesView,
+            retryAfterHeader: answer.retryAfter,
+            nowMilliseconds: WallClock.millisecondsSince1970()
         )
-        let sentAt = ContinuousClock.now
-        do {
-            let answer = try await transport.send(send, deadline: deadline)
-            metrics.request(duration: sentAt.duration(to: .now), answered: true)
-            return FCMResponse(
-                status: answer.status,
-                body: answer.body.readableBytesView,
-                retryAfterHeader: answer.retryAfter,
-                nowMilliseconds: WallClock.millisecondsSince1970()
-            )
-        } catch {
-            metrics.request(duration: sentAt.duration(to: .now), answered: false)
-            if Task.isCancelled, ContinuousClock.now < deadline { throw CancellationError() }
-            throw FCMTransportErrors.map(error, deadlinePassed: ContinuousClock.now >= deadline)
-        }
+    }
+
+    /// The error of a request sent at `sentAt` that got no answer, its duration recorded.
+    func failure(_ error: any Error, sentAt: ContinuousClock.Instant, deadline: ContinuousClock.Instant) -> FCMTransportError {
+        metrics.request(duration: sentAt.duration(to: .now), answered: false)
+        return FCMTransportErrors.map(error, deadlinePassed: ContinuousClock.now >= deadline)
+    }
+
+    /// Logs FCM's answer to `request` (trace level).
+    func logAnswer(_ response: FCMResponse, to request: FCMRequest) {
+        logger.trace(
+            "FCM answered",
+            metadata: [
+                "fcm.target": "\(request.target.redacted)", "fcm.status": "\(response.status)", "fcm.reason": "\(response.reason ?? "")",
+            ]
+        )
     }
 }

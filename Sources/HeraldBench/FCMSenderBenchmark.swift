@@ -22,7 +22,7 @@ struct FCMSenderBenchmark: AsyncParsableCommand {
         discussion: """
             Starts mock-fcm as a child process with a generated service account (for Herald's \
             OAuth exchange) and a static access token (for h2load), then alternates rounds of \
-            FCMHTTPClient.send, of bare AsyncHTTPClient (a pre-built body and the static \
+            FCMHTTPClient.sendAll (batches of the free slots, as the pipeline sends), of bare AsyncHTTPClient (a pre-built body and the static \
             token: what the HTTP client the sender used before costs alone) and of h2load, each sending \
             --requests messages:send requests with --in-flight in flight over one HTTP/2 connection. Herald's CPU time is this \
             process's; h2load's is its own (wait4 rusage). Prints each round and the medians.
@@ -116,31 +116,49 @@ struct FCMSenderBenchmark: AsyncParsableCommand {
         )
     }
 
-    /// Sends every request with `inFlight` workers, each taking the next unsent one; returns each
-    /// request's latency in µs and throws unless every answer was a 200.
+    /// Sends every request with at most `inFlight` in flight, as the pipeline sends: each batch is
+    /// as many requests as there are free slots, sent by one ``FCMHTTPClient/sendAll(_:deadline:answered:)``.
+    /// Returns each request's latency in µs from its batch's start; throws unless every answer was a 200.
     static func sendAll(_ requests: [FCMRequest], through client: FCMHTTPClient, inFlight: Int) async throws -> [Int64] {
-        let next = NextIndex()
-        return try await withThrowingTaskGroup(of: [Int64].self) { group in
-            for _ in 0..<inFlight {
+        let slots = FreeSlots(inFlight)
+        let answers = AnswerLog()
+        await withDiscardingTaskGroup { group in
+            var next = requests.startIndex
+            while next < requests.endIndex {
+                let free = await slots.takeAll()
+                let batch = Array(requests[next..<min(next + free, requests.endIndex)])
+                next += batch.count
                 group.addTask {
-                    var latencies: [Int64] = []
-                    while true {
-                        let index = next.take()
-                        guard index < requests.count else { return latencies }
-                        let start = ContinuousClock.now
-                        let response = try await client.send(requests[index], deadline: start + .seconds(10))
-                        guard response.status == 200 else { throw ValidationError("mock FCM answered \(response.status) \(response.reason ?? "")") }
-                        let elapsed = start.duration(to: .now).components
-                        latencies.append(elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000)
+                    let start = ContinuousClock.now
+                    await client.sendAll(batch, deadline: start + .seconds(10)) { _, answer in
+                        let response = try? answer.get()
+                        answers.record(response, after: start.duration(to: .now))
+                        slots.giveBack(delivered: response?.status == 200)
                     }
                 }
             }
-            var all: [Int64] = []
-            all.reserveCapacity(requests.count)
-            for try await latencies in group { all += latencies }
-            return all
+        }
+        let (latencies, refusal) = answers.recorded
+        if let refusal { throw ValidationError("mock FCM answered \(refusal)") }
+        return latencies
+    }
+}
+
+/// The FCM sender benchmark's answers: each request's latency in µs and the last answer that
+/// was not a 200.
+private final class AnswerLog: Sendable {
+    private let state = Mutex<(latencies: [Int64], refusal: String?)>(([], nil))
+
+    /// Records an answer (nil: none) that came `latency` after its request.
+    func record(_ response: FCMResponse?, after latency: Duration) {
+        let elapsed = latency.components
+        state.withLock { state in
+            state.latencies.append(elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000)
+            if response?.status != 200 { state.refusal = response.map { "\($0.status) \($0.reason ?? "")" } ?? "no answer" }
         }
     }
+
+    var recorded: (latencies: [Int64], refusal: String?) { state.withLock { $0 } }
 }
 
 /// AsyncHTTPClient alone, configured as ``FCMHTTPClient`` configured it before it sent over

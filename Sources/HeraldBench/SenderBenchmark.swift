@@ -219,8 +219,8 @@ struct HeraldSenderClient {
     }
 }
 
-/// The sender benchmark's request slots: all free ones taken at once, each given back by its answer.
-private final class FreeSlots: Sendable {
+/// The sender benchmarks' request slots: all free ones taken at once, each given back by its answer.
+final class FreeSlots: Sendable {
     private struct State {
         var free: Int
         var delivered = 0

@@ -52,7 +52,7 @@ extension RequestProcessor {
     }
 
     /// Sends deliveries (each with its claim and a send permit held): APNs ones in one batch of
-    /// first attempts, FCM ones each on its own; hands each outcome, and an unregistered token's
+    /// first attempts, FCM ones in another; hands each outcome, and an unregistered token's
     /// registry mark, to the ledger writer as it arrives; ``publishRecorded(_:)`` publishes what stands.
     func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
         // The usual chunk is one platform's: no split, no second array.
@@ -71,40 +71,48 @@ extension RequestProcessor {
             request.precedence = delivery.ticket.batch.lane.priority == .bulk ? .bulk : .urgent
             return (request: request, environment: delivery.destination.environment)
         }
-        let traces = deliveries.map { delivery in
-            tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
-        }
+        let traces = deliveries.map(startSendTrace)
         await sender.deliverAll(requests, consumedAt: consumedAt) { index in
             self.isFenced(deliveries[index].ticket)
         } report: { index, result in
-            switch result {
-            case .success(let outcome):
-                self.record(outcome, of: deliveries[index], trace: traces[index], consumedAt: consumedAt)
-            case .failure(let stopped):
-                traces[index]?.end()
-                // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
-                if stopped == .fenced { self.abandonFenced(deliveries[index].ticket) }
-            }
+            self.report(result, of: deliveries[index], trace: traces[index], consumedAt: consumedAt)
         }
     }
 
-    /// Sends FCM deliveries, each with its own retries (FCM has no batch endpoint).
+    /// Sends FCM deliveries in one batch of first attempts (FCM has no batch endpoint: one
+    /// request per device, started together).
     private func sendAndroid(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
-        await withDiscardingTaskGroup { group in
-            for delivery in deliveries {
-                guard case .device(let device) = delivery.destination, let part = delivery.event.fcm else { continue }
-                group.addTask {
-                    let target: FCMTarget = device.fcmTarget == .fid ? .fid(device.token) : .token(device.token)
-                    let trace = self.tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
-                    do throws(DeliveryStopped) {
-                        let outcome = try await self.sender.deliver(part.request(to: target), consumedAt: consumedAt) { self.isFenced(delivery.ticket) }
-                        self.record(outcome, of: delivery, trace: trace, consumedAt: consumedAt)
-                    } catch {
-                        trace?.end()
-                        if error == .fenced { self.abandonFenced(delivery.ticket) }
-                    }
-                }
-            }
+        let sendable = deliveries.compactMap { delivery -> (delivery: Delivery, request: FCMRequest)? in
+            guard case .device(let device) = delivery.destination, let part = delivery.event.fcm else { return nil }
+            return (delivery, part.request(to: device.fcmTarget == .fid ? .fid(device.token) : .token(device.token)))
+        }
+        let traces = sendable.map { startSendTrace($0.delivery) }
+        await sender.deliverAll(sendable.map(\.request), consumedAt: consumedAt) { index in
+            self.isFenced(sendable[index].delivery.ticket)
+        } report: { index, result in
+            self.report(result, of: sendable[index].delivery, trace: traces[index], consumedAt: consumedAt)
+        }
+    }
+
+    /// The span of a delivery's send, when its message is traced.
+    private func startSendTrace(_ delivery: Delivery) -> (any Span)? {
+        tracer.flatMap { tracer in delivery.ticket.batch.trace(delivery.ticket.message).map { $0.startSend(tracer: tracer) } }
+    }
+
+    /// Records a delivery's outcome, or ends its trace when it stopped without one.
+    private func report(
+        _ result: Result<DeliveryOutcome, DeliveryStopped>,
+        of delivery: Delivery,
+        trace: (any Span)?,
+        consumedAt: ContinuousClock.Instant
+    ) {
+        switch result {
+        case .success(let outcome):
+            record(outcome, of: delivery, trace: trace, consumedAt: consumedAt)
+        case .failure(let stopped):
+            trace?.end()
+            // Cancelled: the message stays unfinished and is redelivered. Fenced: the new owner has it.
+            if stopped == .fenced { abandonFenced(delivery.ticket) }
         }
     }
 

@@ -40,7 +40,7 @@ extension NotificationSender {
             }
         }
         // The usual batch has one kind of first attempts: it needs no task of its own.
-        let retries = RetriesAfterFirstAnswers()
+        let retries = RetriesAfterFirstAnswers<AttemptHistory>()
         await withDiscardingTaskGroup { group in
             for (kind, indexes) in byClient.dropFirst() {
                 group.addTask {
@@ -75,7 +75,7 @@ extension NotificationSender {
         of requests: [(request: APNSRequest, environment: APNSEnvironment)],
         kind: FirstAttempts,
         deadline: ContinuousClock.Instant,
-        retries: RetriesAfterFirstAnswers,
+        retries: RetriesAfterFirstAnswers<AttemptHistory>,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
         let client = kind.isChannelRequest ? broadcastClient : client
@@ -95,13 +95,14 @@ extension NotificationSender {
         }
     }
 
-    /// The requests of a batch whose first answer calls for a retry, with what it found.
-    private final class RetriesAfterFirstAnswers: Sendable {
-        private let retries = Mutex<[(index: Int, history: AttemptHistory)]>([])
+    /// The requests of a batch whose first answer calls for a retry, with what it found (APNs'
+    /// ``AttemptHistory``, FCM's attempts).
+    final class RetriesAfterFirstAnswers<History: Sendable>: Sendable {
+        private let retries = Mutex<[(index: Int, history: History)]>([])
 
-        func append(_ index: Int, _ history: AttemptHistory) { retries.withLock { $0.append((index, history)) } }
+        func append(_ index: Int, _ history: History) { retries.withLock { $0.append((index, history)) } }
 
-        var all: [(index: Int, history: AttemptHistory)] { retries.withLock { $0 } }
+        var all: [(index: Int, history: History)] { retries.withLock { $0 } }
     }
 
     /// The requests whose first attempts share one client and one endpoint.
@@ -110,7 +111,9 @@ extension NotificationSender {
         var environment: APNSEnvironment
     }
 
-    private static func isCancellation(_ answer: Result<APNSResponse, any Error>) -> Bool {
+    /// Whether a batch's answer is the `CancellationError` of a stream reset because the
+    /// caller was cancelled.
+    static func isCancellation<Answer>(_ answer: Result<Answer, any Error>) -> Bool {
         if case .failure(let error) = answer { error is CancellationError } else { false }
     }
 

@@ -24,46 +24,150 @@ extension NotificationSender {
         unless fenced: () -> Bool = { false }
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         var history = FCMAttempts()
+        return try await attempt(request, consumedAt: consumedAt, history: &history, unless: fenced)
+    }
+
+    /// Delivers every request to its Android device, each with the rules of
+    /// ``deliver(_:consumedAt:unless:)``, and calls `report` once per request with its index and
+    /// its outcome, or why it stopped without one (`fenced(index)` is asked before each of its
+    /// attempts), as each is known: for first answers on the thread they arrive on. The first
+    /// attempts go to FCM as one batch (``FCMClientProtocol/sendAll(_:deadline:answered:)``); a
+    /// request to retry waits its backoff in a task of its own, from when the batch was answered.
+    /// Returns once every request was reported.
+    public func deliverAll(
+        _ requests: [FCMRequest],
+        consumedAt: ContinuousClock.Instant,
+        unless fenced: @escaping @Sendable (Int) -> Bool,
+        report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
+    ) async {
+        guard let fcmClient else {
+            for index in requests.indices { report(index, .success(FCMAttempts().outcome(.rejected, reason: FCMNoCredentialError.resultReason))) }
+            return
+        }
+        let deadline = consumedAt + policy.deliveryDeadline
+        let first = requests.indices.filter { index in
+            do throws(DeliveryStopped) {
+                guard let stop = try stopBeforeAttempt(requests[index], history: FCMAttempts(), deadline: deadline, unless: { fenced(index) }) else {
+                    return true
+                }
+                report(index, .success(stop))
+            } catch {
+                report(index, .failure(error))
+            }
+            return false
+        }
+        guard !first.isEmpty else { return }
+        let retries = RetriesAfterFirstAnswers<FCMAttempts>()
+        let sentAtMilliseconds = epochMilliseconds()
+        let requestDeadline = min(ContinuousClock.now + policy.requestTimeout, deadline)
+        await fcmClient.sendAll(first.map { requests[$0] }, deadline: requestDeadline) { position, answer in
+            let index = first[position]
+            var history = FCMAttempts(attempts: 1)
+            do throws(DeliveryStopped) {
+                let isCancelled = Self.isCancellation(answer)
+                if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled) {
+                    report(index, .success(outcome))
+                } else {
+                    retries.append(index, history)
+                }
+            } catch {
+                report(index, .failure(error))
+            }
+        }
+        await withDiscardingTaskGroup { group in
+            for (index, history) in retries.all {
+                group.addTask {
+                    var history = history
+                    do throws(DeliveryStopped) {
+                        report(index, .success(try await attempt(requests[index], consumedAt: consumedAt, history: &history) { fenced(index) }))
+                    } catch {
+                        report(index, .failure(error))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attempts `request` until a final outcome, after the attempts `history` holds (after an
+    /// answer to retry, its wait comes first).
+    private func attempt(
+        _ request: FCMRequest,
+        consumedAt: ContinuousClock.Instant,
+        history: inout FCMAttempts,
+        unless fenced: () -> Bool
+    ) async throws(DeliveryStopped) -> DeliveryOutcome {
         guard let fcmClient else { return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason) }
-        let clock = ContinuousClock()
         let deadline = consumedAt + policy.deliveryDeadline
         while true {
-            if hasExpired(request, inAbout: .zero) { return history.outcome(.expired) }
-            guard clock.now < deadline else { return history.outcome(.failed) }
-            if fenced() { throw .fenced }
+            if history.attempts > 0 {
+                let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
+                guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.outcome(.failed) }
+                if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
+                do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+            }
+            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, unless: fenced) { return stop }
             history.attempts += 1
             let sentAtMilliseconds = epochMilliseconds()
-            var notBefore: Duration?
+            let answer: Result<FCMResponse, any Error>
             do {
-                let response = try await fcmClient.send(request, deadline: min(clock.now + policy.requestTimeout, deadline))
-                history.last = (response.status, response.reason, response.messageName)
-                switch response.decision {
-                case .delivered:
-                    return history.outcome(.delivered)
-                case .unregistered:
-                    var outcome = history.outcome(.unregistered)
-                    outcome.unregisteredAtMilliseconds = sentAtMilliseconds
-                    return outcome
-                case .rejected, .refreshAccessToken:
-                    return history.outcome(.rejected)
-                case .retry(let retry):
-                    notBefore = retry.notBefore
-                }
-            } catch is FCMNoCredentialError {
-                history.attempts -= 1
-                return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason)
-            } catch let error as FCMTransportError {
-                history.last = (nil, error.resultReason, nil)
+                answer = .success(try await fcmClient.send(request, deadline: min(ContinuousClock.now + policy.requestTimeout, deadline)))
             } catch {
-                if Task.isCancelled { throw .cancelled }
-                history.last = (nil, "\(type(of: error))", nil)
+                answer = .failure(error)
             }
-            if Task.isCancelled { throw .cancelled }
-            let wait = max(history.retries.delayAfterFailure(policy.backoff), notBefore ?? .zero)
-            guard history.attempts < policy.maxAttempts, clock.now + wait < deadline else { return history.outcome(.failed) }
-            if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
-            do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+            if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Task.isCancelled) {
+                return outcome
+            }
         }
+    }
+
+    /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
+    /// throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    private func stopBeforeAttempt(
+        _ request: FCMRequest,
+        history: FCMAttempts,
+        deadline: ContinuousClock.Instant,
+        unless fenced: () -> Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, unless: fenced).map { history.outcome($0) }
+    }
+
+    /// Reads the answer to the attempt counted last in `history`, sent at `sentAtMilliseconds`
+    /// of the wall clock: the final outcome, or nil when another attempt may follow (its wait
+    /// no shorter than `history.notBefore`); throws ``DeliveryStopped/cancelled`` when the
+    /// sending task was cancelled before a final answer.
+    private func conclude(
+        _ answer: Result<FCMResponse, any Error>,
+        sentAtMilliseconds: Int64,
+        history: inout FCMAttempts,
+        isCancelled: Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        history.notBefore = nil
+        switch answer {
+        case .success(let response):
+            history.last = (response.status, response.reason, response.messageName)
+            switch response.decision {
+            case .delivered:
+                return history.outcome(.delivered)
+            case .unregistered:
+                var outcome = history.outcome(.unregistered)
+                outcome.unregisteredAtMilliseconds = sentAtMilliseconds
+                return outcome
+            case .rejected, .refreshAccessToken:
+                return history.outcome(.rejected)
+            case .retry(let retry):
+                history.notBefore = retry.notBefore
+            }
+        case .failure(is FCMNoCredentialError):
+            history.attempts -= 1
+            return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason)
+        case .failure(let error as FCMTransportError):
+            history.last = (nil, error.resultReason, nil)
+        case .failure(let error):
+            if isCancelled { throw .cancelled }
+            history.last = (nil, "\(type(of: error))", nil)
+        }
+        if isCancelled { throw .cancelled }
+        return nil
     }
 
     /// Whether the request's `expiration` (UNIX seconds; 0 never expires here) will have passed
@@ -75,11 +179,13 @@ extension NotificationSender {
 }
 
 /// What the attempts of one FCM request found so far.
-private struct FCMAttempts {
+struct FCMAttempts: Sendable {
     var attempts = 0
     /// FCM's status, reason and message name in its last answer (no status: no answer).
     var last: (status: Int?, reason: String?, messageName: String?) = (nil, nil, nil)
     var retries = RetryAttempts()
+    /// The least wait before the next attempt that FCM's last answer asked for.
+    var notBefore: Duration?
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
     func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {

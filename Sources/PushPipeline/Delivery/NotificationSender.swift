@@ -175,8 +175,18 @@ public struct NotificationSender: Sendable {
         deadline: ContinuousClock.Instant,
         unless fenced: () -> Bool
     ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        if hasExpired(request, inAbout: .zero) { return history.giveUp(.expired) }
-        guard ContinuousClock.now < deadline else { return history.giveUp(.failed) }
+        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, unless: fenced).map(history.giveUp)
+    }
+
+    /// Why the next attempt of a notification must not start: `expired` once its expiration
+    /// passed, `failed` at the deadline; throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    static func stopStatus(
+        expired: Bool,
+        deadline: ContinuousClock.Instant,
+        unless fenced: () -> Bool
+    ) throws(DeliveryStopped) -> DeliveryResult.Status? {
+        if expired { return .expired }
+        guard ContinuousClock.now < deadline else { return .failed }
         if fenced() { throw .fenced }
         return nil
     }
