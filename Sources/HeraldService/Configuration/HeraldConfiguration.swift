@@ -65,8 +65,11 @@ package struct HeraldConfiguration: Sendable {
     static let defaultShutdownGracePeriod: Duration = .seconds(20)
     /// The port of /metrics and the health checks when HERALD_HTTP_PORT is unset.
     static let defaultHTTPPort = 8080
+    /// The log level when HERALD_LOG_LEVEL is unset.
     static let defaultLogLevel = Logger.Level.info
+    /// The log lines' format when HERALD_LOG_FORMAT is unset.
     static let defaultLogFormat = LogFormat.json
+    /// Whether `herald run` applies migrations when HERALD_MIGRATE_ON_START is unset.
     static let defaultMigrateOnStart = false
 
     /// Every HERALD_* key Herald reads, as the README's configuration table lists them: each
