@@ -90,6 +90,14 @@ let package = Package(
         .target(name: "KafkaMessages", swiftSettings: swiftSettings),
         // Durations as whole integer units: the one conversion Herald's modules share.
         .target(name: "ExactTime", swiftSettings: swiftSettings),
+        // What every component's configuration type reads with, over swift-configuration:
+        // integers in a range and flags that stop start-up when set but unusable, secrets read
+        // from files, and the error naming the environment variable.
+        .target(
+            name: "ConfigReading",
+            dependencies: [.product(name: "Configuration", package: "swift-configuration")],
+            swiftSettings: swiftSettings
+        ),
         // JSON as the package reads and writes it: one value type, one strict parser, one
         // string escaper (events, results, FCM messages and answers, JWTs, log lines).
         .target(name: "JSONCore", swiftSettings: swiftSettings),
@@ -97,10 +105,12 @@ let package = Package(
             name: "KafkaTransport",
             dependencies: [
                 "CRdKafka",
+                "ConfigReading",
                 "ExactTime",
                 "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Configuration", package: "swift-configuration"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -185,6 +195,7 @@ let package = Package(
             name: "PostgresTokenStore",
             dependencies: [
                 "APNSCore",
+                "ConfigReading",
                 "ExactTime",
                 "DeviceTokenStore",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -192,12 +203,14 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Configuration", package: "swift-configuration"),
             ],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "PushPipeline",
             dependencies: [
+                "ConfigReading",
                 "JSONCore",
                 "APNSCore",
                 "FCMCore",
@@ -209,6 +222,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Configuration", package: "swift-configuration"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -220,6 +234,7 @@ let package = Package(
         .target(
             name: "HeraldService",
             dependencies: [
+                "ConfigReading",
                 "JSONCore",
                 "APNSCore",
                 "APNSHTTP2",

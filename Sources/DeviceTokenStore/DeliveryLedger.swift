@@ -22,6 +22,11 @@ public struct LedgerEvent: Sendable, Hashable {
         self.init(eventID: eventID, topic: topic, day: Self.day(ofMilliseconds: recordTimestampMilliseconds))
     }
 
+    /// How long the ledger keeps an event's outcomes, counted from its record's timestamp, unless
+    /// HERALD_LEDGER_RETENTION_HOURS says otherwise: 168 hours, Kafka's default `retention.ms`,
+    /// the longest a record can wait to be redelivered.
+    public static let defaultRetention: Duration = .seconds(168 * 3600)
+
     /// The UTC day, counted from 1970-01-01, of an instant in milliseconds since 1970.
     public static func day(ofMilliseconds milliseconds: Int64) -> Int32 {
         let (quotient, remainder) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)

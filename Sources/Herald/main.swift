@@ -15,18 +15,24 @@ struct Herald: AsyncParsableCommand {
         defaultSubcommand: Run.self
     )
 
-    /// Reads the configuration or exits with code 2 and one line naming the problem.
+    /// Reads the configuration, or exits with code 2 and one line naming the problem; logs the
+    /// unknown keys and certificate problems the reading found.
     static func loadConfiguration() async -> HeraldConfiguration {
+        await loadConfigurationAndReport().configuration
+    }
+
+    /// ``loadConfiguration()``, with what the reading found, for `herald config check` to print.
+    static func loadConfigurationAndReport() async -> (configuration: HeraldConfiguration, report: ConfigurationReport) {
         do {
-            let configuration = try await HeraldConfiguration(environment: ProcessInfo.processInfo.environment)
+            let (configuration, report) = try await HeraldConfiguration.read(environment: ProcessInfo.processInfo.environment)
             configuration.bootstrapLogging()
-            for unknown in configuration.unknownKeys {
+            for unknown in report.unknownKeys {
                 Logger(label: "herald").warning("unknown configuration key ignored: \(unknown)")
             }
-            for problem in configuration.certificateProblems {
+            for problem in report.certificateProblems {
                 Logger(label: "herald").error("APNs certificate: \(problem)")
             }
-            return configuration
+            return (configuration, report)
         } catch {
             FileHandle.standardError.write(Data("herald: configuration error: \(error)\n".utf8))
             Foundation.exit(2)
@@ -60,8 +66,8 @@ struct Herald: AsyncParsableCommand {
             )
 
             func run() async throws {
-                let configuration = await Herald.loadConfiguration()
-                for line in OperatorCommands.describe(configuration) { print(line) }
+                let (configuration, report) = await Herald.loadConfigurationAndReport()
+                for line in OperatorCommands.describe(configuration, report: report) { print(line) }
                 print("configuration ok")
             }
         }

@@ -14,10 +14,11 @@ package import PushPipeline
 /// What `herald config check`, `herald token` and `herald send` do, on the configuration
 /// `herald run` reads.
 package enum OperatorCommands {
-    /// The effective configuration, one `name: value` line each, then every value set and where
-    /// it came from, and every default applied to a key left unset; secrets (the database URL, the certificate password, librdkafka's
-    /// passwords and keys) show as `<REDACTED>`.
-    package static func describe(_ configuration: HeraldConfiguration) -> [String] {
+    /// The effective configuration, one `name: value` line each, then from `report` every value
+    /// set and where it came from, every default applied to a key left unset, and the warnings;
+    /// secrets (the database URL, the certificate password, librdkafka's passwords and keys)
+    /// show as `<REDACTED>`.
+    package static func describe(_ configuration: HeraldConfiguration, report: ConfigurationReport) -> [String] {
         let pipeline = configuration.pipeline
         let topics = pipeline.topics
         var lines = [
@@ -49,9 +50,9 @@ package enum OperatorCommands {
             "http port: \(configuration.httpPort), log \(configuration.logLevel) \(configuration.logFormat.rawValue), tracing \(configuration.tracesEnabled ? "on" : "off")",
             "migrate on start: \(configuration.migrateOnStart), shutdown grace \(configuration.shutdownGracePeriod)",
         ]
-        let defaults = configuration.defaultsApplied.sorted { $0.key < $1.key }.map { "default: \($0.key) = \($0.value)" }
-        return lines + configuration.effectiveValues.map { "set: \($0)" } + defaults + configuration.unknownKeys.map { "warning: \($0)" }
-            + configuration.certificateProblems.map { "warning: \($0)" }
+        let defaults = report.defaultsApplied.sorted { $0.key < $1.key }.map { "default: \($0.key) = \($0.value)" }
+        return lines + report.effectiveValues.map { "set: \($0)" } + defaults + report.unknownKeys.map { "warning: \($0)" }
+            + report.certificateProblems.map { "warning: \($0)" }
     }
 
     /// FCM's lines: the endpoint, the trust roots and each service account (its project, e-mail

@@ -11,9 +11,9 @@ package struct HousekeepingConfiguration: Sendable, Hashable {
     package var interval: Duration = .seconds(3600)
     /// A day partition of the delivery ledger is dropped once every record it holds is older than
     /// this (by the Kafka record's timestamp). Keep it at least push.requests' retention
-    /// (`retention.ms`), the longest a record can wait to be redelivered. Default: 168 hours,
-    /// Kafka's default retention.
-    package var ledgerRetention: Duration = .seconds(168 * 3600)
+    /// (`retention.ms`), the longest a record can wait to be redelivered. Default:
+    /// ``LedgerEvent/defaultRetention``.
+    package var ledgerRetention: Duration = LedgerEvent.defaultRetention
     /// When set, tokens unregistered longer ago than this are deleted. Keep it above push.tokens'
     /// retention: a purged row no longer stops a replayed older registration. Default: nil (kept).
     package var unregisteredTokenRetention: Duration?

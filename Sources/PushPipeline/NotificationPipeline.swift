@@ -108,9 +108,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             logger: logger
         )
         self.storeOperations = storeOperations
-        // Bulk sends may hold three quarters of the permits: the rest stay free for urgent ones
-        // (BulkLaneTests, herald-bench --campaign-urgent-rate).
-        let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: 0.75)
+        let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: configuration.bulkSendShare)
         self.coordinator = coordinator
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)

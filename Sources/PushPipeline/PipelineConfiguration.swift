@@ -1,4 +1,5 @@
 public import APNSCore
+import DeviceTokenStore
 
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).
 public struct PushTopics: Sendable, Hashable {
@@ -29,13 +30,16 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// holds a permit from before its APNs request until its result is published, so this
     /// bounds the requests in flight and what a crash can push twice.
     public var maxConcurrentSends = 2000
+    /// The share of ``maxConcurrentSends`` bulk sends may hold at once (at least one permit):
+    /// the rest stay free for urgent ones (BulkLaneTests, herald-bench --campaign-urgent-rate).
+    public var bulkSendShare = 0.75
     /// Most outcomes one delivery-ledger write records (HERALD_LEDGER_BATCH_SIZE); outcomes
     /// that arrive while a write is in flight are written together in the next.
     public var maxOutcomesPerLedgerWrite = 500
     /// How long the ledger keeps outcomes, counted from their record's timestamp
     /// (HERALD_LEDGER_RETENTION_HOURS); a lookup for an older record is counted in
     /// `herald_ledger_lookups_beyond_retention_total`, since its outcomes may be gone.
-    public var ledgerRetention: Duration = .seconds(168 * 3600)
+    public var ledgerRetention: Duration = LedgerEvent.defaultRetention
     /// Largest number of messages taken from one poll (HERALD_POLL_BATCH_SIZE); the events of
     /// one poll share one token lookup per app and one ledger lookup.
     public var pollBatchSize = 256

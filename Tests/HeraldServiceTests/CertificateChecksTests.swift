@@ -53,8 +53,7 @@ import X509
          {"topics": ["com.example.news", "com.example.other"], "cert_path": "\(valid.certificate)", "cert_key_path": "\(valid.key)"}]
         """.write(toFile: file, atomically: true, encoding: .utf8)
 
-        let configuration = try await HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": file])
-        let problems = configuration.certificateProblems
+        let problems = try await HeraldConfiguration.read(environment: ["HERALD_APNS_CREDENTIALS_FILE": file]).report.certificateProblems
         #expect(problems.count == 2, "\(problems)")
         #expect(problems.contains { $0.contains("entry 1: the certificate expired at") }, "\(problems)")
         #expect(
@@ -63,9 +62,9 @@ import X509
             }, "\(problems)")
 
         let soon = try Self.writeCertificate(topics: ["com.example.shop"], notValidAfter: Date().addingTimeInterval(10 * 86_400), in: directory)
-        let environmentCertificate = try await HeraldConfiguration(environment: [
+        let environmentCertificate = try await HeraldConfiguration.read(environment: [
             "HERALD_APNS_CERT_PATH": soon.certificate, "HERALD_APNS_CERT_KEY_PATH": soon.key,
-        ])
+        ]).report
         #expect(environmentCertificate.certificateProblems.count == 1)
         #expect(environmentCertificate.certificateProblems.first?.contains("in less than 30 days") == true)
     }

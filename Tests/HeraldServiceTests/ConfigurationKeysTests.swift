@@ -7,13 +7,13 @@ import Testing
 
 @Suite struct ConfigurationKeysTests {
     @Test func aMistypedKeyIsReportedNamingTheKeyItMeant() async throws {
-        let configuration = try await HeraldConfiguration(environment: [
+        let report = try await HeraldConfiguration.read(environment: [
             "HERALD_MAX_CONCURENT_SENDS": "10", "HERALD_SOMETHING_ELSE": "1",
             // librdkafka's properties pass through; other variables are not Herald's business.
             "HERALD_KAFKA_FETCH_WAIT_MAX_MS": "10", "PATH": "/bin",
-        ])
+        ]).report
         #expect(
-            configuration.unknownKeys == [
+            report.unknownKeys == [
                 "HERALD_MAX_CONCURENT_SENDS is not a Herald configuration key (did you mean HERALD_MAX_CONCURRENT_SENDS?)",
                 "HERALD_SOMETHING_ELSE is not a Herald configuration key",
             ]
@@ -28,6 +28,38 @@ import Testing
             "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
     }
 
+    /// Every key the configuration's reads look up is declared by its component's configuration
+    /// type, and every declared key is looked up: the reads run with no key set and with an APNs
+    /// credential (the hosts, the CA and the connections are read only with one), and
+    /// swift-configuration's access reporter records each key looked up. A key read but not
+    /// declared fails here even without a default, and `herald config check` lists (set or
+    /// default) only declared keys. With ``theREADMEsTableListsEveryKeyAndNoOther()``, the
+    /// declarations, the reads and the README's table agree.
+    @Test func everyKeyReadIsDeclaredAndEveryDeclaredKeyIsRead() async throws {
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey-\(UUID().uuidString).p8").path
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let environments: [[String: String]] = [
+            [:],
+            ["HERALD_APNS_KEY_PATH": keyPath, "HERALD_APNS_KEY_ID": "ABC123DEFG", "HERALD_APNS_TEAM_ID": "DEF123GHIJ"],
+        ]
+        var keysRead: Set<String> = []
+        var keysListed: Set<String> = []
+        for environment in environments {
+            let (configuration, report) = try await HeraldConfiguration.read(environment: environment)
+            keysRead.formUnion(report.keysRead)
+            for line in OperatorCommands.describe(configuration, report: report) where line.hasPrefix("set: ") || line.hasPrefix("default: ") {
+                keysListed.insert(String(line.drop { $0 != " " }.dropFirst().prefix { $0 != " " }))
+            }
+        }
+        let declared = HeraldConfiguration.keys
+        #expect(keysRead.subtracting(declared).isEmpty, "read but not declared: \(keysRead.subtracting(declared).sorted())")
+        // HERALD_CONFIG_FILE is the one key read before the reader exists: it says what the reader reads.
+        #expect(declared.subtracting(keysRead) == ["HERALD_CONFIG_FILE"], "declared but not read: \(declared.subtracting(keysRead).sorted())")
+        #expect(keysListed.subtracting(declared).isEmpty, "listed by config check but not declared: \(keysListed.subtracting(declared).sorted())")
+        #expect(keysListed.count >= 30, "config check listed \(keysListed.sorted())")
+    }
+
     /// The README's default for a key is the one Herald applies when the key is unset, for
     /// every key read with a default (with and without an APNs credential).
     @Test func theREADMEsDefaultsAreTheOnesHeraldApplies() async throws {
@@ -35,10 +67,10 @@ import Testing
         let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey-\(UUID().uuidString).p8").path
         try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
-        let withoutCredential = try await HeraldConfiguration(environment: [:])
-        let withCredential = try await HeraldConfiguration(environment: [
+        let withoutCredential = try await HeraldConfiguration.read(environment: [:]).report
+        let withCredential = try await HeraldConfiguration.read(environment: [
             "HERALD_APNS_KEY_PATH": keyPath, "HERALD_APNS_KEY_ID": "ABC123DEFG", "HERALD_APNS_TEAM_ID": "DEF123GHIJ",
-        ])
+        ]).report
         let applied = withoutCredential.defaultsApplied.merging(withCredential.defaultsApplied) { first, _ in first }
         #expect(applied.count >= 25, "the defaults checked: \(applied.keys.sorted())")
         for (key, value) in applied.sorted(by: { $0.key < $1.key }) {
@@ -101,7 +133,9 @@ import Testing
     func theFileSetsTheSameKeysAndTheEnvironmentWins(name: String, text: String) async throws {
         let path = try Self.write(text, named: name)
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let configuration = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path, "HERALD_MAX_CONCURRENT_SENDS": "32"])
+        let (configuration, report) = try await HeraldConfiguration.read(environment: [
+            "HERALD_CONFIG_FILE": path, "HERALD_MAX_CONCURRENT_SENDS": "32",
+        ])
         #expect(configuration.consumerGroup == "from-file")
         #expect(configuration.httpPort == 9191, "a number in the file")
         #expect(configuration.migrateOnStart, "a boolean in the file")
@@ -109,19 +143,19 @@ import Testing
         #expect(configuration.kafka.properties["sasl.password"] == "s3cret", "librdkafka's properties pass through from the file too")
         #expect(configuration.pipeline.maxConcurrentSends == 32, "the environment wins over the file")
 
-        let printed = OperatorCommands.describe(configuration).joined(separator: "\n")
+        let printed = OperatorCommands.describe(configuration, report: report).joined(separator: "\n")
         #expect(!printed.contains("hunter2") && !printed.contains("s3cret"), "secrets are never printed")
         #expect(printed.contains("set: HERALD_POSTGRES_URL = [string: <REDACTED>] (HERALD_CONFIG_FILE)"))
         #expect(printed.contains("set: HERALD_KAFKA_SASL_PASSWORD = [string: <REDACTED>] (HERALD_CONFIG_FILE)"))
-        #expect(printed.contains("set: HERALD_MAX_CONCURRENT_SENDS = [string: 32] (environment)"))
+        #expect(printed.contains("set: HERALD_MAX_CONCURRENT_SENDS = [int: 32] (environment)"), "read as an integer")
         #expect(printed.contains("set: HERALD_KAFKA_GROUP = [string: from-file] (HERALD_CONFIG_FILE)"))
     }
 
     @Test func aMistypedKeyInTheFileIsReported() async throws {
         let path = try Self.write("HERALD_HTTP_PROT: 9191\n", named: "herald.yml")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let configuration = try await HeraldConfiguration(environment: ["HERALD_CONFIG_FILE": path])
-        #expect(configuration.unknownKeys == ["HERALD_HTTP_PROT is not a Herald configuration key (did you mean HERALD_HTTP_PORT?)"])
+        let report = try await HeraldConfiguration.read(environment: ["HERALD_CONFIG_FILE": path]).report
+        #expect(report.unknownKeys == ["HERALD_HTTP_PROT is not a Herald configuration key (did you mean HERALD_HTTP_PORT?)"])
     }
 
     @Test(arguments: [

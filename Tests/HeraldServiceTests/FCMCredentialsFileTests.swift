@@ -50,7 +50,7 @@ import _CryptoExtras
             #expect(entries.map(\.packages) == [["com.example.shop", "com.example.shop.lite"]])
             #expect(entries.first?.serviceAccount.projectID == "shop-project")
 
-            let configuration = try await HeraldConfiguration(environment: [
+            let (configuration, report) = try await HeraldConfiguration.read(environment: [
                 "HERALD_APNS_CREDENTIALS_FILE": path,
                 "HERALD_FCM_SERVICE_ACCOUNT_PATH": directory.appendingPathComponent("default-firebase.json").path,
                 "HERALD_FCM_URL": "https://127.0.0.1:8443",
@@ -59,9 +59,9 @@ import _CryptoExtras
             #expect(fcm.baseURL == "https://127.0.0.1:8443")
             #expect(fcm.credentials.serviceAccount(for: "com.example.shop.lite")?.projectID == "shop-project")
             #expect(fcm.credentials.serviceAccount(for: "com.other.app")?.projectID == "default-project")
-            #expect(configuration.unknownKeys.isEmpty)
+            #expect(report.unknownKeys.isEmpty)
 
-            let printed = OperatorCommands.describe(configuration).joined(separator: "\n")
+            let printed = OperatorCommands.describe(configuration, report: report).joined(separator: "\n")
             #expect(printed.contains("fcm endpoint: https://127.0.0.1:8443, trust roots system"))
             #expect(printed.contains("fcm credential for com.example.shop, com.example.shop.lite: service account herald@shop-project"))
             #expect(printed.contains("set: HERALD_FCM_URL = [string: https://127.0.0.1:8443] (environment)"))
@@ -70,10 +70,10 @@ import _CryptoExtras
     }
 
     @Test func withoutAnyFCMCredentialNoFCMClientIsConfigured() async throws {
-        let configuration = try await HeraldConfiguration(environment: [:])
+        let (configuration, report) = try await HeraldConfiguration.read(environment: [:])
         #expect(configuration.fcm == nil)
-        #expect(configuration.defaultsApplied["HERALD_FCM_URL"] == "https://fcm.googleapis.com")
-        #expect(OperatorCommands.describe(configuration).contains { $0.hasPrefix("fcm: no credential") })
+        #expect(report.defaultsApplied["HERALD_FCM_URL"] == "https://fcm.googleapis.com")
+        #expect(OperatorCommands.describe(configuration, report: report).contains { $0.hasPrefix("fcm: no credential") })
     }
 
     @Test(arguments: [

@@ -1,4 +1,6 @@
 package import APNSHTTP2
+import ConfigReading
+import Configuration
 package import FCMHTTP
 package import PostgresTokenStore
 import Foundation
@@ -51,57 +53,85 @@ package struct HeraldConfiguration: Sendable {
         case text
     }
 
-    /// The service's own keys (the rest are its components': ``keys``).
-    static let serviceKeys = [
-        "HERALD_CONFIG_FILE", "HERALD_POSTGRES_URL", "HERALD_POSTGRES_URL_FILE", "HERALD_POSTGRES_POOL_SIZE", "HERALD_SHUTDOWN_GRACE_S", "HERALD_HTTP_PORT",
-        "HERALD_OTEL_TRACES", "HERALD_LOG_LEVEL", "HERALD_LOG_FORMAT", "HERALD_MIGRATE_ON_START",
+    /// The service's own keys, relative to the reader (scoped to `herald`: `postgres.url` is
+    /// HERALD_POSTGRES_URL); the database URL is read as a secret (it may hold a password).
+    static let configKeys: [ConfigKey] = [
+        ["postgres", "url"], ["postgres", "url_file"], ["postgres", "pool_size"], ["shutdown_grace_s"], ["http_port"],
+        ["otel_traces"], ["log_level"], ["log_format"], ["migrate_on_start"],
     ]
+    /// The database when neither HERALD_POSTGRES_URL nor HERALD_POSTGRES_URL_FILE is set.
+    static let defaultPostgresURL = "postgres://localhost/herald"
+    /// The drain time on SIGTERM when HERALD_SHUTDOWN_GRACE_S is unset.
+    static let defaultShutdownGracePeriod: Duration = .seconds(20)
+    /// The port of /metrics and the health checks when HERALD_HTTP_PORT is unset.
+    static let defaultHTTPPort = 8080
+    /// The log level when HERALD_LOG_LEVEL is unset.
+    static let defaultLogLevel = Logger.Level.info
+    /// The log lines' format when HERALD_LOG_FORMAT is unset.
+    static let defaultLogFormat = LogFormat.json
+    /// Whether `herald run` applies migrations when HERALD_MIGRATE_ON_START is unset.
+    static let defaultMigrateOnStart = false
 
     /// Every HERALD_* key Herald reads, as the README's configuration table lists them: each
-    /// component's configuration declares the keys it reads, beside the code that reads them;
-    /// other HERALD_KAFKA_* keys pass through to librdkafka.
+    /// component's configuration type declares the keys it reads, beside the code that reads
+    /// them; other HERALD_KAFKA_* keys pass through to librdkafka.
     package static let keys = Set(
-        serviceKeys + KafkaConfiguration.keys + PipelineConfiguration.keys + HousekeepingConfiguration.keys + APNSClientConfiguration.keys
-            + FCMClientConfiguration.configKeys.map(FCMClientConfiguration.environmentName(of:))
+        [
+            HeraldConfigurationSource.configKeys, configKeys, KafkaConfiguration.configKeys, PipelineConfiguration.configKeys,
+            HousekeepingConfiguration.configKeys, APNSClientConfiguration.configKeys, FCMClientConfiguration.configKeys,
+        ].joined().map(\.environmentName)
     )
-
-    /// HERALD_* keys given that Herald does not read, each with the closest known key when one
-    /// is near: `herald` reports them at start-up, so a typo is not silently ignored.
-    package var unknownKeys: [String] = []
-    /// APNs certificates that expired, expire within 30 days, or were not issued for a bundle
-    /// ID they are configured for: `herald` reports them at start-up.
-    package var certificateProblems: [String] = []
-    /// Every key read that has a value, as `KEY = [type: value] (source)`; secrets show as
-    /// `<REDACTED>` (swift-configuration's redaction). `herald config check` prints them.
-    package var effectiveValues: [String] = []
-    /// The keys left unset that Herald applied a default to, with that default, as text; the
-    /// README's table is checked against them. `herald config check` prints them too.
-    package var defaultsApplied: [String: String] = [:]
 
     /// Reads the configuration. A value in `environment` wins over the same key in the YAML or
     /// JSON file named by HERALD_CONFIG_FILE.
     package init(environment: [String: String]) async throws {
-        let source = try await HeraldConfigurationSource(environment: environment)
-        for key in source.givenKeys.sorted() where key.hasPrefix("HERALD_") && !key.hasPrefix("HERALD_KAFKA_") && !Self.keys.contains(key) {
-            let closest = Self.keys.min { Self.editDistance($0, key) < Self.editDistance($1, key) }
-            let hint = closest.map { Self.editDistance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
-            unknownKeys.append("\(key) is not a Herald configuration key\(hint)")
-        }
+        self = try await Self.read(environment: environment).configuration
+    }
 
-        kafka = try KafkaConfiguration(reading: source)
-        consumerGroup = KafkaConfiguration.consumerGroup(reading: source)
-        housekeeping = try HousekeepingConfiguration(reading: source)
-        pipeline = try PipelineConfiguration(reading: source, ledgerRetention: housekeeping.ledgerRetention)
-        if let path = source["HERALD_POSTGRES_URL_FILE"] {
-            guard source["HERALD_POSTGRES_URL"] == nil else {
+    /// Reads the configuration as ``init(environment:)`` does, and reports what the reading
+    /// found besides: the keys Herald does not know, certificate problems, the values set and
+    /// the defaults applied.
+    package static func read(environment: [String: String]) async throws -> (configuration: Self, report: ConfigurationReport) {
+        let source = try await HeraldConfigurationSource(environment: environment)
+        var certificateProblems: [String] = []
+        let configuration: Self
+        do {
+            configuration = try Self(reading: source, environment: environment, certificateProblems: &certificateProblems)
+        } catch let error as ConfigurationError {
+            throw error
+        } catch {
+            throw ConfigurationError("\(error)")
+        }
+        let report = ConfigurationReport(
+            unknownKeys: source.unknownKeys(known: keys),
+            certificateProblems: certificateProblems,
+            effectiveValues: source.effectiveValues,
+            defaultsApplied: source.defaultsApplied,
+            keysRead: source.keysRead
+        )
+        return (configuration, report)
+    }
+
+    /// Reads every component's configuration through `source`'s reader, in the order of the
+    /// README's table; the environment gives the OTEL_* variables that turn tracing on.
+    private init(reading source: HeraldConfigurationSource, environment: [String: String], certificateProblems: inout [String]) throws {
+        let config = source.herald
+        kafka = try KafkaConfiguration(reading: config, givenKeys: source.givenKeys)
+        consumerGroup = KafkaConfiguration.consumerGroup(reading: config)
+        housekeeping = try HousekeepingConfiguration(reading: config)
+        pipeline = try PipelineConfiguration(reading: config, ledgerRetention: housekeeping.ledgerRetention)
+        let postgresURLKey: ConfigKey = ["postgres", "url"]
+        let postgresURLFileKey: ConfigKey = ["postgres", "url_file"]
+        if let path = config.string(forKey: postgresURLFileKey) {
+            guard config.string(forKey: postgresURLKey, isSecret: true) == nil else {
                 throw ConfigurationError("set HERALD_POSTGRES_URL or HERALD_POSTGRES_URL_FILE, not both")
             }
-            postgresURL = try PostgresURL(SecretFile.read(path, for: "HERALD_POSTGRES_URL_FILE"))
+            postgresURL = try PostgresURL(SecretFile.read(path, for: postgresURLFileKey))
         } else {
-            postgresURL = try PostgresURL(source.string("HERALD_POSTGRES_URL", default: "postgres://localhost/herald"))
+            postgresURL = try PostgresURL(config.string(forKey: postgresURLKey, isSecret: true, default: Self.defaultPostgresURL))
         }
-        postgresPoolSize = try source.integer("HERALD_POSTGRES_POOL_SIZE", default: 20, in: 1...1000)
-        let apnsSettings = try APNSClientConfiguration.Settings(reading: source)
+        postgresPoolSize = try config.int(forKey: ["postgres", "pool_size"], default: PostgresURL.defaultPoolSize, in: 1...1000)
+        let apnsSettings = try APNSClientConfiguration.Settings(reading: config)
         apns = apnsSettings.client
         certificateProblems = apnsSettings.certificateProblems
         broadcastEndpoints = apnsSettings.broadcastEndpoints
@@ -109,43 +139,48 @@ package struct HeraldConfiguration: Sendable {
         apnsCredentialsFile = apnsSettings.credentialsFile
         apnsCredentialsCheckInterval = apnsSettings.credentialsCheckInterval
         let fcmEntries = try apnsSettings.credentialsFile.map(APNSCredentialsFile.fcmEntries(path:)) ?? []
-        do {
-            fcm = try FCMClientConfiguration(reading: source.herald, entries: fcmEntries)
-        } catch {
-            throw ConfigurationError("\(error)")
-        }
-        shutdownGracePeriod = .seconds(try source.integer("HERALD_SHUTDOWN_GRACE_S", default: 20, in: 0...3600))
-        httpPort = try source.integer("HERALD_HTTP_PORT", default: 8080, in: 0...65_535)
-        let levelText = source.string("HERALD_LOG_LEVEL", default: "info")
+        fcm = try FCMClientConfiguration(reading: config, entries: fcmEntries)
+        shutdownGracePeriod = try config.duration(
+            forKey: ["shutdown_grace_s"],
+            unit: .seconds(1),
+            default: Self.defaultShutdownGracePeriod,
+            in: 0...3600
+        )
+        httpPort = try config.int(forKey: ["http_port"], default: Self.defaultHTTPPort, in: 0...65_535)
+        let levelText = config.string(forKey: ["log_level"], default: Self.defaultLogLevel.rawValue)
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
             throw ConfigurationError("HERALD_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
         }
         logLevel = level
-        guard let format = LogFormat(rawValue: (source.string("HERALD_LOG_FORMAT", default: "json")).lowercased()) else {
+        guard let format = LogFormat(rawValue: config.string(forKey: ["log_format"], default: Self.defaultLogFormat.rawValue).lowercased()) else {
             throw ConfigurationError("HERALD_LOG_FORMAT must be json or text")
         }
         logFormat = format
-        migrateOnStart = try source.boolean("HERALD_MIGRATE_ON_START", default: false)
+        migrateOnStart = try config.flag(forKey: ["migrate_on_start"], default: Self.defaultMigrateOnStart)
         let otlpEndpointSet = environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
-        tracesEnabled = try source.boolean("HERALD_OTEL_TRACES", default: otlpEndpointSet)
-        effectiveValues = source.effectiveValues
-        defaultsApplied = source.defaultsApplied
+        tracesEnabled = try config.flag(forKey: ["otel_traces"], default: otlpEndpointSet)
     }
+}
 
-    /// Levenshtein distance, for naming the key a typo meant.
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8)
-        let b = Array(b.utf8)
-        var previous = Array(0...b.count)
-        for (i, x) in a.enumerated() {
-            var current = [i + 1] + Array(repeating: 0, count: b.count)
-            for (j, y) in b.enumerated() {
-                current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
-    }
+/// What reading the configuration found besides the configuration itself, kept apart from it:
+/// `herald` reports the unknown keys and certificate problems at start-up, and `herald config
+/// check` prints all of it.
+package struct ConfigurationReport: Sendable {
+    /// HERALD_* keys given that Herald does not read, each with the closest known key when one
+    /// is near, so a typo is not silently ignored.
+    package var unknownKeys: [String]
+    /// APNs certificates that expired, expire within 30 days, or were not issued for a bundle
+    /// ID they are configured for.
+    package var certificateProblems: [String]
+    /// Every key read that has a value, as `KEY = [type: value] (source)`; secrets show as
+    /// `<REDACTED>` (swift-configuration's redaction).
+    package var effectiveValues: [String]
+    /// The keys left unset that Herald applied a default to, with that default, as text; the
+    /// README's table is checked against them.
+    package var defaultsApplied: [String: String]
+    /// Every key the reads looked up, given or not, by environment name: a test checks that
+    /// each is declared by its component's configuration type.
+    package var keysRead: Set<String>
 }
 
 /// A configuration problem, worded as the one line `herald` prints before exiting with code 2.
@@ -157,31 +192,4 @@ package struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     }
 
     package var description: String { message }
-}
-
-extension HeraldConfigurationSource {
-    /// The text of `key`, `defaultValue` when unset.
-    func string(_ key: String, default defaultValue: String) -> String {
-        guard let text = self[key] else { return applying(defaultValue, to: key) }
-        return text
-    }
-
-    /// An integer in `range`, `defaultValue` when unset.
-    func integer(_ key: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
-        guard let text = self[key] else { return applying(defaultValue, to: key) }
-        guard let value = Int(text), range.contains(value) else {
-            throw ConfigurationError("\(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
-        }
-        return value
-    }
-
-    /// `true`/`yes`/`1` or `false`/`no`/`0`, `defaultValue` when unset.
-    func boolean(_ key: String, default defaultValue: Bool) throws -> Bool {
-        guard let text = self[key]?.lowercased() else { return applying(defaultValue, to: key) }
-        switch text {
-        case "1", "true", "yes": return true
-        case "0", "false", "no": return false
-        default: throw ConfigurationError("\(key) must be true or false")
-        }
-    }
 }

@@ -1,3 +1,4 @@
+import ConfigReading
 import Configuration
 import Foundation
 import Synchronization
@@ -5,83 +6,72 @@ import Yams
 
 /// Where Herald's configuration values come from: swift-configuration's reader over the
 /// environment and, when HERALD_CONFIG_FILE names one, a YAML or JSON file with the same keys
-/// (the environment wins). Secrets are marked, so the values `herald config check` prints are
-/// redacted by the library.
+/// (the environment wins). Both are read the same way, as environment variables: the file's
+/// numbers and booleans are their text, so a typed read parses either alike.
 ///
-/// Components read scoped keys through ``herald`` (`fcm.url` is HERALD_FCM_URL): the environment
-/// joins a key's components with `_`, upper-cased, and the file's keys are looked up the same way.
+/// Components read scoped keys through ``herald`` (`fcm.url` is HERALD_FCM_URL): the provider
+/// joins a key's components with `_`, upper-cased. Each component marks its secret keys at the
+/// read, so the values printed are redacted by the library. What the reads did (the values set,
+/// the defaults applied, the keys looked up) is recorded here, not on the configuration.
 struct HeraldConfigurationSource {
-    let reader: ConfigReader
+    /// The source's own key: HERALD_CONFIG_FILE, read from the environment before the reader exists.
+    static let configKeys: [ConfigKey] = [["config_file"]]
+
     /// The reader scoped to `herald`, for components' typed reads of their own scoped keys.
-    var herald: ConfigReader { reader.scoped(to: "herald") }
+    let herald: ConfigReader
     /// Every key given, in the environment or the file (HERALD_* and others).
     let givenKeys: Set<String>
-    /// What each key read resolved to, secrets redacted, and where it came from.
-    private let valuesRead: ValuesRead
-    /// The defaults the typed reads applied to unset keys, by key.
-    private let defaults: DefaultsApplied
-
-    /// Keys whose values are secret: the database URL (it may hold a password), the
-    /// certificate password, and librdkafka's passwords, secrets and keys.
-    static func isSecret(_ key: String) -> Bool {
-        if key == "HERALD_POSTGRES_URL" || key == "HERALD_APNS_CERT_PASSWORD" { return true }
-        guard key.hasPrefix("HERALD_KAFKA_") else { return false }
-        return ["PASSWORD", "SECRET", "_KEY_PEM", "TOKEN"].contains { key.contains($0) }
-    }
+    /// What the reads resolved, by key.
+    private let reads: ReadsRecorded
 
     init(environment: [String: String]) async throws {
-        let defaults = DefaultsApplied()
-        let valuesRead = ValuesRead(defaults: defaults)
-        var providers: [any ConfigProvider] = [
-            EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .dynamic { key, _ in Self.isSecret(key) })
-        ]
+        let reads = ReadsRecorded()
+        var providers = [Self.provider(environment)]
         var givenKeys = Set(environment.keys)
-        if let path = environment["HERALD_CONFIG_FILE"], !path.isEmpty {
-            let (provider, keys) = try Self.fileProvider(path: path)
-            providers.append(provider)
-            givenKeys.formUnion(keys)
+        if let path = environment[Self.configKeys[0].environmentName], !path.isEmpty {
+            let values = try Self.fileValues(path: path)
+            providers.append(Self.provider(values))
+            givenKeys.formUnion(values.keys)
         }
-        self.reader = ConfigReader(providers: providers, accessReporter: valuesRead)
+        self.herald = ConfigReader(providers: providers, accessReporter: reads).scoped(to: "herald")
         self.givenKeys = givenKeys
-        self.valuesRead = valuesRead
-        self.defaults = defaults
-    }
-
-    /// The value of `key` as text: a string, or a YAML/JSON number or boolean written as one;
-    /// nil when unset or empty.
-    subscript(key: String) -> String? {
-        let configKey = ConfigKey([key])
-        let isSecret = Self.isSecret(key)
-        let text =
-            reader.string(forKey: configKey, isSecret: isSecret)
-            ?? reader.int(forKey: configKey, isSecret: isSecret).map(String.init)
-            ?? reader.bool(forKey: configKey, isSecret: isSecret).map(String.init)
-        guard let text, !text.isEmpty else { return nil }
-        return text
+        self.reads = reads
     }
 
     /// The keys read that have a value, each as `KEY = [type: value] (source)`, secrets redacted.
-    var effectiveValues: [String] { valuesRead.lines }
+    var effectiveValues: [String] { reads.effectiveValues }
 
-    /// The defaults applied to unset keys so far, as text.
-    var defaultsApplied: [String: String] { defaults.values.withLock { $0 } }
+    /// The defaults the typed reads applied to unset keys, as text by key.
+    var defaultsApplied: [String: String] { reads.defaultsApplied }
 
-    /// Records that `key` was unset and read as `value`, and returns `value`.
-    func applying<Value>(_ value: Value, to key: String) -> Value {
-        defaults.values.withLock { $0[key] = "\(value)" }
-        return value
+    /// Every key the reads looked up so far, given or not, by environment name.
+    var keysRead: Set<String> { reads.keysRead }
+
+    /// HERALD_* keys given that are not among `known` (HERALD_KAFKA_* pass through to
+    /// librdkafka), each with the closest known key when one is near.
+    func unknownKeys(known: Set<String>) -> [String] {
+        givenKeys.sorted().filter { $0.hasPrefix("HERALD_") && !$0.hasPrefix("HERALD_KAFKA_") && !known.contains($0) }.map { key in
+            let closest = known.min { Self.editDistance($0, key) < Self.editDistance($1, key) }
+            let hint = closest.map { Self.editDistance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
+            return "\(key) is not a Herald configuration key\(hint)"
+        }
     }
 
-    /// The file's provider and its keys. Its top level must be a mapping of keys to single
+    /// A provider over `values` by environment name; an empty value counts as unset.
+    private static func provider(_ values: [String: String]) -> any ConfigProvider {
+        EnvironmentVariablesProvider(environmentVariables: values.filter { !$0.value.isEmpty })
+    }
+
+    /// The file's values as text by key. Its top level must be a mapping of keys to single
     /// values (strings, numbers, booleans), like the environment.
-    private static func fileProvider(path: String) throws -> (any ConfigProvider, [String]) {
+    private static func fileValues(path: String) throws -> [String: String] {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
             throw ConfigurationError("cannot read HERALD_CONFIG_FILE=\(path)")
         }
-        // YAML is a superset of JSON: one parse lists the keys of either.
+        // YAML is a superset of JSON: one parse reads either.
         let parsed: Any?
         do {
             parsed = try Yams.load(yaml: text)
@@ -94,50 +84,52 @@ struct HeraldConfigurationSource {
         guard path.hasSuffix(".json") || path.hasSuffix(".yaml") || path.hasSuffix(".yml") else {
             throw ConfigurationError("HERALD_CONFIG_FILE=\(path) must end in .yaml, .yml or .json")
         }
-        // The one parse serves both the key list and the values (an in-memory provider), so the
-        // file is read and parsed once.
-        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        var values: [String: String] = [:]
         for (key, value) in mapping.sorted(by: { $0.key < $1.key }) {
-            let content: ConfigContent
             switch value {
-            case let text as String: content = .string(text)
-            case let flag as Bool: content = .bool(flag)
-            case let number as Int: content = .int(number)
-            case let number as Double: content = .double(number)
+            case let text as String: values[key] = text
+            case let flag as Bool: values[key] = String(flag)
+            case let number as Int: values[key] = String(number)
+            case let number as Double: values[key] = String(number)
             default: throw ConfigurationError("HERALD_CONFIG_FILE=\(path): \(key) must be a single value (a string, number or boolean)")
             }
-            values[AbsoluteConfigKey([key])] = ConfigValue(content, isSecret: isSecret(key))
         }
-        // A scoped key (`herald.fcm.url`) is found under its flat name (HERALD_FCM_URL).
-        let provider = InMemoryProvider(name: "HERALD_CONFIG_FILE", values: values).mapKeys { Self.flatKey($0) }
-        return (provider, Array(mapping.keys))
+        return values
     }
 
-    /// The one-component key the environment and the file use for `key`: its components joined
-    /// with `_`, upper-cased (HERALD_FCM_URL for `herald.fcm.url`; a flat key stays as it is).
-    static func flatKey(_ key: AbsoluteConfigKey) -> AbsoluteConfigKey {
-        AbsoluteConfigKey([flatName(key.components)], context: key.context)
-    }
-
-    static func flatName(_ components: [String]) -> String {
-        components.count == 1 ? components[0] : components.joined(separator: "_").uppercased()
+    /// Levenshtein distance, for naming the key a typo meant.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8)
+        let b = Array(b.utf8)
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1] + Array(repeating: 0, count: b.count)
+            for (j, y) in b.enumerated() {
+                current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 }
 
-/// Records what each key read resolved to (swift-configuration's access events): the value as
-/// the library describes it, which redacts secrets, and whether the environment or the file
-/// gave it. A value no provider gave is a default a typed read applied: it goes to the defaults.
-private final class ValuesRead: AccessReporter, Sendable {
-    private let values = Mutex<[String: String]>([:])
-    private let defaults: DefaultsApplied
-
-    init(defaults: DefaultsApplied) {
-        self.defaults = defaults
+/// Records what each read resolved to (swift-configuration's access events): every key looked
+/// up; for a key given a value, that value as the library describes it, which redacts secrets,
+/// and whether the environment or the file gave it; for a key no provider gave, the default the
+/// typed read applied.
+private final class ReadsRecorded: AccessReporter, Sendable {
+    private struct Record {
+        var effectiveValues: [String: String] = [:]
+        var defaultsApplied: [String: String] = [:]
+        var keysRead: Set<String> = []
     }
 
+    private let record = Mutex(Record())
+
     func report(_ event: AccessEvent) {
+        let key = event.metadata.key.components.joined(separator: "_").uppercased()
+        record.withLock { _ = $0.keysRead.insert(key) }
         guard case .success(let value?) = event.result else { return }
-        let key = HeraldConfigurationSource.flatName(event.metadata.key.components)
         guard let index = event.providerResults.firstIndex(where: { (try? $0.result.get().value) != nil }) else {
             let text: String
             switch value.content {
@@ -146,17 +138,14 @@ private final class ValuesRead: AccessReporter, Sendable {
             case .bool(let flag): text = String(flag)
             default: text = "\(value)"
             }
-            defaults.values.withLock { $0[key] = text }
+            record.withLock { $0.defaultsApplied[key] = text }
             return
         }
         let source = index == 0 ? "environment" : "HERALD_CONFIG_FILE"
-        values.withLock { $0[key] = "\(key) = \(value) (\(source))" }
+        record.withLock { $0.effectiveValues[key] = "\(key) = \(value) (\(source))" }
     }
 
-    var lines: [String] { values.withLock { $0.sorted { $0.key < $1.key }.map(\.value) } }
-}
-
-/// The defaults applied to unset keys, as text by key (shared by the source's copies).
-private final class DefaultsApplied: Sendable {
-    let values = Mutex<[String: String]>([:])
+    var effectiveValues: [String] { record.withLock { $0.effectiveValues.sorted { $0.key < $1.key }.map(\.value) } }
+    var defaultsApplied: [String: String] { record.withLock { $0.defaultsApplied } }
+    var keysRead: Set<String> { record.withLock { $0.keysRead } }
 }

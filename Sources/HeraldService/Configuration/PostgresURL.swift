@@ -19,6 +19,9 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     /// when the configuration is, so a file that cannot be used stops Herald at start-up.
     package var sslClientCertificate: (chain: [NIOSSLCertificate], key: NIOSSLPrivateKey)?
 
+    /// The most connections a pool opens when HERALD_POSTGRES_POOL_SIZE is unset.
+    package static let defaultPoolSize = 20
+
     /// libpq's TLS modes: `disable` (plaintext), `prefer` (TLS when the server offers it,
     /// unverified), `require` (TLS or no connection, unverified), `verify-ca` (TLS with a
     /// certificate from a trusted CA), `verify-full` (that, and the certificate names the host).
@@ -127,7 +130,7 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
         PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
     }
 
-    package func clientConfiguration(maximumConnections: Int = 20, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
+    package func clientConfiguration(maximumConnections: Int = PostgresURL.defaultPoolSize, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
             port: port,
