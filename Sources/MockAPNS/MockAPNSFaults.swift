@@ -105,14 +105,15 @@ public struct MockAPNSFaults: Sendable, Hashable {
 }
 
 /// SplitMix64: a tiny, fast, seedable generator; statistical quality is ample for fault draws.
-struct SeededRandomNumberGenerator: RandomNumberGenerator, Sendable {
+/// The mock FCM draws its faults with it too.
+package struct SeededRandomNumberGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    init(seed: UInt64) {
+    package init(seed: UInt64) {
         self.state = seed
     }
 
-    mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var mixed = state
         mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -121,7 +122,7 @@ struct SeededRandomNumberGenerator: RandomNumberGenerator, Sendable {
     }
 
     /// A uniform draw in `0..<1`.
-    mutating func nextUnitInterval() -> Double {
+    package mutating func nextUnitInterval() -> Double {
         Double(next() >> 11) * 0x1.0p-53
     }
 }

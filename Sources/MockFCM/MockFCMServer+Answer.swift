@@ -23,7 +23,7 @@ extension MockFCMServer {
         var scripts: [String: [MockFCMScriptedFault]] = [:]
         var unregisteredTokens: Set<String>
         var faults: MockFCMFaults
-        var generator: SeededGenerator
+        var generator: SeededRandomNumberGenerator
         var log = CircularBuffer<ReceivedMessage>()
         var logLimit: Int
         var messageCounter: UInt64 = 0
@@ -170,7 +170,7 @@ extension MockFCMServer {
             let faults = ledger.faults
             let total = faults.quotaExceededFraction + faults.internalErrorFraction + faults.unavailableFraction
             guard total > 0 else { return nil }
-            let draw = Double(ledger.generator.next() >> 11) * 0x1.0p-53
+            let draw = ledger.generator.nextUnitInterval()
             if draw < faults.quotaExceededFraction { return Self.quotaExceeded(retryAfterSeconds: faults.retryAfterSeconds) }
             if draw < faults.quotaExceededFraction + faults.internalErrorFraction { return Self.internalError }
             if draw < total { return Self.unavailable(retryAfterSeconds: faults.retryAfterSeconds) }
@@ -201,22 +201,5 @@ extension MockFCMServer {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.utf8.count % 4 != 0 { base64 += "=" }
         return Data(base64Encoded: base64)
-    }
-}
-
-/// SplitMix64: a tiny seedable generator for the fault draws.
-struct SeededGenerator: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        self.state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var mixed = state
-        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
-        return mixed ^ (mixed >> 31)
     }
 }

@@ -46,7 +46,7 @@ public final class MockFCMServer: Service, Sendable {
         var ledger = Ledger(
             unregisteredTokens: configuration.unregisteredTokens,
             faults: configuration.faults,
-            generator: SeededGenerator(seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)),
+            generator: SeededRandomNumberGenerator(seed: configuration.faults.seed ?? UInt64.random(in: .min ... .max)),
             logLimit: max(0, configuration.requestLogLimit)
         )
         for (token, projectID) in configuration.staticAccessTokens { ledger.accessTokens[token] = (projectID, .max, nil) }
