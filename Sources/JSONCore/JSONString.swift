@@ -6,14 +6,20 @@
 package enum JSONString {
     /// Appends `text` as a JSON string literal, quotes included.
     package static func write(_ text: String, to output: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { write($0, to: &output) }
+    }
+
+    /// Appends the UTF-8 `bytes` as a JSON string literal, quotes included.
+    static func write(_ bytes: UnsafeBufferPointer<UInt8>, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
-        let needsEscaping = text.utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
-        guard needsEscaping else {
-            // The common case (IDs, tokens, names): one copy instead of a check per byte.
-            output.append(contentsOf: text.utf8)
+        // The common case (IDs, tokens, names): one copy, checked over the contiguous bytes
+        // rather than through String's UTF-8 view.
+        guard bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            output.append(contentsOf: bytes)
             return output.append(UInt8(ascii: "\""))
         }
-        for byte in text.utf8 {
+        for byte in bytes {
             switch byte {
             case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
             case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)

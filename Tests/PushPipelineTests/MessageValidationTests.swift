@@ -175,6 +175,9 @@ import Testing
         #expect(Array(id)[14] == "5")
         #expect("89ab".contains(Array(id)[19]))
         #expect(UUID(uuidString: id) != nil)
+        // RFC 4122's version 5 over Herald's namespace (Python's uuid.uuid5 gives the same).
+        #expect(id == "7fdfcd06-f47f-54c5-8d68-7ac3743e4dbf")
+        #expect(NotificationID.collapseID(eventID: "order-42") == "503d8dba8f95a9bc46efb022ac329627c8e9f79b")
     }
 
     @Test func resultJSONHasEveryFieldWithNullsForAbsentOnes() throws {

@@ -81,31 +81,30 @@ public struct DeliveryResult: Sendable, Hashable {
     /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one,
     /// `fcm_status` and `fcm_message_id` only for an FCM result.
     public func json() -> [UInt8] {
-        var fields: [JSONValue.Member] = [
-            .init("event_id", .string(eventID)),
-            .init("user_id", userID.map(JSONValue.string) ?? .null),
-            .init("token", token.map(JSONValue.string) ?? .null),
-            .init("topic", .string(topic)),
-            .init("environment", environment.map { .string($0.rawValue) } ?? .null),
-            .init("status", .string(status.rawValue)),
-            .init("apns_status", apnsStatus.map { .number(String($0)) } ?? .null),
-            .init("reason", reason.map(JSONValue.string) ?? .null),
-            .init("apns_id", apnsID.map(JSONValue.string) ?? .null),
-            .init("attempts", .number(String(attempts))),
-            .init("latency_ms", .number(String(latencyMilliseconds))),
-            .init("completed_at", .string(RFC3339.format(milliseconds: completedAtMilliseconds))),
-            .init("platform", platform.map { .string($0.rawValue) } ?? .null),
-        ]
+        var object = JSONObjectWriter()
+        object.member("event_id", eventID)
+        object.member("user_id", userID)
+        object.member("token", token)
+        object.member("topic", topic)
+        object.member("environment", environment?.rawValue)
+        object.member("status", status.rawValue)
+        object.member("apns_status", apnsStatus)
+        object.member("reason", reason)
+        object.member("apns_id", apnsID)
+        object.member("attempts", attempts)
+        object.member("latency_ms", latencyMilliseconds)
+        object.member("completed_at", RFC3339.format(milliseconds: completedAtMilliseconds))
+        object.member("platform", platform?.rawValue)
         if let channelID {
-            fields.append(.init("channel_id", .string(channelID)))
-            fields.append(.init("apns_request_id", apnsRequestID.map(JSONValue.string) ?? .null))
+            object.member("channel_id", channelID)
+            object.member("apns_request_id", apnsRequestID)
         }
-        if let apnsUniqueID { fields.append(.init("apns_unique_id", .string(apnsUniqueID))) }
+        if let apnsUniqueID { object.member("apns_unique_id", apnsUniqueID) }
         if platform == .fcm {
-            fields.append(.init("fcm_status", fcmStatus.map { .number(String($0)) } ?? .null))
-            fields.append(.init("fcm_message_id", fcmMessageID.map(JSONValue.string) ?? .null))
+            object.member("fcm_status", fcmStatus)
+            object.member("fcm_message_id", fcmMessageID)
         }
-        return JSONValue.object(fields).serialized()
+        return object.finished()
     }
 }
 
@@ -172,15 +171,15 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
     }
 
     public func json() -> [UInt8] {
-        JSONValue.object([
-            .init("token", .string(token)),
-            .init("topic", .string(topic)),
-            .init("user_id", .string(userID)),
-            .init("environment", .string(environment.rawValue)),
-            .init("unregistered_at", .string(RFC3339.format(milliseconds: unregisteredAtMilliseconds))),
-            .init("event_id", .string(eventID)),
-            .init("platform", .string(platform.rawValue)),
-        ]).serialized()
+        var object = JSONObjectWriter(capacity: 256)
+        object.member("token", token)
+        object.member("topic", topic)
+        object.member("user_id", userID)
+        object.member("environment", environment.rawValue)
+        object.member("unregistered_at", RFC3339.format(milliseconds: unregisteredAtMilliseconds))
+        object.member("event_id", eventID)
+        object.member("platform", platform.rawValue)
+        return object.finished()
     }
 }
 

@@ -9,18 +9,40 @@ package enum NotificationID {
     ]
 
     /// The lowercase UUID for (event ID, token). The name is `eventID + "/" + token`; tokens are
-    /// hex, so the split is unambiguous.
+    /// hex, so the split is unambiguous. Derived twice per device (for the request and for its
+    /// result), so it hashes the strings in place and writes the text once: no array per part.
     public static func derive(eventID: String, token: String) -> String {
         var hasher = Insecure.SHA1()
         hasher.update(data: namespace)
-        hasher.update(data: Array(eventID.utf8))
-        hasher.update(data: [UInt8(ascii: "/")])
-        hasher.update(data: Array(token.utf8))
-        var bytes = Array(hasher.finalize().prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x50
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        return hexadecimal(bytes, dashesBefore: [4, 6, 8, 10])
+        update(&hasher, with: eventID)
+        update(&hasher, with: "/")
+        update(&hasher, with: token)
+        return hasher.finalize().withUnsafeBytes { digest in
+            String(unsafeUninitializedCapacity: 36) { text in
+                var length = 0
+                for index in 0..<16 {
+                    var byte = digest[index]
+                    if index == 6 { byte = (byte & 0x0F) | 0x50 }
+                    if index == 8 { byte = (byte & 0x3F) | 0x80 }
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        text[length] = UInt8(ascii: "-")
+                        length += 1
+                    }
+                    text[length] = hexDigits[Int(byte >> 4)]
+                    text[length + 1] = hexDigits[Int(byte & 0x0F)]
+                    length += 2
+                }
+                return length
+            }
+        }
     }
+
+    private static func update(_ hasher: inout Insecure.SHA1, with text: String) {
+        var text = text
+        text.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// The `apns-collapse-id` Herald derives for an event without one
     /// (HERALD_APNS_DERIVED_COLLAPSE_ID): 40 hex digits of SHA-1 over the namespace and the event
@@ -30,19 +52,7 @@ package enum NotificationID {
         var hasher = Insecure.SHA1()
         hasher.update(data: namespace)
         hasher.update(data: Array("collapse/".utf8))
-        hasher.update(data: Array(eventID.utf8))
-        return hexadecimal(Array(hasher.finalize()), dashesBefore: [])
-    }
-
-    private static func hexadecimal(_ bytes: [UInt8], dashesBefore dashes: Set<Int>) -> String {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(bytes.count * 2 + dashes.count)
-        for (index, byte) in bytes.enumerated() {
-            if dashes.contains(index) { text.append(UInt8(ascii: "-")) }
-            text.append(hex[Int(byte >> 4)])
-            text.append(hex[Int(byte & 0x0F)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        update(&hasher, with: eventID)
+        return String(decoding: hasher.finalize().flatMap { [hexDigits[Int($0 >> 4)], hexDigits[Int($0 & 0x0F)]] }, as: UTF8.self)
     }
 }
