@@ -165,6 +165,7 @@ let package = Package(
         .target(
             name: "FCMHTTP",
             dependencies: [
+                "ConfigReading",
                 "JSONCore",
                 "APNSCore",
                 "APNSHTTP2",

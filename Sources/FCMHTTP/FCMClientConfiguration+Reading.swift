@@ -1,17 +1,20 @@
+import ConfigReading
 public import Configuration
 public import FCMCore
 import Foundation
 
 extension FCMClientConfiguration {
     /// The keys read, relative to the reader given to ``init(reading:entries:)``: under a reader
-    /// scoped to `herald`, the environment names them HERALD_FCM_URL, HERALD_FCM_CA_PATH and
-    /// HERALD_FCM_SERVICE_ACCOUNT_PATH. None of their values is secret (a path, a URL): the key
-    /// file's content is read from the file, never through the reader, so it is never printed.
-    public static let configKeys: [ConfigKey] = [["fcm", "url"], ["fcm", "ca_path"], ["fcm", "service_account_path"]]
+    /// scoped to `herald`, the environment names them HERALD_FCM_URL, HERALD_FCM_CA_PATH,
+    /// HERALD_FCM_SERVICE_ACCOUNT_PATH and HERALD_FCM_CONNECTIONS. None of their values is secret
+    /// (a path, a URL, a count): the key file's content is read from the file, never through the
+    /// reader, so it is never printed.
+    public static let configKeys: [ConfigKey] = [["fcm", "url"], ["fcm", "ca_path"], ["fcm", "service_account_path"], ["fcm", "connections"]]
 
     /// Reads FCM's settings from `config`: the base URL (`fcm.url`, ``defaultBaseURL`` when
     /// unset), the extra trust roots (`fcm.ca_path`), and the service-account key file
-    /// (`fcm.service_account_path`) that serves the packages `entries` do not list.
+    /// (`fcm.service_account_path`) that serves the packages `entries` do not list, and the
+    /// number of HTTP/2 connections to FCM (`fcm.connections`, 1 to 64).
     ///
     /// Returns nil when there is no FCM credential at all (no key file and no entries): an
     /// APNs-only deployment builds no FCM client. Throws ``FCMConfigurationError`` naming the
@@ -21,7 +24,13 @@ extension FCMClientConfiguration {
         let url = fcm.string(forKey: "url", default: Self.defaultBaseURL)
         let caPath = fcm.string(forKey: "ca_path")
         let accountPath = fcm.string(forKey: "service_account_path")
-        let name = Self.environmentName(of:)
+        let connections: Int
+        do {
+            connections = try config.int(forKey: ["fcm", "connections"], default: Self.defaultConnections, in: 1...64)
+        } catch {
+            throw FCMConfigurationError(error.description)
+        }
+        let name: (ConfigKey) -> String = \.environmentName
         guard let parsed = URL(string: url), parsed.scheme == "https", let host = parsed.host, !host.isEmpty,
             parsed.path.isEmpty || parsed.path == "/", parsed.query == nil
         else {
@@ -41,6 +50,7 @@ extension FCMClientConfiguration {
             throw FCMConfigurationError("FCM credentials: \(error)")
         }
         self.init(baseURL: url, credentials: credentials, additionalTrustRootsPEMPath: caPath)
+        self.connections = connections
     }
 
     /// The service account of the key file at `path`; `name` says where the path came from in errors.
@@ -55,12 +65,6 @@ extension FCMClientConfiguration {
         } catch {
             throw FCMConfigurationError("\(name)=\(path): \(error)")
         }
-    }
-
-    /// How Herald's environment names `key` (HERALD_FCM_URL for `fcm.url`): its reader is
-    /// scoped to `herald`, and environment names join the components with `_`, upper-cased.
-    public static func environmentName(of key: ConfigKey) -> String {
-        (["herald"] + key.components).joined(separator: "_").uppercased()
     }
 }
 

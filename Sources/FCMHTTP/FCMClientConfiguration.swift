@@ -60,9 +60,12 @@ public struct FCMClientConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// The largest answer body read; a longer one is cut off and read as no body.
     public var maximumResponseBytes = 64 * 1024
-    /// The most HTTP/2 connections to FCM; each carries as many requests at once as FCM's
-    /// SETTINGS_MAX_CONCURRENT_STREAMS allows.
-    public var connections = 1
+    /// The most HTTP/2 connections to FCM (HERALD_FCM_CONNECTIONS); each carries as many
+    /// requests at once as FCM's SETTINGS_MAX_CONCURRENT_STREAMS allows (100 on Google's servers).
+    public var connections = defaultConnections
+    /// Two, as for APNs: one connection's 100 streams held the mixed benchmark's Android half to
+    /// waiting for streams (BENCHMARKS.md).
+    public static let defaultConnections = 2
     /// The most requests that wait for a stream; more fail at once (as if their deadline passed).
     public var maximumQueuedRequests = 100_000
     /// A PING is sent after this long without a frame from FCM.

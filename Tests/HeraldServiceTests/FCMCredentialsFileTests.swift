@@ -54,9 +54,11 @@ import _CryptoExtras
                 "HERALD_APNS_CREDENTIALS_FILE": path,
                 "HERALD_FCM_SERVICE_ACCOUNT_PATH": directory.appendingPathComponent("default-firebase.json").path,
                 "HERALD_FCM_URL": "https://127.0.0.1:8443",
+                "HERALD_FCM_CONNECTIONS": "4",
             ])
             let fcm = try #require(configuration.fcm)
             #expect(fcm.baseURL == "https://127.0.0.1:8443")
+            #expect(fcm.connections == 4)
             #expect(fcm.credentials.serviceAccount(for: "com.example.shop.lite")?.projectID == "shop-project")
             #expect(fcm.credentials.serviceAccount(for: "com.other.app")?.projectID == "default-project")
             #expect(report.unknownKeys.isEmpty)
@@ -73,7 +75,17 @@ import _CryptoExtras
         let (configuration, report) = try await HeraldConfiguration.read(environment: [:])
         #expect(configuration.fcm == nil)
         #expect(report.defaultsApplied["HERALD_FCM_URL"] == "https://fcm.googleapis.com")
+        #expect(report.defaultsApplied["HERALD_FCM_CONNECTIONS"] == "2")
         #expect(OperatorCommands.describe(configuration, report: report).contains { $0.hasPrefix("fcm: no credential") })
+    }
+
+    @Test(arguments: ["0", "65", "many"])
+    func aConnectionCountOutOfRangeIsRefused(value: String) async throws {
+        await #expect {
+            _ = try await HeraldConfiguration(environment: ["HERALD_FCM_CONNECTIONS": value])
+        } throws: { error in
+            "\(error)".contains("HERALD_FCM_CONNECTIONS must be an integer in 1...64")
+        }
     }
 
     @Test(arguments: [
