@@ -24,3 +24,10 @@ start_services() {
   # shellcheck disable=SC1091
   source .local/run/services.env
 }
+
+# Starts a second, independent set of services in .local/run-2 (stopped on exit with the
+# first); its variables are in .local/run-2/services.env, for a second shard of tests.
+start_second_services() {
+  HERALD_SERVICES_RUN="$ROOT/.local/run-2" scripts/services.sh start
+  trap 'HERALD_SERVICES_RUN="$ROOT/.local/run-2" scripts/services.sh stop; scripts/services.sh stop' EXIT
+}

