@@ -25,7 +25,7 @@ let package = Package(
         .library(name: "APNSClient", targets: ["APNSCore", "APNSWire", "APNSHTTP2"]),
         // The delivery pipeline, embeddable with your own message source, publisher, token
         // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
-        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "DeviceTokenStore", "APNSCore", "JSONCore"]),
+        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "PushStores", "APNSCore", "JSONCore"]),
         // The pipeline's parts in memory (source, publisher, registry and ledger, a scripted
         // APNs client), to test an embedding of the pipeline without a broker or a database.
         .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
@@ -188,7 +188,7 @@ let package = Package(
         ),
         // The registry's and the ledger's protocols and values, with no database driver.
         .target(
-            name: "DeviceTokenStore",
+            name: "PushStores",
             dependencies: ["APNSCore"],
             swiftSettings: swiftSettings
         ),
@@ -198,7 +198,7 @@ let package = Package(
                 "APNSCore",
                 "ConfigReading",
                 "ExactTime",
-                "DeviceTokenStore",
+                "PushStores",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -216,7 +216,7 @@ let package = Package(
                 "APNSCore",
                 "FCMCore",
                 "ExactTime",
-                "DeviceTokenStore",
+                "PushStores",
                 "KafkaMessages",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -229,7 +229,7 @@ let package = Package(
         ),
         .target(
             name: "PushPipelineTesting",
-            dependencies: ["PushPipeline", "APNSCore", "DeviceTokenStore", "KafkaMessages"],
+            dependencies: ["PushPipeline", "APNSCore", "PushStores", "KafkaMessages"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -241,7 +241,7 @@ let package = Package(
                 "APNSHTTP2",
                 "FCMCore",
                 "FCMHTTP",
-                "DeviceTokenStore",
+                "PushStores",
                 "PostgresTokenStore",
                 "KafkaMessages",
                 "KafkaTransport",
@@ -366,7 +366,7 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 "APNSHTTP2",
-                "DeviceTokenStore",
+                "PushStores",
                 "FCMCore",
                 "FCMHTTP",
                 "PostgresTokenStore",
@@ -443,7 +443,7 @@ let package = Package(
         .testTarget(
             name: "PostgresTokenStoreTests",
             dependencies: [
-                "DeviceTokenStore",
+                "PushStores",
                 "PostgresTokenStore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -455,7 +455,7 @@ let package = Package(
             name: "PushPipelineTests",
             dependencies: [
                 "JSONCore",
-                "PushPipeline", "PushPipelineTesting", "APNSCore", "DeviceTokenStore", "FCMCore", "KafkaMessages",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "FCMCore", "KafkaMessages",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -515,7 +515,7 @@ let package = Package(
                 "MockFCM",
                 "FCMCore",
                 "PushPipeline",
-                "DeviceTokenStore",
+                "PushStores",
                 "PostgresTokenStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

@@ -1,7 +1,7 @@
 import PostgresTokenStore
 import APNSCore
 import ArgumentParser
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import Logging
@@ -39,7 +39,7 @@ struct LookupBenchmark: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            let store = PostgresDeviceTokenStore(client: client, logger: logger)
+            let store = PostgresStore(client: client, logger: logger)
             try await store.migrate()
             try await client.query(
                 """
@@ -77,7 +77,7 @@ struct LookupBenchmark: AsyncParsableCommand {
     }
 
     /// Two production devices per user, registered with concurrency 16.
-    static func register(_ userIDs: [String], topic: String, in store: PostgresDeviceTokenStore) async throws {
+    static func register(_ userIDs: [String], topic: String, in store: PostgresStore) async throws {
         let registeredAt = Timestamp.now()
         try await withThrowingTaskGroup(of: Void.self) { group in
             var pending = userIDs.flatMap { user in (0..<2).map { (user, $0) } }[...]

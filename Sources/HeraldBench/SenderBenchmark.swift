@@ -2,7 +2,7 @@ import APNSCore
 import APNSHTTP2
 import ArgumentParser
 import Crypto
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import Logging

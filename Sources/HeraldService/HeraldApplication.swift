@@ -46,7 +46,7 @@ package enum HeraldApplication {
     package static func withTokenStore<Result: Sendable>(
         postgresURL: PostgresURL,
         logger: Logger,
-        _ body: (PostgresDeviceTokenStore) async throws -> Result
+        _ body: (PostgresStore) async throws -> Result
     ) async throws -> Result {
         do {
             try await PostgresConnection.connect(configuration: try postgresURL.connectionConfiguration(), id: 0, logger: logger).close()
@@ -59,7 +59,7 @@ package enum HeraldApplication {
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            return try await body(PostgresDeviceTokenStore(client: client, logger: logger))
+            return try await body(PostgresStore(client: client, logger: logger))
         }
     }
 
@@ -101,10 +101,10 @@ package enum HeraldApplication {
             configuration: configuration.postgresURL.clientConfiguration(maximumConnections: 2),
             backgroundLogger: logger
         )
-        let store = PostgresDeviceTokenStore(client: postgres, logger: logger)
+        let store = PostgresStore(client: postgres, logger: logger)
         let housekeeping = RegistryHousekeeping(
             configuration: configuration.housekeeping,
-            store: PostgresDeviceTokenStore(client: housekeepingPostgres, logger: logger),
+            store: PostgresStore(client: housekeepingPostgres, logger: logger),
             logger: logger
         )
         let metrics = PrometheusCollectorRegistry()

@@ -1,6 +1,6 @@
 import JSONCore
 import APNSCore
-import DeviceTokenStore
+import PushStores
 #if OTLPTracing
 import OTel
 #endif

@@ -6,7 +6,7 @@ import APNSHTTP2
 import FCMCore
 import FCMHTTP
 import Foundation
-import DeviceTokenStore
+import PushStores
 import KafkaTransport
 package import Logging
 package import PushPipeline

@@ -1,6 +1,6 @@
 import ExactTime
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Logging
 import PostgresNIO
 import Synchronization
@@ -52,7 +52,7 @@ package struct LedgerMaintenance: Sendable, Hashable {
     package init() {}
 }
 
-extension PostgresDeviceTokenStore {
+extension PostgresStore {
     /// Brings `push.delivery_ledger`'s partitions to `window`: drops every day before it,
     /// deletes the default partition's expired outcomes (by when they were completed), creates
     /// every missing day in it, and rebuilds the default partition only when it holds rows of a

@@ -4,7 +4,7 @@
 /// each file verbatim into `Migrations+SQL.swift`, which is checked in, so the `herald` binary
 /// is self-contained: `herald migrate` works from a copied or statically linked binary, with no
 /// resource bundle to ship or locate (SwiftPM resources would need `Bundle.module` and a
-/// `herald_DeviceTokenStore.resources` directory beside the binary in every image).
+/// `herald_PostgresTokenStore.resources` directory beside the binary in every image).
 /// `MigrationsTests` and `scripts/generate-migrations.sh --check` (in the test command) fail
 /// whenever the generated file and `schemas/` disagree.
 ///

@@ -1,12 +1,12 @@
 import APNSCore
 import Crypto
-package import DeviceTokenStore
+package import PushStores
 import Foundation
 import Logging
 import PostgresNIO
 import Synchronization
 
-extension PostgresDeviceTokenStore: DeliveryLedger {
+extension PostgresStore: DeliveryLedger {
     /// One statement for the partitioned ledger (``RecordedDeliveriesStatement``); while
     /// `push.deliveries` (before migration 5) exists, it is read too.
     package func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {

@@ -1,7 +1,7 @@
-package import DeviceTokenStore
+package import PushStores
 import PostgresNIO
 
-extension PostgresDeviceTokenStore {
+extension PostgresStore {
     /// PostgreSQL's answer sorted for retrying, by SQLSTATE class: connection exceptions (08),
     /// insufficient resources (53), operator intervention (57: a restart, a cancelled query),
     /// system errors (58), transaction rollbacks (40: serialization failures, deadlocks) and lock

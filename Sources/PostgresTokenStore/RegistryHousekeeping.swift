@@ -1,6 +1,6 @@
 import ExactTime
 import APNSCore
-package import DeviceTokenStore
+package import PushStores
 package import Logging
 import PostgresNIO
 import ServiceLifecycle
@@ -148,7 +148,7 @@ extension Timestamp {
     }
 }
 
-extension PostgresDeviceTokenStore: RegistryHousekeepingStore {
+extension PostgresStore: RegistryHousekeepingStore {
     package func purgeUnregisteredTokens(unregisteredBefore date: Timestamp) async throws -> Int {
         // The outer condition is checked again on a row changed meanwhile, so a token
         // registered again while the batch is deleted is kept.

@@ -1,4 +1,4 @@
-public import DeviceTokenStore
+public import PushStores
 public import NIOCore
 public import PostgresNIO
 

@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 import Synchronization
 
 /// Group commit for the delivery ledger: outcomes submitted while a write is in flight are

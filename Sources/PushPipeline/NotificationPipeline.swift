@@ -1,5 +1,5 @@
 public import APNSCore
-public import DeviceTokenStore
+public import PushStores
 public import FCMCore
 import Foundation
 public import KafkaMessages

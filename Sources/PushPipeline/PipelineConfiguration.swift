@@ -1,5 +1,5 @@
 public import APNSCore
-import DeviceTokenStore
+import PushStores
 
 /// The topic names Herald reads and writes (HERALD_TOPIC_*).
 public struct PushTopics: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 import APNSCore
 public import Metrics
 import Synchronization

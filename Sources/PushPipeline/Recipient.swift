@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 
 /// Where one result of an event goes: a device of one of its users, or the broadcast channel
 /// the event names (one result per event).

@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 
 /// Copies of an event (duplicates on push.requests, or a redelivery racing the first copy):
 /// a destination another copy is sending to waits for that claim to be settled, and one

@@ -1,6 +1,6 @@
 import ExactTime
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import KafkaMessages
 import Tracing
 import FCMCore

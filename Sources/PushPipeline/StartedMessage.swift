@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 import KafkaMessages
 
 /// A message this member started: where it came from, the lane and the assignment generation it

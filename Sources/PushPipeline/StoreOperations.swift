@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Logging
 
 /// Runs the pipeline's registry and ledger operations: each attempt bounded by a timeout, and

@@ -1,5 +1,5 @@
 import APNSCore
-public import DeviceTokenStore
+public import PushStores
 import Synchronization
 
 /// A ``DeviceTokenStore`` and ``DeliveryLedger`` in memory, following the rules of Herald's

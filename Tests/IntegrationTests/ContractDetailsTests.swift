@@ -1,5 +1,5 @@
 import KafkaMessages
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import KafkaTransport

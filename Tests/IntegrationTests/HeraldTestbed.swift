@@ -1,7 +1,7 @@
 import PostgresTokenStore
 import KafkaMessages
 import Crypto
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import KafkaTransport

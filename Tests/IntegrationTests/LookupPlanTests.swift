@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 @testable import PostgresTokenStore
 import HeraldService
 import Logging

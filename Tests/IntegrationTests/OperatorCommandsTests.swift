@@ -1,5 +1,5 @@
 import PostgresTokenStore
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import MockAPNS

@@ -1,6 +1,6 @@
 import APNSCore
 import PostgresTokenStore
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import Logging
@@ -179,7 +179,7 @@ extension TokenRegistryTests {
                 logger: database.sqlLogger
             )
 
-            let otherInstance = PostgresDeviceTokenStore(client: database, logger: Logger(label: "test.registry"))
+            let otherInstance = PostgresStore(client: database, logger: Logger(label: "test.registry"))
             report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt + 1)
             #expect(report.unpartitionedDropped)
             #expect(try await store.recordedDeliveries(of: [event]).isEmpty)

@@ -1,6 +1,6 @@
 import PostgresTokenStore
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Foundation
 import HeraldService
 import Logging
@@ -410,7 +410,7 @@ extension RegistryDatabase {
     /// for tests that change the whole schema (partitions), which the shared one must not see.
     static func withScratchDatabase<Result: Sendable>(
         migrate: Bool = true,
-        _ body: (PostgresDeviceTokenStore, PostgresClient) async throws -> Result
+        _ body: (PostgresStore, PostgresClient) async throws -> Result
     ) async throws -> Result {
         let name = "herald_scratch_\(UUID().uuidString.prefix(8).lowercased())"
         // An identifier cannot be a bind parameter; `name` is generated above from [a-z0-9_].
@@ -459,7 +459,7 @@ enum RegistryDatabase {
     static func withStore<Result: Sendable>(
         url: PostgresURL? = nil,
         migrate: Bool = true,
-        _ body: (PostgresDeviceTokenStore, PostgresClient) async throws -> Result
+        _ body: (PostgresStore, PostgresClient) async throws -> Result
     ) async throws -> Result {
         let url = try url ?? PostgresURL(TestEnvironment.postgresURL)
         // The test server listens on loopback without TLS.
@@ -476,7 +476,7 @@ enum RegistryDatabase {
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            let store = PostgresDeviceTokenStore(client: client, logger: logger)
+            let store = PostgresStore(client: client, logger: logger)
             if migrate { try await store.migrate() }
             return try await body(store, client)
         }

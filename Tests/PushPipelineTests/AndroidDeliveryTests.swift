@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import FCMCore
 import Foundation
 import KafkaMessages

@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 import FCMCore
 import PushPipeline
 import PushPipelineTesting

@@ -1,6 +1,6 @@
 import KafkaMessages
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Foundation
 import PushPipeline
 import PushPipelineTesting

@@ -1,4 +1,4 @@
-import DeviceTokenStore
+import PushStores
 import Foundation
 @testable import PushPipeline
 import Synchronization

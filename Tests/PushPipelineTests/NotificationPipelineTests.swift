@@ -1,6 +1,6 @@
 import KafkaMessages
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import FCMCore
 import Foundation
 import Logging

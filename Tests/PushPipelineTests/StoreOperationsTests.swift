@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Logging
 @testable import PushPipeline
 import Synchronization

@@ -1,5 +1,5 @@
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import KafkaMessages
 import Logging
 

@@ -1,5 +1,5 @@
 import JSONCore
-import DeviceTokenStore
+import PushStores
 public import APNSCore
 
 /// Carries out channel management commands against Apple's channel management API through a

@@ -1,5 +1,5 @@
 import ExactTime
-public import DeviceTokenStore
+public import PushStores
 public import APNSCore
 public import FCMCore
 import Foundation

@@ -1,6 +1,6 @@
 import JSONCore
 public import APNSCore
-public import DeviceTokenStore
+public import PushStores
 import FCMCore
 
 /// One push.results message: the outcome for one device (or one user without devices), or for

@@ -1,4 +1,4 @@
-package import DeviceTokenStore
+package import PushStores
 
 /// RFC 3339 timestamps, read and written without locale or calendar machinery.
 package enum RFC3339 {

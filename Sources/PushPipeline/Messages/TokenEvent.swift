@@ -1,6 +1,6 @@
 import JSONCore
 import APNSCore
-public import DeviceTokenStore
+public import PushStores
 import FCMCore
 
 extension TokenRegistryUpdate {

@@ -4,7 +4,7 @@
 // DeviceTokenStore and DeliveryLedger over its own broker and database). Nothing here links a
 // Kafka or PostgreSQL client.
 import APNSCore
-import DeviceTokenStore
+import PushStores
 import Foundation
 import KafkaMessages
 import Logging

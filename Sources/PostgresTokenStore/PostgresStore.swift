@@ -1,15 +1,16 @@
-package import DeviceTokenStore
+package import PushStores
 import APNSCore
 package import Logging
 package import PostgresNIO
 
-/// The registry in PostgreSQL (`push.device_tokens`, plus `push.token_tombstones` for
-/// unregistrations that arrive before their token has a row), through a postgres-nio client
-/// that the caller runs as a service.
+/// Herald's stores in PostgreSQL, over one postgres-nio client that the caller runs as a
+/// service: the registry (`push.device_tokens`, plus `push.token_tombstones` for
+/// unregistrations that arrive before their token has a row), the delivery ledger
+/// (``DeliveryLedger``, PostgresDeliveryLedger.swift) and housekeeping's statements.
 ///
 /// Herald's writes to one token are serialised by a transaction-scoped advisory lock; rows that
 /// app APIs write directly are read by the same ordering rule.
-package struct PostgresDeviceTokenStore: DeviceTokenStore {
+package struct PostgresStore: DeviceTokenStore {
     let client: PostgresClient
     let logger: Logger
     /// The ledger table before migration 5, read until it is dropped.
