@@ -14,7 +14,7 @@ extension RequestProcessor {
     /// What travels with one result until it is published: the message and event it belongs
     /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
     struct DeliveryTicket: Sendable {
-        var batch: RequestBatch
+        var batch: PollBatch
         var message: Int
         var event: NotificationEvent
         /// The claim key of a sent result (it also holds a send permit).
@@ -24,7 +24,7 @@ extension RequestProcessor {
         /// The service a new result's device was sent to (nil: no device, or not sent).
         var platform: DevicePlatform?
 
-        init(_ batch: RequestBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
+        init(_ batch: PollBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
             self.batch = batch
             self.message = message
             self.event = event

@@ -112,7 +112,7 @@ final class RequestProcessor: Sendable {
                 plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.ledgerToken) }
             }
             let (batchID, claimed) = coordinator.openBatch(events.map(\.0), results: plans.map(\.results), claiming: keys)
-            let batch = RequestBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
+            let batch = PollBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
 
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
             var sends: [Delivery] = []
@@ -211,7 +211,8 @@ final class RequestProcessor: Sendable {
         }
     }
 
-    private struct ResolvedBatch: Sendable {
+    /// What a poll batch's lookups found: its users' devices and its events' recorded outcomes.
+    private struct PollLookups: Sendable {
         /// Active devices of both platforms by apps, then user.
         var tokens: [Apps: [String: [DeviceToken]]] = [:]
         /// Recorded outcomes by event, then token.
@@ -220,7 +221,7 @@ final class RequestProcessor: Sendable {
 
     /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
     /// (each on its own connection), so the batch waits for the slower one, not for both.
-    private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> ResolvedBatch {
+    private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> PollLookups {
         let ledgerEvents = Array(Set(messages.flatMap { $0.0.ledgerEvents(eventID: $0.1.id, topic: $0.1.topic) }))
         let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
@@ -230,21 +231,21 @@ final class RequestProcessor: Sendable {
             return try await self.ledger.recordedDeliveries(of: ledgerEvents)
         }
         let events = messages.map(\.1)
-        var batch = ResolvedBatch()
+        var lookups = PollLookups()
         let started = ContinuousClock.now
         // One query per app (both platforms in one round trip), one after the other: at once, on
         // two shared cores, they took longer (BENCHMARKS.md, "Several apps in a batch").
         for (apps, appEvents) in Dictionary(grouping: events, by: Apps.init) {
             let users = Array(Set(appEvents.flatMap(\.userIDs)))
             guard !users.isEmpty else { continue }  // only events to broadcast channels
-            batch.tokens[apps] = try await storeOperations.run {
+            lookups.tokens[apps] = try await storeOperations.run {
                 try await self.store.activeDevices(apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users)
             }
         }
         metrics.recordStage(.tokenLookup, since: started)
         guard let recorded = await recordedLookup else { throw CancellationError() }
-        batch.recorded = recorded
-        return batch
+        lookups.recorded = recorded
+        return lookups
     }
 
     /// The results of one event: per user, its recorded outcomes (republished whatever the
@@ -264,7 +265,7 @@ final class RequestProcessor: Sendable {
     private func plan(
         _ event: NotificationEvent,
         of message: StartedMessage,
-        resolved: ResolvedBatch,
+        resolved: PollLookups,
         consumedAt: ContinuousClock.Instant
     ) -> EventPlan {
         let tokens = resolved.tokens[Apps(event)] ?? [:]

@@ -3,7 +3,7 @@ import KafkaMessages
 /// One poll batch of push.requests messages, as its results travel: the messages, the lane
 /// they came from, when they were polled and their traces. Its progress towards the last
 /// published result is the ``DeliveryCoordinator``'s, under ``id``.
-final class RequestBatch: Sendable {
+final class PollBatch: Sendable {
     /// The batch's ID in the ``DeliveryCoordinator``.
     let id: UInt64
     private let messages: [StartedMessage]
