@@ -35,7 +35,7 @@ struct LookupBenchmark: AsyncParsableCommand {
         let topic = "com.example.bench.\(UUID().uuidString.prefix(8).lowercased())"
         let userIDs = (0..<users).map { "bench-user-\($0)" }
 
-        let client = try PostgresClient(configuration: PostgresURL(urlText).clientConfiguration(indexLookupsOnly: true), backgroundLogger: logger)
+        let client = try PostgresClient(configuration: PostgresURL(urlText).clientConfiguration(pipeline: true), backgroundLogger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }

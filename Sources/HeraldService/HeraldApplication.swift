@@ -93,7 +93,7 @@ package enum HeraldApplication {
         let postgres = PostgresClient(
             configuration: configuration.postgresURL.clientConfiguration(
                 maximumConnections: configuration.postgresPoolSize,
-                indexLookupsOnly: true
+                pipeline: true
             ),
             backgroundLogger: logger
         )

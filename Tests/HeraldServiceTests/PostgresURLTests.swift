@@ -1,5 +1,6 @@
 import Foundation
 import HeraldService
+import PostgresNIO
 import Testing
 
 @Suite struct PostgresURLTests {
@@ -27,5 +28,15 @@ import Testing
 
     @Test func thePasswordNeverAppearsInTheDescription() throws {
         #expect(try PostgresURL("postgres://herald:s3cret@db:5432/push?sslmode=require").description == "postgres://herald@db:5432/push")
+    }
+
+    @Test func thePipelinesPoolKeepsItsSteadyConnectionsOpenWithoutTimers() throws {
+        let url = try PostgresURL("postgres://herald@db/push")
+        let pipeline = url.clientConfiguration(maximumConnections: 20, pipeline: true).options
+        #expect(pipeline.minimumConnections == 4 && pipeline.maximumConnections == 20)
+        #expect(pipeline.keepAliveBehavior == nil, "no keep-alive timer each time a connection goes back idle")
+        #expect(url.clientConfiguration(maximumConnections: 2, pipeline: true).options.minimumConnections == 2)
+        let housekeeping = url.clientConfiguration(maximumConnections: 2).options
+        #expect(housekeeping.minimumConnections == 0 && housekeeping.keepAliveBehavior != nil, "postgres-nio's defaults")
     }
 }

@@ -109,7 +109,7 @@ import Testing
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
     ) async throws -> Result {
         let url = try PostgresURL(TestEnvironment.postgresURL)
-        let client = PostgresClient(configuration: url.clientConfiguration(maximumConnections: 1, indexLookupsOnly: true), backgroundLogger: logger)
+        let client = PostgresClient(configuration: url.clientConfiguration(maximumConnections: 1, pipeline: true), backgroundLogger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }

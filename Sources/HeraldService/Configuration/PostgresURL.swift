@@ -111,26 +111,35 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     /// The URL without its password, for logs.
     package var description: String { "postgres://\(username)@\(host):\(port)/\(database)" }
 
-    /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
-    /// - Parameters:
-    ///   - maximumConnections: the pool's size.
-    ///   - indexLookupsOnly: for a pool whose statements are all equality lookups and batched
-    ///     writes (the pipeline's): its sessions plan generically (`plan_cache_mode =
-    ///     force_generic_plan`) and never choose a sequential scan where an index serves
-    ///     (`enable_seqscan = off`). Statistics gathered while a table was nearly empty, then a
-    ///     bulk load of tokens before the next auto-analyze, made even the generic token lookup
-    ///     a sequential scan: 692 ms for 400 users among 100,000 tokens, 1.8 ms with
-    ///     `enable_seqscan = off` (psql, EXPLAIN ANALYZE; BENCHMARKS.md). So the pipeline's
-    ///     statements run prepared, each planned once per connection: a plan made while a table
-    ///     was nearly empty still probes its index, and the ledger's statements are not planned
-    ///     over every day partition at each execution (the lookup: 1.9 ms planning and 0.35 ms
-    ///     executing unnamed, 0.03 and 0.06 ms prepared; EXPLAIN ANALYZE, BENCHMARKS.md).
     /// One connection's configuration, for a check before a pool is made.
     package func connectionConfiguration() throws -> PostgresConnection.Configuration {
         PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
     }
 
-    package func clientConfiguration(maximumConnections: Int = PostgresURL.defaultPoolSize, indexLookupsOnly: Bool = false) -> PostgresClient.Configuration {
+    /// The postgres-nio client configuration for this URL, with a pool of `maximumConnections`.
+    /// - Parameters:
+    ///   - maximumConnections: the pool's size.
+    ///   - pipeline: for the pipeline's pool, whose statements are all equality lookups and
+    ///     batched writes, running all the time:
+    ///     - Its sessions plan generically (`plan_cache_mode = force_generic_plan`) and never
+    ///       choose a sequential scan where an index serves (`enable_seqscan = off`). Statistics
+    ///       gathered while a table was nearly empty, then a bulk load of tokens before the next
+    ///       auto-analyze, made even the generic token lookup a sequential scan: 692 ms for 400
+    ///       users among 100,000 tokens, 1.8 ms with `enable_seqscan = off` (psql, EXPLAIN
+    ///       ANALYZE; BENCHMARKS.md). So the pipeline's statements run prepared, each planned
+    ///       once per connection: a plan made while a table was nearly empty still probes its
+    ///       index, and the ledger's statements are not planned over every day partition at each
+    ///       execution (the lookup: 1.9 ms planning and 0.35 ms executing unnamed, 0.03 and
+    ///       0.06 ms prepared; EXPLAIN ANALYZE, BENCHMARKS.md).
+    ///     - Up to 4 connections (a poll batch's two lookups and its ledger write, and a token
+    ///       update) stay open, with no idle time-out, and no connection runs postgres-nio's
+    ///       keep-alive query. The pool starts both timers, each a task and a dispatch timer,
+    ///       whenever a connection goes back idle, and cancels them at its next lease: three
+    ///       times per poll batch. Without them a poll batch at a steady 1,000 notifications/s
+    ///       costs 1,337 µs of CPU instead of 1,528, 41 context switches instead of 48 and 23
+    ///       system calls instead of 30 (BENCHMARKS.md). A connection that died while idle is
+    ///       found by its next query, which the store's time limit bounds and retries on another.
+    package func clientConfiguration(maximumConnections: Int = PostgresURL.defaultPoolSize, pipeline: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
             port: port,
@@ -140,7 +149,9 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
             tls: tls
         )
         configuration.options.maximumConnections = maximumConnections
-        if indexLookupsOnly {
+        if pipeline {
+            configuration.options.minimumConnections = min(maximumConnections, 4)
+            configuration.options.keepAliveBehavior = nil
             configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]
         }
         return configuration
