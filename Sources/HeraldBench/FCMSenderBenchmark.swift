@@ -47,12 +47,14 @@ struct FCMSenderBenchmark: AsyncParsableCommand {
         let mock = try await MockFCMProcess.start(executable: mockFCM ?? Workspace.siblingExecutable("mock-fcm"), workspace: workspace)
         defer { print(mock.stop()) }
 
+        var configuration = FCMClientConfiguration(
+            baseURL: "https://127.0.0.1:\(mock.port)",
+            credentials: FCMCredentials(fallback: mock.account),
+            additionalTrustRootsPEMPath: mock.caPath
+        )
+        configuration.connections = 1  // as h2load's `-c 1`: the same connection count on both sides
         let client = try FCMHTTPClient(
-            configuration: FCMClientConfiguration(
-                baseURL: "https://127.0.0.1:\(mock.port)",
-                credentials: FCMCredentials(fallback: mock.account),
-                additionalTrustRootsPEMPath: mock.caPath
-            ),
+            configuration: configuration,
             metricsFactory: HeraldApplication.metricsFactory(PrometheusCollectorRegistry()),
             logger: logger
         )
