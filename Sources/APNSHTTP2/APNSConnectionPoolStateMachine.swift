@@ -11,19 +11,21 @@ package protocol APNSPooledConnection: Sendable {
 /// callers waiting for a stream (``WaiterQueue``: urgent ones first, then bulk, each in FIFO order). A value type behind a lock; every method returns
 /// what the caller must do (resume waiters, open or close connections) outside the lock.
 ///
-/// Generic over the connection and the waiter's continuation so tests can drive it without sockets,
-/// and so the FCM client pools its connections with it too (one environment, `.production`).
-package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Continuation: Sendable> {
+/// Generic over the connection and a waiter's recipient (whoever is handed the leased
+/// connection: a task's continuation, or a batch's callback), so tests can drive it without
+/// sockets, and so the FCM client pools its connections with it too (one environment,
+/// `.production`).
+package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, Recipient: Sendable> {
     /// A caller waiting for a stream until its deadline.
     package struct Waiter: Sendable {
         package let id: UInt64
-        package let continuation: Continuation
+        package let recipient: Recipient
         package let deadline: NIODeadline
         package var precedence: APNSStreamPrecedence = .urgent
 
-        package init(id: UInt64, continuation: Continuation, deadline: NIODeadline, precedence: APNSStreamPrecedence = .urgent) {
+        package init(id: UInt64, recipient: Recipient, deadline: NIODeadline, precedence: APNSStreamPrecedence = .urgent) {
             self.id = id
-            self.continuation = continuation
+            self.recipient = recipient
             self.deadline = deadline
             self.precedence = precedence
         }

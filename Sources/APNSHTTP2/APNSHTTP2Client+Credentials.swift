@@ -145,7 +145,7 @@ extension APNSHTTP2Client {
         let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
         timer?.cancel()
         for waiter in waiters {
-            waiter.continuation.resume(throwing: APNSTransportError.shuttingDown(reason))
+            waiter.recipient.resume(throwing: APNSTransportError.shuttingDown(reason))
         }
         for connection in connections {
             connection.closeGracefully(within: configuration.shutdownGracePeriod)

@@ -21,7 +21,7 @@ extension APNSHTTP2Client {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = PoolStateMachine.Waiter(id: waiterID, continuation: .continuation(continuation), deadline: deadline, precedence: precedence)
+                let waiter = PoolStateMachine.Waiter(id: waiterID, recipient: .continuation(continuation), deadline: deadline, precedence: precedence)
                 switch pool.state.withLockedValue({ $0.enqueue(waiter, for: environment) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
@@ -50,7 +50,7 @@ extension APNSHTTP2Client {
     ) -> [UInt64] {
         let queued = waiters.map { pool, waiter in
             let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
-            return (pool, PoolStateMachine.Waiter(id: id, continuation: waiter, deadline: deadline, precedence: precedence))
+            return (pool, PoolStateMachine.Waiter(id: id, recipient: waiter, deadline: deadline, precedence: precedence))
         }
         for (_, share) in Dictionary(grouping: queued, by: { ObjectIdentifier($0.0) }) {
             let pool = share[0].0
@@ -61,7 +61,7 @@ extension APNSHTTP2Client {
 
     func cancelWaiter(_ id: UInt64, environment: APNSEnvironment, pool: CredentialPool) {
         guard let waiter = pool.state.withLockedValue({ $0.removeWaiter(id, for: environment) }) else { return }
-        waiter.continuation.resume(throwing: CancellationError())
+        waiter.recipient.resume(throwing: CancellationError())
     }
 
     func waiterTimerFired(_ deadline: NIODeadline, pool: CredentialPool) {
@@ -77,10 +77,10 @@ extension APNSHTTP2Client {
 
     func perform(_ actions: PoolStateMachine.Actions, pool: CredentialPool) {
         for (waiter, connection) in actions.leases {
-            waiter.continuation.resume(returning: connection)
+            waiter.recipient.resume(returning: connection)
         }
         for (waiter, error) in actions.failures {
-            waiter.continuation.resume(throwing: error)
+            waiter.recipient.resume(throwing: error)
         }
         if let plan = actions.open { requestConnection(plan, pool: pool) }
         for connection in actions.close { connection.close() }

@@ -94,7 +94,7 @@ final class FCMHTTP2Transport: Sendable {
         connectionPlanSink.finish()
         let (waiters, connections, timer) = pool.withLock { $0.shutDown() }
         timer?.cancel()
-        for waiter in waiters { waiter.continuation.resume(throwing: APNSTransportError.shuttingDown("FCM client is shutting down")) }
+        for waiter in waiters { waiter.recipient.resume(throwing: APNSTransportError.shuttingDown("FCM client is shutting down")) }
         for connection in connections { connection.closeGracefully(within: shutdownGracePeriod) }
     }
 
@@ -187,7 +187,7 @@ final class FCMHTTP2Transport: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = Pool.Waiter(id: waiterID, continuation: .continuation(continuation), deadline: deadline)
+                let waiter = Pool.Waiter(id: waiterID, recipient: .continuation(continuation), deadline: deadline)
                 switch pool.withLock({ $0.enqueue(waiter, for: .production) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
@@ -208,7 +208,7 @@ final class FCMHTTP2Transport: Sendable {
     /// one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
     func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline) -> [UInt64] {
         let queued = waiters.map { waiter in
-            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, continuation: waiter, deadline: deadline)
+            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, recipient: waiter, deadline: deadline)
         }
         perform(pool.withLock { $0.enqueue(queued, for: .production) })
         return queued.map(\.id)
@@ -220,7 +220,7 @@ final class FCMHTTP2Transport: Sendable {
     }
 
     private func cancelWaiter(_ id: UInt64) {
-        pool.withLock { $0.removeWaiter(id, for: .production) }?.continuation.resume(throwing: CancellationError())
+        pool.withLock { $0.removeWaiter(id, for: .production) }?.recipient.resume(throwing: CancellationError())
     }
 
     /// Gives a leased stream back; `status` is FCM's answer, nil when there was none.
@@ -229,8 +229,8 @@ final class FCMHTTP2Transport: Sendable {
     }
 
     private func perform(_ actions: Pool.Actions) {
-        for (waiter, connection) in actions.leases { waiter.continuation.resume(returning: connection) }
-        for (waiter, error) in actions.failures { waiter.continuation.resume(throwing: error) }
+        for (waiter, connection) in actions.leases { waiter.recipient.resume(returning: connection) }
+        for (waiter, error) in actions.failures { waiter.recipient.resume(throwing: error) }
         if let plan = actions.open, case .terminated = connectionPlanSink.yield(plan) {
             // run() has ended: report the plan as failed to keep the pool consistent.
             let failure = APNSTransportError.shuttingDown("FCM client stopped")

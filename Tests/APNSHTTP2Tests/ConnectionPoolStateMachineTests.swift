@@ -19,7 +19,7 @@ struct ConnectionPoolStateMachineTests {
     private static let later = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
 
     private func waiter(_ id: UInt64, deadline: NIODeadline = later, precedence: APNSStreamPrecedence = .urgent) -> Machine.Waiter {
-        Machine.Waiter(id: id, continuation: "waiter-\(id)", deadline: deadline, precedence: precedence)
+        Machine.Waiter(id: id, recipient: "waiter-\(id)", deadline: deadline, precedence: precedence)
     }
 
     private func queuedPlan(_ result: Machine.EnqueueResult) -> APNSConnectionPlan?? {
@@ -33,7 +33,7 @@ struct ConnectionPoolStateMachineTests {
     }
 
     private func leased(_ actions: Machine.Actions) -> [String] {
-        actions.leases.map(\.waiter.continuation)
+        actions.leases.map(\.waiter.recipient)
     }
 
     @Test func opensConnectionsLazilyUpToTheLimit() throws {
@@ -200,7 +200,7 @@ struct ConnectionPoolStateMachineTests {
         #expect(firstFailure.open == nil)  // after a failure only one attempt runs at a time
         // The second fails too: nothing can serve the queue, so it is failed.
         let secondFailure = machine.connectionClosed(connectionID: 2, environment: .production, failure: .connectionFailed("refused"))
-        #expect(secondFailure.failures.map(\.waiter.continuation) == ["waiter-1", "waiter-2"])
+        #expect(secondFailure.failures.map(\.waiter.recipient) == ["waiter-1", "waiter-2"])
         #expect(secondFailure.failures.allSatisfy { $0.error.description.contains("refused") })
         // The next request reconnects after a backoff.
         let plan = try #require(queuedPlan(machine.enqueue(waiter(3), for: .production)))
@@ -260,7 +260,7 @@ struct ConnectionPoolStateMachineTests {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
         _ = machine.enqueue(waiter(1), for: .production)
         _ = machine.enqueue(waiter(2), for: .production)
-        #expect(machine.removeWaiter(1, for: .production)?.continuation == "waiter-1")
+        #expect(machine.removeWaiter(1, for: .production)?.recipient == "waiter-1")
         #expect(machine.removeWaiter(1, for: .production) == nil)
         #expect(
             leased(machine.connectionReady(FakeConnection(id: 1, environment: .production), streamLimit: 5)) == [
@@ -294,7 +294,7 @@ struct ConnectionPoolStateMachineTests {
 
         // At 12 s the 5 s and 10 s waiters expire (both environments); the timer re-arms for 20 s.
         let fired = machine.waiterTimerFired(timerDeadline: t(5), now: t(12))
-        #expect(fired.failures.map(\.waiter.continuation).sorted() == ["waiter-1", "waiter-3"])
+        #expect(fired.failures.map(\.waiter.recipient).sorted() == ["waiter-1", "waiter-3"])
         #expect(fired.failures.allSatisfy { $0.error.isDeadlineExceeded })
         #expect(fired.armWaiterTimer == t(20))
         #expect(
@@ -310,7 +310,7 @@ struct ConnectionPoolStateMachineTests {
         let connection = FakeConnection(id: 1, environment: .production)
         _ = machine.enqueue(waiter(2), for: .sandbox)
         let (waiters, connections, _) = machine.shutDown()
-        #expect(Set(waiters.map(\.continuation)) == ["waiter-1", "waiter-2"])
+        #expect(Set(waiters.map(\.recipient)) == ["waiter-1", "waiter-2"])
         #expect(connections.isEmpty)
         guard case .failed(let error) = machine.leaseIfAvailable(.production) else {
             Issue.record("expected shuttingDown")
