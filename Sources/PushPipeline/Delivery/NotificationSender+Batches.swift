@@ -51,20 +51,9 @@ extension NotificationSender {
                 await sendFirstAttempts(indexes, of: requests, kind: kind, deadline: deadline, retries: retries, report: report)
             }
         }
-        // A retry waits its backoff in a task of its own, from when its batch was answered.
-        await withDiscardingTaskGroup { group in
-            for (index, history) in retries.all {
-                group.addTask {
-                    var history = history
-                    let (request, environment) = requests[index]
-                    do throws(DeliveryStopped) {
-                        let outcome = try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history) { fenced(index) }
-                        report(index, .success(outcome))
-                    } catch {
-                        report(index, .failure(error))
-                    }
-                }
-            }
+        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
+            let (request, environment) = requests[index]
+            return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history) { fenced(index) }
         }
     }
 
@@ -102,7 +91,26 @@ extension NotificationSender {
 
         func append(_ index: Int, _ history: History) { retries.withLock { $0.append((index, history)) } }
 
-        var all: [(index: Int, history: History)] { retries.withLock { $0 } }
+        /// Sends each request again in a task of its own, its backoff first, from when its
+        /// batch was answered: `attempt` goes on from the request's history; each outcome, or
+        /// why it stopped without one, goes to `report`. Returns once every one was reported.
+        func sendAgain(
+            report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void,
+            attempt: @escaping @Sendable (Int, inout History) async throws(DeliveryStopped) -> DeliveryOutcome
+        ) async {
+            await withDiscardingTaskGroup { group in
+                for (index, history) in retries.withLock({ $0 }) {
+                    group.addTask {
+                        var history = history
+                        do throws(DeliveryStopped) {
+                            report(index, .success(try await attempt(index, &history)))
+                        } catch {
+                            report(index, .failure(error))
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The requests whose first attempts share one client and one endpoint.

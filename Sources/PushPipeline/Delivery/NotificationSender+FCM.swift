@@ -74,17 +74,8 @@ extension NotificationSender {
                 report(index, .failure(error))
             }
         }
-        await withDiscardingTaskGroup { group in
-            for (index, history) in retries.all {
-                group.addTask {
-                    var history = history
-                    do throws(DeliveryStopped) {
-                        report(index, .success(try await attempt(requests[index], consumedAt: consumedAt, history: &history) { fenced(index) }))
-                    } catch {
-                        report(index, .failure(error))
-                    }
-                }
-            }
+        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
+            try await attempt(requests[index], consumedAt: consumedAt, history: &history) { fenced(index) }
         }
     }
 
