@@ -87,6 +87,13 @@ package enum HeraldApplication {
                 "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_APNS_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
             )
         }
+        // The pipeline's tasks, its PostgreSQL connections and its APNs and FCM connections share
+        // one event loop: a query or a request is written from the thread that owns its socket,
+        // and its answer resumes the task on that thread, with no wake-up of another. At a
+        // steady 1,000 notifications/s that halved the context switches per poll batch and took
+        // a fifth of its CPU (BENCHMARKS.md, "The cost of a notification at a steady load").
+        // Herald scales by instances, and one such loop carries more than the burst needs.
+        let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
         // The pipeline's queries are equality lookups and batched writes, planned generically so
         // their plans do not depend on statistics; housekeeping deletes by age, which needs
         // custom plans, on a pool of its own (its passes run one at a time).
@@ -95,6 +102,7 @@ package enum HeraldApplication {
                 maximumConnections: configuration.postgresPoolSize,
                 pipeline: true
             ),
+            eventLoopGroup: pipelineLoop,
             backgroundLogger: logger
         )
         let housekeepingPostgres = PostgresClient(
@@ -109,7 +117,7 @@ package enum HeraldApplication {
         )
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
-        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
+        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, eventLoopGroup: pipelineLoop, metricsFactory: metricsFactory, logger: logger)
         // Broadcasts use the device hosts unless HERALD_APNS_BROADCAST_* names others; channel
         // management has hosts of its own. Each client connects only once it has a request.
         func client(for endpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)) throws
@@ -126,7 +134,7 @@ package enum HeraldApplication {
         // results (NoCredentialForPackage) and nothing about FCM runs.
         let fcm = try configuration.fcm.map { fcmConfiguration -> FCMHTTPClient in
             do {
-                return try FCMHTTPClient(configuration: fcmConfiguration, metricsFactory: metricsFactory, logger: logger)
+                return try FCMHTTPClient(configuration: fcmConfiguration, eventLoopGroup: pipelineLoop, metricsFactory: metricsFactory, logger: logger)
             } catch {
                 throw ConfigurationError("FCM client: \(error)")
             }
@@ -172,6 +180,7 @@ package enum HeraldApplication {
             fcm: fcm,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
+            taskExecutor: EventLoopTaskExecutor(pipelineLoop),
             logger: logger
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.

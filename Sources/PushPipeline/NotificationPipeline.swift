@@ -37,6 +37,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let coordinator: DeliveryCoordinator
     private let logger: Logger
     private let isStopping = Atomic(false)
+    private let taskExecutor: (any TaskExecutor)?
     /// What the pipeline did so far.
     public let metrics: PipelineMetrics
 
@@ -80,8 +81,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         fcm: (any FCMClientProtocol)? = nil,
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
         tracer: (any Tracer)? = nil,
+        taskExecutor: (any TaskExecutor)? = nil,
         logger: Logger
     ) {
+        self.taskExecutor = taskExecutor
         let metrics = PipelineMetrics(factory: metricsFactory)
         self.metrics = metrics
         self.configuration = configuration
@@ -104,6 +107,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             backoff: configuration.storeRetry,
             permanentBackoff: configuration.storePermanentRetry,
             classify: { store.failure(of: $0) },
+            taskExecutor: taskExecutor,
             metrics: metrics,
             logger: logger
         )
@@ -152,6 +156,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// partitions are paused, and polling goes on (for rebalances and liveness) until it drains.
     /// The ledger writer runs beside the consume loop until the last in-flight message finished.
     public func run() async throws {
+        try await withTaskExecutorPreference(taskExecutor) { try await runLanes() }
+    }
+
+    private func runLanes() async throws {
         for lane in lanes { lane.source.setRebalanceListener(self) }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in

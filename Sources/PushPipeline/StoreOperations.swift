@@ -35,10 +35,11 @@ struct StoreOperations: Sendable {
         backoff: Backoff,
         permanentBackoff: Backoff,
         classify: @escaping @Sendable (any Error) -> StoreFailure,
+        taskExecutor: (any TaskExecutor)? = nil,
         metrics: PipelineMetrics,
         logger: Logger
     ) {
-        self.timeLimit = TimeLimit(timeout)
+        self.timeLimit = TimeLimit(timeout, taskExecutor: taskExecutor)
         abandoned = AbandonedOperations(limit: maxAbandoned)
         self.classify = classify
         self.metrics = metrics

@@ -57,6 +57,8 @@ package final class AbandonedOperations: Sendable {
 package final class TimeLimit: Sendable {
     /// How long a call may take.
     package let duration: Duration
+    /// Where the operations' tasks run (nil: the global executor).
+    let taskExecutor: (any TaskExecutor)?
 
     private struct State {
         /// Calls by deadline, oldest first; `head` is the first not yet taken.
@@ -68,8 +70,9 @@ package final class TimeLimit: Sendable {
 
     private let state = Mutex(State())
 
-    package init(_ duration: Duration) {
+    package init(_ duration: Duration, taskExecutor: (any TaskExecutor)? = nil) {
         self.duration = duration
+        self.taskExecutor = taskExecutor
     }
 
     /// Times out the calls that outlive the limit, until cancelled.
@@ -156,7 +159,7 @@ package func withTimeout<Result: Sendable>(
     abandoning operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
     let handOver = HandOver<Result>(limit: limit.duration, abandoned: abandoned)
-    let work = Task {
+    let work = Task(executorPreference: limit.taskExecutor) {
         do {
             handOver.deliver(.success(try await operation()))
         } catch {

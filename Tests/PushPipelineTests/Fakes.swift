@@ -68,17 +68,38 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     private let lookupHangsLeft: Atomic<Int>
     private let recordFailuresLeft: Atomic<Int>
     private let recordHangsLeft: Atomic<Int>
+    /// Where each lookup and ledger write ran, as `placeOfCall` judged it (none without one).
+    private let placesOfCalls = Mutex<[Bool]>([])
+    private let placeOfCall: (@Sendable () -> Bool)?
 
     /// The first `failures` lookups throw; the `hangs` after them never answer, even when
-    /// cancelled. Likewise for ledger writes.
-    init(failFirstLookups failures: Int = 0, hangFirstLookups hangs: Int = 0, failFirstRecords: Int = 0, hangFirstRecords: Int = 0) {
+    /// cancelled. Likewise for ledger writes. `placeOfCall`, when given, is asked at each lookup
+    /// and ledger write (``placesOfCalls``).
+    init(
+        failFirstLookups failures: Int = 0,
+        hangFirstLookups hangs: Int = 0,
+        failFirstRecords: Int = 0,
+        hangFirstRecords: Int = 0,
+        placeOfCall: (@Sendable () -> Bool)? = nil
+    ) {
+        self.placeOfCall = placeOfCall
         lookupFailuresLeft = Atomic(failures)
         lookupHangsLeft = Atomic(hangs)
         recordFailuresLeft = Atomic(failFirstRecords)
         recordHangsLeft = Atomic(hangFirstRecords)
     }
 
+    /// What `placeOfCall` answered at each lookup and ledger write, in order.
+    var callPlaces: [Bool] { placesOfCalls.withLock { $0 } }
+
+    private func notePlace() {
+        guard let placeOfCall else { return }
+        let place = placeOfCall()
+        placesOfCalls.withLock { $0.append(place) }
+    }
+
     func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+        notePlace()
         try await Self.inject(failures: lookupFailuresLeft, hangs: lookupHangsLeft)
         return try await registry.activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
     }
@@ -93,10 +114,12 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
     }
 
     func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
-        try await registry.recordedDeliveries(of: events)
+        notePlace()
+        return try await registry.recordedDeliveries(of: events)
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        notePlace()
         try await Self.inject(failures: recordFailuresLeft, hangs: recordHangsLeft)
         guard recordsADayEarlier.load(ordering: .relaxed) else { return try await registry.record(batch) }
         // As if written before a UTC midnight that has passed since: under the day before.
@@ -134,4 +157,28 @@ struct FakePublishError: PublishError {
     var isRetriable: Bool
     var isRecordTooLarge = false
     var message: String { "refused: \(cause ?? "unknown")" }
+}
+
+/// Runs the jobs of the tasks that prefer it on a serial dispatch queue of its own, so a test
+/// can tell whether code ran there (``isCurrent``).
+final class QueueTaskExecutor: TaskExecutor {
+    private let queue = DispatchQueue(label: "test.task-executor")
+    private let marker = DispatchSpecificKey<Bool>()
+    /// Jobs run so far.
+    let jobsRun = Atomic(0)
+
+    init() {
+        queue.setSpecific(key: marker, value: true)
+    }
+
+    /// Whether the calling code runs on this executor's queue.
+    var isCurrent: Bool { DispatchQueue.getSpecific(key: marker) == true }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async {
+            self.jobsRun.add(1, ordering: .relaxed)
+            job.runSynchronously(on: self.asUnownedTaskExecutor())
+        }
+    }
 }

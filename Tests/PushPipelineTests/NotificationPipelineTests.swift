@@ -69,6 +69,7 @@ struct NotificationPipelineTests {
         apns: ScriptedAPNSClient,
         fcm: (any FCMClientProtocol)? = nil,
         storeOperationTimeout: Duration = .seconds(10),
+        taskExecutor: (any TaskExecutor)? = nil,
         until done: @escaping @Sendable () -> Bool
     ) async throws {
         var configuration = PipelineConfiguration()
@@ -77,7 +78,7 @@ struct NotificationPipelineTests {
         configuration.storeOperationTimeout = storeOperationTimeout
         let pipeline = NotificationPipeline(
             configuration: configuration, source: source, publisher: publisher,
-            store: store, ledger: store, apns: apns, fcm: fcm, logger: Logger(label: "test"))
+            store: store, ledger: store, apns: apns, fcm: fcm, taskExecutor: taskExecutor, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }
@@ -103,6 +104,30 @@ struct NotificationPipelineTests {
         #expect(apns.sent.filter { $0.1 == .sandbox }.map(\.0.deviceToken) == [Self.alicePad, Self.alicePad])
         #expect(Set(apns.sent.map(\.0.apnsID)).count == 6)
         #expect(publisher.messages(on: "push.results").allSatisfy { $0.key == Array("e1".utf8) || $0.key == Array("e2".utf8) })
+    }
+
+    /// Given an executor, the pipeline runs there: a poll batch's lookups, the ledger writer's
+    /// writes and the time-limited store calls' own tasks (``withTimeout(_:tracking:abandoning:)``).
+    @Test func thePipelineRunsItsBatchesAndStoreCallsOnTheExecutorItIsGiven() async throws {
+        let executor = QueueTaskExecutor()
+        let store = FakeStore(placeOfCall: { executor.isCurrent })
+        for (user, token) in [("alice", Self.alicePhone), ("bob", Self.bobPhone)] {
+            try await store.apply(
+                TokenRegistryUpdate(
+                    action: .register, userID: user, token: token, topic: "com.example.shop",
+                    environment: .production, timestamp: Timestamp(millisecondsSince1970: 1_700_000_000_000)))
+        }
+        let source = InMemoryMessageSource([Self.request(0, Self.event("e1")), Self.request(1, Self.event("e2"))])
+        let publisher = FakePublisher()
+        let apns = ScriptedAPNSClient()
+        try await Self.run(source: source, publisher: publisher, store: store, apns: apns, taskExecutor: executor) {
+            publisher.messages(on: "push.results").count == 6 && source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 2
+        }
+        #expect(apns.sent.count == 4)
+        let places = store.callPlaces
+        #expect(places.count >= 3, "a token lookup, a ledger lookup and a ledger write at least")
+        #expect(places.allSatisfy { $0 }, "every store call ran on the executor: \(places)")
+        #expect(executor.jobsRun.load(ordering: .relaxed) > 0)
     }
 
     @Test func aLookupThatNeverAnswersIsCancelledAndRetried() async throws {

@@ -66,6 +66,33 @@ struct StoreOperationsTests {
         #expect(operations.abandoned.count == 0, "each abandoned call counted out when it ended")
     }
 
+    /// The task each attempt runs in (so that a time-out need not wait for it) runs on the
+    /// executor the operations were given, like the caller.
+    @Test func eachAttemptsTaskRunsOnTheGivenExecutor() async throws {
+        let executor = QueueTaskExecutor()
+        let operations = StoreOperations(
+            timeout: .seconds(10),
+            maxAbandoned: 3,
+            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            classify: { _ in .transient("test") },
+            taskExecutor: executor,
+            metrics: PipelineMetrics(),
+            logger: Logger(label: "test")
+        )
+        #expect(try await operations.run { executor.isCurrent })
+        let unpinned = StoreOperations(
+            timeout: .seconds(10),
+            maxAbandoned: 3,
+            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
+            classify: { _ in .transient("test") },
+            metrics: PipelineMetrics(),
+            logger: Logger(label: "test")
+        )
+        #expect(try await !unpinned.run { executor.isCurrent })
+    }
+
     /// Callers that pass the bound's check together must not all be abandoned: the bound holds
     /// at the moment of abandoning, and a full bound is a blocking cause (Herald unready), not a
     /// silent wait.
