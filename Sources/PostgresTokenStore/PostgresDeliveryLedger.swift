@@ -17,10 +17,16 @@ extension PostgresStore: DeliveryLedger {
             // A row of a day the batch spans but this event's record is not from is another record's.
             if let delivery { deliveries[delivery.event, default: [:]][delivery.token] = delivery }
         }
+        try await addUnpartitionedDeliveries(of: events, to: &deliveries)
+        return deliveries
+    }
+
+    /// Adds what the ledger table before migration 5 holds for `events`, where `deliveries` has
+    /// no outcome for the (event, token); no round trip once that table is gone.
+    func addUnpartitionedDeliveries(of events: [LedgerEvent], to deliveries: inout [LedgerEvent: [String: RecordedDelivery]]) async throws {
         for delivery in try await unpartitionedLedger.recordedDeliveries(of: events, client: client, logger: logger) {
             deliveries[delivery.event, default: [:]][delivery.token] = deliveries[delivery.event]?[delivery.token] ?? delivery
         }
-        return deliveries
     }
 
     /// One statement records the whole batch, so without registry marks it is one round trip and
@@ -175,11 +181,13 @@ struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     /// Its name on each connection, stated: postgres-nio's default, `String(reflecting:)` of
     /// the type, was computed at every execution (0.7 % of Herald's CPU at a steady 1,000/s, perf).
     static let name = "herald_recorded_deliveries"
-    static let sql = """
-        SELECT \(LedgerRow.selectedColumns)
-        FROM push.delivery_ledger AS l
-        WHERE l.day BETWEEN $1 AND $3 AND l.event_key = ANY($2)
-        """
+    static let sql = "SELECT \(LedgerRow.selectedColumns) FROM push.delivery_ledger AS l WHERE \(condition(firstDay: "$1", eventKeys: "$2", lastDay: "$3"))"
+
+    /// Which rows are the events' outcomes: these parameters' numbers name the batch's first
+    /// day, its events' keys and its last day.
+    static func condition(firstDay: String, eventKeys: String, lastDay: String) -> String {
+        "l.day BETWEEN \(firstDay) AND \(lastDay) AND l.event_key = ANY(\(eventKeys))"
+    }
     /// The delivery, or nil for a row of a day the batch spans that is not its event's.
     typealias Row = RecordedDelivery?
 
@@ -194,15 +202,24 @@ struct RecordedDeliveriesStatement: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 3)
-        bindings.append(days.lowerBound)
-        bindings.append(Array(Set(events.keys.map(\.eventKey))))
-        bindings.append(days.upperBound)
+        appendBindings(to: &bindings)
         return bindings
     }
 
+    /// The first day, the events' keys and the last day, in the order ``condition(firstDay:eventKeys:lastDay:)`` numbers them.
+    func appendBindings(to bindings: inout PostgresBindings) {
+        bindings.append(days.lowerBound)
+        bindings.append(Array(Set(events.keys.map(\.eventKey))))
+        bindings.append(days.upperBound)
+    }
+
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        let columns = try row.decode(LedgerRow.Columns.self)
-        return try events[LedgerRowKey(eventKey: columns.0, day: columns.1)].map { try LedgerRow.delivery(columns, of: $0) }
+        try delivery(try row.decode(LedgerRow.Columns.self))
+    }
+
+    /// The delivery a row holds, or nil for a row of a day the batch spans that is not its event's.
+    func delivery(_ columns: LedgerRow.Columns) throws -> RecordedDelivery? {
+        try events[LedgerRowKey(eventKey: columns.0, day: columns.1)].map { try LedgerRow.delivery(columns, of: $0) }
     }
 }
 

@@ -60,14 +60,21 @@ package struct PostgresStore: DeviceTokenStore {
     package func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
         let statement = ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
         var devices: [String: [DeviceToken]] = [:]
-        for (userID, token, environmentText, platformText, targetText) in try await client.rows(of: statement, logger: logger) {
-            guard let environment = APNSEnvironment(rawValue: environmentText), let platform = DevicePlatform(rawValue: platformText) else {
+        for (userID, token, environment, platform, target) in try await client.rows(of: statement, logger: logger) {
+            guard let device = Self.device(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target) else {
                 continue
             }
-            let target = targetText.flatMap(FCMTargetKind.init(rawValue:)) ?? .token
-            devices[userID, default: []].append(DeviceToken(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target))
+            devices[userID, default: []].append(device)
         }
         return devices
+    }
+
+    /// The device a registry row describes; nil for an environment or a platform Herald does not
+    /// know (a row an app API wrote by hand).
+    static func device(userID: String, token: String, environment: String, platform: String, fcmTarget: String?) -> DeviceToken? {
+        guard let environment = APNSEnvironment(rawValue: environment), let platform = DevicePlatform(rawValue: platform) else { return nil }
+        let target = fcmTarget.flatMap(FCMTargetKind.init(rawValue:)) ?? .token
+        return DeviceToken(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target)
     }
 
     @discardableResult
@@ -215,11 +222,16 @@ struct ActiveDevicesStatement: PostgresPreparedStatement {
     /// Its name on each connection, stated: postgres-nio's default, `String(reflecting:)` of
     /// the type, was computed at every execution (0.7 % of Herald's CPU at a steady 1,000/s, perf).
     static let name = "herald_active_devices"
-    static let sql = """
-        SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens
-        WHERE user_id = ANY($3) AND unregistered_at IS NULL
-          AND (((topic || '') = $1::text AND platform = 'apns') OR ((topic || '') = $2::text AND platform = 'fcm'))
+    static let sql = "SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens WHERE \(condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3"))"
+
+    /// Which rows are the devices: these parameters' numbers name the bundle ID, the package and
+    /// the user IDs.
+    static func condition(apnsTopic: String, fcmPackage: String, userIDs: String) -> String {
         """
+        user_id = ANY(\(userIDs)) AND unregistered_at IS NULL
+          AND (((topic || '') = \(apnsTopic)::text AND platform = 'apns') OR ((topic || '') = \(fcmPackage)::text AND platform = 'fcm'))
+        """
+    }
     typealias Row = (String, String, String, String, String?)
 
     var apnsTopic: String?
@@ -228,10 +240,15 @@ struct ActiveDevicesStatement: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 3)
+        appendBindings(to: &bindings)
+        return bindings
+    }
+
+    /// The bundle ID, the package and the user IDs, in the order ``condition(apnsTopic:fcmPackage:userIDs:)`` numbers them.
+    func appendBindings(to bindings: inout PostgresBindings) {
         bindings.append(apnsTopic)
         bindings.append(fcmPackage)
         bindings.append(userIDs)
-        return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {

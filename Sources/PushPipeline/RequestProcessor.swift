@@ -219,32 +219,39 @@ final class RequestProcessor: Sendable {
         var recorded: [LedgerEvent: [String: RecordedDelivery]] = [:]
     }
 
-    /// Looks up the batch's devices and its recorded outcomes; the two queries run at once
-    /// (each on its own connection), so the batch waits for the slower one, not for both.
+    /// Looks up the batch's devices and its recorded outcomes: the recorded outcomes with the
+    /// first app's devices, in one round trip on PostgreSQL
+    /// (``DeviceTokenStore/activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:userIDs:events:ledger:)``),
+    /// then each other app's devices.
     private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> PollLookups {
         let ledgerEvents = Array(Set(messages.flatMap { $0.0.ledgerEvents(eventID: $0.1.id, topic: $0.1.topic) }))
         let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
-        async let recordedLookup = try? storeOperations.run {
-            let started = ContinuousClock.now
-            defer { self.metrics.recordStage(.ledgerLookup, since: started) }
-            return try await self.ledger.recordedDeliveries(of: ledgerEvents)
+        // Events only to broadcast channels have no users to look up.
+        var usersByApps = Dictionary(grouping: messages.map(\.1), by: Apps.init).compactMap { apps, events -> (Apps, [String])? in
+            let users = Array(Set(events.flatMap(\.userIDs)))
+            return users.isEmpty ? nil : (apps, users)
         }
-        let events = messages.map(\.1)
         var lookups = PollLookups()
         let started = ContinuousClock.now
-        // One query per app (both platforms in one round trip), one after the other: at once, on
-        // two shared cores, they took longer (BENCHMARKS.md, "Several apps in a batch").
-        for (apps, appEvents) in Dictionary(grouping: events, by: Apps.init) {
-            let users = Array(Set(appEvents.flatMap(\.userIDs)))
-            guard !users.isEmpty else { continue }  // only events to broadcast channels
+        if let (apps, users) = usersByApps.popLast() {
+            let found = try await storeOperations.run {
+                try await self.store.activeDevicesAndRecordedDeliveries(
+                    apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users, events: ledgerEvents, ledger: self.ledger)
+            }
+            (lookups.tokens[apps], lookups.recorded) = (found.devices, found.recorded)
+        } else {
+            lookups.recorded = try await storeOperations.run { try await self.ledger.recordedDeliveries(of: ledgerEvents) }
+        }
+        metrics.recordStage(.ledgerLookup, since: started)
+        // One query per other app (both platforms in one round trip), one after the other: at
+        // once, on two shared cores, they took longer (BENCHMARKS.md, "Several apps in a batch").
+        for (apps, users) in usersByApps {
             lookups.tokens[apps] = try await storeOperations.run {
                 try await self.store.activeDevices(apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users)
             }
         }
         metrics.recordStage(.tokenLookup, since: started)
-        guard let recorded = await recordedLookup else { throw CancellationError() }
-        lookups.recorded = recorded
         return lookups
     }
 

@@ -93,6 +93,18 @@ public protocol DeviceTokenStore: Sendable {
     /// nil one looks up no device of that platform.
     func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]]
 
+    /// A poll batch's two lookups: ``activeDevices(apnsTopic:fcmPackage:userIDs:)`` and
+    /// `ledger`'s ``DeliveryLedger/recordedDeliveries(of:)`` for `events`. A store that holds
+    /// `ledger` too answers both in one round trip; the default asks each, at once
+    /// (``activeDevicesAndRecordedDeliveriesApart(apnsTopic:fcmPackage:userIDs:events:ledger:)``).
+    func activeDevicesAndRecordedDeliveries(
+        apnsTopic: String?,
+        fcmPackage: String?,
+        userIDs: [String],
+        events: [LedgerEvent],
+        ledger: any DeliveryLedger
+    ) async throws -> DevicesAndRecordedDeliveries
+
     /// Applies a push.tokens update; returns whether it changed the registry.
     @discardableResult
     func apply(_ update: TokenRegistryUpdate) async throws -> Bool
@@ -126,7 +138,43 @@ public struct StoreFailure: Sendable, Hashable {
     }
 }
 
+/// What a poll batch's lookups found: its users' devices by user ID, and its events' recorded
+/// outcomes by event and then token.
+public struct DevicesAndRecordedDeliveries: Sendable {
+    public var devices: [String: [DeviceToken]]
+    public var recorded: [LedgerEvent: [String: RecordedDelivery]]
+
+    public init(devices: [String: [DeviceToken]], recorded: [LedgerEvent: [String: RecordedDelivery]]) {
+        self.devices = devices
+        self.recorded = recorded
+    }
+}
+
 extension DeviceTokenStore {
+    public func activeDevicesAndRecordedDeliveries(
+        apnsTopic: String?,
+        fcmPackage: String?,
+        userIDs: [String],
+        events: [LedgerEvent],
+        ledger: any DeliveryLedger
+    ) async throws -> DevicesAndRecordedDeliveries {
+        try await activeDevicesAndRecordedDeliveriesApart(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs, events: events, ledger: ledger)
+    }
+
+    /// The two lookups of ``activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:userIDs:events:ledger:)``
+    /// as two calls, at once.
+    public func activeDevicesAndRecordedDeliveriesApart(
+        apnsTopic: String?,
+        fcmPackage: String?,
+        userIDs: [String],
+        events: [LedgerEvent],
+        ledger: any DeliveryLedger
+    ) async throws -> DevicesAndRecordedDeliveries {
+        async let recorded = ledger.recordedDeliveries(of: events)
+        let devices = try await activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+        return DevicesAndRecordedDeliveries(devices: devices, recorded: try await recorded)
+    }
+
     /// The active APNs tokens of `userIDs` for `topic`, optionally of one environment, by user ID.
     public func activeTokens(topic: String, userIDs: [String], environment: APNSEnvironment?) async throws -> [String: [DeviceToken]] {
         let devices = try await activeDevices(apnsTopic: topic, fcmPackage: nil, userIDs: userIDs)

@@ -10,7 +10,10 @@ import Testing
 /// analyzed while the app had two tokens, then 20,000 tokens of 10,000 users bulk-loaded before
 /// the next analyze (inside a transaction that is rolled back). The lookup must still probe the
 /// active-token index by user, not read every token of the app.
-@Suite struct LookupPlanTests {
+///
+/// Serialized: each test migrates, and on a fresh database a migration running beside another
+/// leaves the ledger's partitions to it, so a plan could be made before today's partition exists.
+@Suite(.serialized) struct LookupPlanTests {
     @Test func thePipelinePoolProbesTheTokenLookupByUserWhateverTheStatistics() async throws {
         let logger = Self.logger
         let (settings, plan) = try await Self.withPipelinePoolConnection { connection in
@@ -99,6 +102,33 @@ import Testing
             #expect(plan.contains("Subplans Removed"), "pruned to the day's partition when it starts: \(plan)")
             #expect(!plan.contains("Seq Scan"), "\(plan)")
         }
+    }
+
+    /// Both lookups as one statement: each branch of its `UNION ALL` keeps its own plan, the
+    /// devices probed by user and the ledger by event in the day's partition only.
+    @Test func theCombinedLookupKeepsBothBranchesPlans() async throws {
+        let logger = Self.logger
+        let today = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970())
+        let plan = try await Self.withPipelinePoolConnection { connection in
+            let prepare =
+                "PREPARE both_plan(text, text, text[], integer, uuid[], integer) AS " + DevicesAndRecordedDeliveriesStatement.sql
+            try await connection.query(PostgresQuery(unsafeSQL: prepare), logger: logger)
+            let plan = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        EXPLAIN EXECUTE both_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'], \(today), \
+                        ARRAY['6f1ed002-ab5d-4d7a-8a0a-2f0a1d2b3c4d']::uuid[], \(today))
+                        """
+                ),
+                logger: logger
+            ).collect().map { try $0.decode(String.self) }.joined(separator: "\n")
+            try await connection.query("DEALLOCATE both_plan", logger: logger)
+            return plan
+        }
+        #expect(plan.contains("device_tokens_active_by_user_first") && plan.contains("Index Cond: (user_id = ANY ($3))"), "\(plan)")
+        #expect(plan.contains("Index Scan using delivery_ledger_") && plan.contains("Index Cond: ((event_key = ANY ($5))"), "\(plan)")
+        #expect(plan.contains("Subplans Removed"), "pruned to the day's partition when it starts: \(plan)")
+        #expect(!plan.contains("Seq Scan"), "\(plan)")
     }
 
     static let logger = Logger(label: "test.plan")
