@@ -222,7 +222,10 @@ struct ActiveDevicesStatement: PostgresPreparedStatement {
     /// Its name on each connection, stated: postgres-nio's default, `String(reflecting:)` of
     /// the type, was computed at every execution (0.7 % of Herald's CPU at a steady 1,000/s, perf).
     static let name = "herald_active_devices"
-    static let sql = "SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens WHERE \(condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3"))"
+    static let sql = """
+        SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens
+        WHERE \(condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3"))
+        """
 
     /// Which rows are the devices: these parameters' numbers name the bundle ID, the package and
     /// the user IDs.
