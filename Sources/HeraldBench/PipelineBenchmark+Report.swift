@@ -81,14 +81,19 @@ extension PipelineBenchmark {
     }
 
     /// Herald's fixed cost per poll batch with events (one token lookup each, one app here) and
-    /// per notification: CPU, context switches, read/write system calls, PostgreSQL round trips.
+    /// per notification: CPU, jobs of the pipeline's tasks (`herald_pipeline_jobs_total`: one per
+    /// resumption), context switches, read/write system calls, PostgreSQL round trips.
     func perBatchLine(_ run: PipelineRun, histograms: HeraldHistograms, notifications: Double, heraldCPU: Double) -> String {
         let batches = max(1, histograms.histograms["token_lookup"]?.count ?? 0)
         let switches = Double(run.end.heraldContextSwitches - run.start.heraldContextSwitches)
         let syscalls = Double(run.end.heraldReadWriteSyscalls - run.start.heraldReadWriteSyscalls)
         let roundTrips = Double(run.postgresTransactions)
+        let jobs = run.heraldMetrics.reduce(0.0) { total, text in
+            let line = text.split(separator: "\n").first { $0.hasPrefix("herald_pipeline_jobs_total ") }
+            return total + (line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0)
+        }
         return "per poll batch with events (\(fixed(batches)) batches, \(fixed(notifications / batches, 1)) notifications each): "
-            + "herald CPU \(fixed(heraldCPU * 1e6 / batches, 0)) µs, \(fixed(switches / batches, 1)) context switches, "
+            + "herald CPU \(fixed(heraldCPU * 1e6 / batches, 0)) µs, \(fixed(jobs / batches, 1)) pipeline jobs, \(fixed(switches / batches, 1)) context switches, "
             + "\(fixed(syscalls / batches, 1)) read/write system calls, \(fixed(roundTrips / batches, 2)) PostgreSQL round trips; "
             + "per notification \(fixed(switches / notifications, 2)), \(fixed(syscalls / notifications, 2)) and \(fixed(roundTrips / notifications, 3))"
     }

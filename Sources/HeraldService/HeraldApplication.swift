@@ -180,7 +180,7 @@ package enum HeraldApplication {
             fcm: fcm,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
-            taskExecutor: EventLoopTaskExecutor(pipelineLoop),
+            taskExecutor: EventLoopTaskExecutor(pipelineLoop, countingJobsIn: Counter(label: "herald_pipeline_jobs_total", factory: metricsFactory)),
             logger: logger
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
