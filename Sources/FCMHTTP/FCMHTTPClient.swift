@@ -5,8 +5,8 @@ public import FCMCore
 import Foundation
 public import Logging
 public import Metrics
-public import NIOCore
-public import NIOPosix
+import NIOCore
+import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
@@ -31,15 +31,9 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// Reads every service account's key; throws ``FCMServiceAccountError`` when one is not
     /// usable, ``FCMConfigurationError`` for a base URL that is not `https://host[:port][/path]`
     /// and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
-    /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``). The
-    /// connections to FCM run on `eventLoopGroup`; the OAuth exchanges on NIO's shared group.
-    public init(
-        configuration: FCMClientConfiguration,
-        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        metricsFactory: any MetricsFactory = MetricsSystem.factory,
-        logger: Logger
-    ) throws {
-        let transport = try FCMHTTP2Transport(configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
+    /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
+    public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
+        let transport = try FCMHTTP2Transport(configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
         var tls = TLSConfiguration.makeClientConfiguration()
         if let path = configuration.additionalTrustRootsPEMPath {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]

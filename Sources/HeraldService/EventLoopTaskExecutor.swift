@@ -2,9 +2,9 @@ import Metrics
 import NIOCore
 
 /// Runs the jobs of the tasks that prefer it on one NIO event loop: the pipeline's, so that a
-/// poll batch's stages and the PostgreSQL, APNs and FCM connections they use share a thread. A
-/// query or a request written from that loop needs no wake-up of another thread, and its answer
-/// resumes the task on the loop it arrived on, without handing it to Swift's cooperative pool.
+/// poll batch's stages and the PostgreSQL connections they query share a thread. A query
+/// written from that loop needs no wake-up of another thread, and its answer resumes the task
+/// on the loop it arrived on, without handing it to Swift's cooperative pool.
 final class EventLoopTaskExecutor: TaskExecutor {
     let eventLoop: any EventLoop
     /// Counts the jobs run (`herald_pipeline_jobs_total`): a task runs one job from each

@@ -87,12 +87,12 @@ package enum HeraldApplication {
                 "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_APNS_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
             )
         }
-        // The pipeline's tasks, its PostgreSQL connections and its APNs and FCM connections share
-        // one event loop: a query or a request is written from the thread that owns its socket,
-        // and its answer resumes the task on that thread, with no wake-up of another. At a
-        // steady 1,000 notifications/s that halved the context switches per poll batch and took
-        // a fifth of its CPU (BENCHMARKS.md, "The cost of a notification at a steady load").
-        // Herald scales by instances, and one such loop carries more than the burst needs.
+        // The pipeline's tasks and its PostgreSQL connections share one event loop: a query is
+        // written from the thread that owns its socket, and its answer resumes the task on that
+        // thread, with no wake-up of another. At a steady 1,000 notifications/s that halved the
+        // context switches per poll batch and took a fifth of its CPU. The APNs and FCM
+        // connections stay spread over NIO's group (this loop is one of its loops): on this one
+        // too, the burst lost 8 % of its throughput (BENCHMARKS.md, "What each change bought").
         let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
         // The pipeline's queries are equality lookups and batched writes, planned generically so
         // their plans do not depend on statistics; housekeeping deletes by age, which needs
@@ -117,7 +117,7 @@ package enum HeraldApplication {
         )
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
-        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, eventLoopGroup: pipelineLoop, metricsFactory: metricsFactory, logger: logger)
+        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
         // Broadcasts use the device hosts unless HERALD_APNS_BROADCAST_* names others; channel
         // management has hosts of its own. Each client connects only once it has a request.
         func client(for endpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)) throws
@@ -134,7 +134,7 @@ package enum HeraldApplication {
         // results (NoCredentialForPackage) and nothing about FCM runs.
         let fcm = try configuration.fcm.map { fcmConfiguration -> FCMHTTPClient in
             do {
-                return try FCMHTTPClient(configuration: fcmConfiguration, eventLoopGroup: pipelineLoop, metricsFactory: metricsFactory, logger: logger)
+                return try FCMHTTPClient(configuration: fcmConfiguration, metricsFactory: metricsFactory, logger: logger)
             } catch {
                 throw ConfigurationError("FCM client: \(error)")
             }

@@ -14,9 +14,10 @@ extension PostgresStore {
         events: [LedgerEvent],
         ledger: any DeliveryLedger
     ) async throws -> DevicesAndRecordedDeliveries {
-        guard let ledger = ledger as? PostgresStore, ledger.client === client, !events.isEmpty else {
-            return try await activeDevicesAndRecordedDeliveriesApart(
-                apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs, events: events, ledger: ledger)
+        guard let ownLedger = ledger as? PostgresStore, ownLedger.client === client, !events.isEmpty else {
+            async let recorded = ledger.recordedDeliveries(of: events)
+            let devices = try await activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+            return DevicesAndRecordedDeliveries(devices: devices, recorded: try await recorded)
         }
         let statement = DevicesAndRecordedDeliveriesStatement(
             devices: ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs),

@@ -95,8 +95,7 @@ public protocol DeviceTokenStore: Sendable {
 
     /// A poll batch's two lookups: ``activeDevices(apnsTopic:fcmPackage:userIDs:)`` and
     /// `ledger`'s ``DeliveryLedger/recordedDeliveries(of:)`` for `events`. A store that holds
-    /// `ledger` too answers both in one round trip; the default asks each, at once
-    /// (``activeDevicesAndRecordedDeliveriesApart(apnsTopic:fcmPackage:userIDs:events:ledger:)``).
+    /// `ledger` too answers both in one round trip; the default asks each, at once.
     func activeDevicesAndRecordedDeliveries(
         apnsTopic: String?,
         fcmPackage: String?,
@@ -152,18 +151,6 @@ public struct DevicesAndRecordedDeliveries: Sendable {
 
 extension DeviceTokenStore {
     public func activeDevicesAndRecordedDeliveries(
-        apnsTopic: String?,
-        fcmPackage: String?,
-        userIDs: [String],
-        events: [LedgerEvent],
-        ledger: any DeliveryLedger
-    ) async throws -> DevicesAndRecordedDeliveries {
-        try await activeDevicesAndRecordedDeliveriesApart(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs, events: events, ledger: ledger)
-    }
-
-    /// The two lookups of ``activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:userIDs:events:ledger:)``
-    /// as two calls, at once.
-    public func activeDevicesAndRecordedDeliveriesApart(
         apnsTopic: String?,
         fcmPackage: String?,
         userIDs: [String],

@@ -37,16 +37,22 @@ struct StoreOperationsTests {
         }
     }
 
-    @Test func hungCallsAreAbandonedUpToTheBoundAndTheCallSucceedsOnceTheyEnd() async throws {
-        let operations = StoreOperations(
-            timeout: .milliseconds(20),
+    /// Operations with at most 3 abandoned, quick backoffs and every failure transient.
+    static func operations(timeout: Duration, taskExecutor: (any TaskExecutor)? = nil) -> StoreOperations {
+        StoreOperations(
+            timeout: timeout,
             maxAbandoned: 3,
             backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
             permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
             classify: { _ in .transient("test") },
+            taskExecutor: taskExecutor,
             metrics: PipelineMetrics(),
             logger: Logger(label: "test")
         )
+    }
+
+    @Test func hungCallsAreAbandonedUpToTheBoundAndTheCallSucceedsOnceTheyEnd() async throws {
+        let operations = Self.operations(timeout: .milliseconds(20))
         let enforcing = Task { await operations.runTimeLimit() }
         defer { enforcing.cancel() }
         let hung = Hung()
@@ -70,26 +76,9 @@ struct StoreOperationsTests {
     /// executor the operations were given, like the caller.
     @Test func eachAttemptsTaskRunsOnTheGivenExecutor() async throws {
         let executor = QueueTaskExecutor()
-        let operations = StoreOperations(
-            timeout: .seconds(10),
-            maxAbandoned: 3,
-            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            classify: { _ in .transient("test") },
-            taskExecutor: executor,
-            metrics: PipelineMetrics(),
-            logger: Logger(label: "test")
-        )
+        let operations = Self.operations(timeout: .seconds(10), taskExecutor: executor)
         #expect(try await operations.run { executor.isCurrent })
-        let unpinned = StoreOperations(
-            timeout: .seconds(10),
-            maxAbandoned: 3,
-            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            classify: { _ in .transient("test") },
-            metrics: PipelineMetrics(),
-            logger: Logger(label: "test")
-        )
+        let unpinned = Self.operations(timeout: .seconds(10))
         #expect(try await !unpinned.run { executor.isCurrent })
     }
 
@@ -97,15 +86,7 @@ struct StoreOperationsTests {
     /// at the moment of abandoning, and a full bound is a blocking cause (Herald unready), not a
     /// silent wait.
     @Test func concurrentCallersNeverLeaveMoreThanTheBoundAbandoned() async throws {
-        let operations = StoreOperations(
-            timeout: .milliseconds(20),
-            maxAbandoned: 3,
-            backoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            permanentBackoff: Backoff(initial: .milliseconds(5), maximum: .milliseconds(10)),
-            classify: { _ in .transient("test") },
-            metrics: PipelineMetrics(),
-            logger: Logger(label: "test")
-        )
+        let operations = Self.operations(timeout: .milliseconds(20))
         let enforcing = Task { await operations.runTimeLimit() }
         defer { enforcing.cancel() }
         let hung = Hung()
