@@ -11,9 +11,9 @@ public final class PipelineMetrics: Sendable {
     public enum Stage: String, Sendable, CaseIterable {
         /// One poll of the consumer.
         case poll
-        /// The token lookup of a poll batch (one query per app).
+        /// A poll batch's lookups until every app's devices are known (includes `ledgerLookup`).
         case tokenLookup = "token_lookup"
-        /// The ledger lookup of a poll batch.
+        /// A poll batch's recorded outcomes, looked up with its first app's devices in one statement.
         case ledgerLookup = "ledger_lookup"
         /// One delivery-ledger write (a batch of outcomes).
         case ledgerWrite = "ledger_write"

@@ -76,7 +76,7 @@ final class RequestProcessor: Sendable {
     }
 
     /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
-    /// with one query per app and one ledger query, then delivers every result of the batch;
+    /// with one statement (one more per further app), then delivers every result of the batch;
     /// returns once each message is finished (or when cancelled).
     ///
     /// Work is per batch where it can be: one claim pass, one publish of the results known
