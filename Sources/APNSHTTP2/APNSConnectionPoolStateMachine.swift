@@ -195,11 +195,25 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
 
     /// Up to `count` free streams, split evenly over the connections with free streams (most
     /// free first) so they answer a large batch in parallel, but a batch of up to
-    /// ``smallBatch`` on one connection: one hop to one event loop. None while requests of the
-    /// same or a higher precedence wait (they go first) or after shutdown.
-    package mutating func leaseFreeStreams(_ environment: APNSEnvironment, upTo count: Int, precedence: APNSStreamPrecedence = .urgent) -> [Connection] {
+    /// ``smallBatch`` on one connection: one hop to one event loop, none when a connection
+    /// `isLocal` (on the caller's own event loop) has room for all of it. None while requests of
+    /// the same or a higher precedence wait (they go first) or after shutdown.
+    package mutating func leaseFreeStreams(
+        _ environment: APNSEnvironment,
+        upTo count: Int,
+        precedence: APNSStreamPrecedence = .urgent,
+        preferring isLocal: (Connection) -> Bool = { _ in false }
+    ) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, !pools[poolIndex].waiters.hasWaiters(aheadOf: precedence) else { return [] }
+        if count <= Self.smallBatch,
+            let local = pools[poolIndex].slots.firstIndex(where: { slot in
+                slot.freeStreams >= count && slot.connection.map(isLocal) == true
+            })
+        {
+            pools[poolIndex].slots[local].lease(count)
+            return Array(repeating: pools[poolIndex].slots[local].connection!, count: count)
+        }
         let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })
         let evenShare = max(Self.smallBatch, (count + connections - 1) / connections)
         var leased: [Connection] = []

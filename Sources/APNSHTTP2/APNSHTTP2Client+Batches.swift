@@ -87,7 +87,9 @@ extension APNSHTTP2Client {
         for (pool, indexes) in byPool.values {
             // A batch comes from one lane: its first request's precedence is every request's.
             let precedence = requests[indexes[0]].precedence
-            let connections = pool.state.withLockedValue { $0.leaseFreeStreams(environment, upTo: indexes.count, precedence: precedence) }
+            let connections = pool.state.withLockedValue {
+                $0.leaseFreeStreams(environment, upTo: indexes.count, precedence: precedence, preferring: \.isOnCurrentEventLoop)
+            }
             leased += zip(indexes, connections).map { ($0, $1, pool) }
             waiting += indexes.dropFirst(connections.count).map { ($0, pool) }
         }

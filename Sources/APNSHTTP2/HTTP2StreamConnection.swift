@@ -15,6 +15,10 @@ package protocol HTTP2StreamConnection: APNSPooledConnection, AnyObject {
 }
 
 extension HTTP2StreamConnection {
+    /// Whether the caller runs on this connection's event loop: a batch started from there
+    /// wakes no other thread, and its answers resume the caller where it is.
+    package var isOnCurrentEventLoop: Bool { handler.eventLoop.inEventLoop }
+
     /// Sends `request` on a new stream and waits for the answer, the deadline or a failure.
     package func execute(_ request: Handler.Request, deadline: NIODeadline) async throws -> Handler.Outcome {
         // An already-cancelled task would run its cancellation handler before the stream exists.

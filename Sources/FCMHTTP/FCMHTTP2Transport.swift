@@ -175,7 +175,7 @@ final class FCMHTTP2Transport: Sendable {
     /// A stream for each of up to `count` requests, as many as are free now (none while requests
     /// wait for one); each goes back with ``release(_:status:)``.
     func leaseFreeStreams(upTo count: Int) -> [FCMConnection] {
-        pool.withLock { $0.leaseFreeStreams(.production, upTo: count) }
+        pool.withLock { $0.leaseFreeStreams(.production, upTo: count, preferring: \.isOnCurrentEventLoop) }
     }
 
     private func leaseStream(deadline: NIODeadline) async throws -> FCMConnection {

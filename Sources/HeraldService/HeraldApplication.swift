@@ -91,8 +91,9 @@ package enum HeraldApplication {
         // written from the thread that owns its socket, and its answer resumes the task on that
         // thread, with no wake-up of another. At a steady 1,000 notifications/s that halved the
         // context switches per poll batch and took a fifth of its CPU. The APNs and FCM
-        // connections stay spread over NIO's group (this loop is one of its loops): on this one
-        // too, the burst lost 8 % of its throughput (BENCHMARKS.md, "What each change bought").
+        // connections stay spread over NIO's group (this loop is one of its loops), and a small
+        // batch goes to a connection on its caller's loop: all of them on this one, the burst lost
+        // 8 % of its throughput (BENCHMARKS.md, "What each change bought").
         let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
         // The pipeline's queries are equality lookups and batched writes, planned generically so
         // their plans do not depend on statistics; housekeeping deletes by age, which needs

@@ -167,6 +167,29 @@ struct ConnectionPoolStateMachineTests {
         #expect(machine.leaseFreeStreams(.production, upTo: 3).isEmpty, "nothing after shutdown")
     }
 
+    /// A small batch goes to the connection on the caller's event loop when it has room for
+    /// all of it, even with fewer free streams than another; a larger batch, or one the local
+    /// connection cannot hold, is placed as without a preference.
+    @Test func aSmallBatchPrefersTheConnectionOnTheCallersLoop() {
+        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
+        _ = machine.enqueue(waiter(1), for: .production)
+        _ = machine.enqueue(waiter(2), for: .production)
+        let a = FakeConnection(id: 1, environment: .production)
+        let b = FakeConnection(id: 2, environment: .production)
+        _ = machine.connectionReady(a, streamLimit: 12)  // both waiters take a stream: 10 free
+        _ = machine.connectionReady(b, streamLimit: 20)  // 20 free
+        let onA: (FakeConnection) -> Bool = { $0 == a }
+        #expect(machine.leaseFreeStreams(.production, upTo: 4, preferring: onA) == Array(repeating: a, count: 4))  // 6 free on a
+        #expect(machine.leaseFreeStreams(.production, upTo: 6, preferring: onA) == Array(repeating: a, count: 6))  // none on a
+        #expect(machine.leaseFreeStreams(.production, upTo: 3, preferring: onA) == Array(repeating: b, count: 3), "a is full")
+        _ = machine.release(connectionID: 1, environment: .production, status: 200)
+        _ = machine.release(connectionID: 1, environment: .production, status: 200)  // 2 free on a, 17 on b
+        #expect(machine.leaseFreeStreams(.production, upTo: 3, preferring: onA) == Array(repeating: b, count: 3), "a has room for 2 of 3")
+        #expect(
+            machine.leaseFreeStreams(.production, upTo: 12, preferring: onA) == Array(repeating: b, count: 12),
+            "above a small batch the preference does not apply: the most free first")
+    }
+
     @Test func limitChangesApply() {
         var machine = Machine(connectionsPerEndpoint: 1, maximumWaiters: 100, requiresVerification: false)
         for id in 1...4 { _ = machine.enqueue(waiter(UInt64(id)), for: .production) }
