@@ -67,7 +67,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
     /// reaches the channel management hosts for push.channels (without one, each command is
     /// answered `rejected`, `ChannelManagementUnavailable`); `fcm` sends to Android devices
-    /// (without one, each is answered `rejected`, `NoCredentialForPackage`).
+    /// (without one, each is answered `rejected`, `NoCredentialForPackage`). `taskExecutor`,
+    /// when given, runs every task of the pipeline (`herald run` gives the event loop of its
+    /// PostgreSQL connections; nil: Swift's global executor).
     public init(
         configuration: PipelineConfiguration,
         source: any MessageSource,
