@@ -138,14 +138,21 @@ struct ConnectionPoolStateMachineTests {
         }
     }
 
-    @Test func aSmallBatchSharesOneConnectionALargeOneIsSplitEvenly() {
+    /// Two ready production connections, `a` (ID 1) and `b` (ID 2), with these stream limits;
+    /// two waiters queued before took a stream each on `a`.
+    private func twoReadyConnections(limits: (a: Int, b: Int)) -> (Machine, a: FakeConnection, b: FakeConnection) {
         var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
         _ = machine.enqueue(waiter(1), for: .production)
         _ = machine.enqueue(waiter(2), for: .production)
         let a = FakeConnection(id: 1, environment: .production)
         let b = FakeConnection(id: 2, environment: .production)
-        _ = machine.connectionReady(a, streamLimit: 12)  // both waiters take a stream: 10 free
-        _ = machine.connectionReady(b, streamLimit: 12)  // 12 free
+        _ = machine.connectionReady(a, streamLimit: limits.a)
+        _ = machine.connectionReady(b, streamLimit: limits.b)
+        return (machine, a, b)
+    }
+
+    @Test func aSmallBatchSharesOneConnectionALargeOneIsSplitEvenly() {
+        var (machine, a, b) = twoReadyConnections(limits: (a: 12, b: 12))  // 10 free on a, 12 on b
         // A small batch stays on one connection, the one with the most free streams.
         #expect(machine.leaseFreeStreams(.production, upTo: 4) == Array(repeating: b, count: 4))
         // A large one is split evenly: 10 free on a, 8 on b.
@@ -171,13 +178,7 @@ struct ConnectionPoolStateMachineTests {
     /// all of it, even with fewer free streams than another; a larger batch, or one the local
     /// connection cannot hold, is placed as without a preference.
     @Test func aSmallBatchPrefersTheConnectionOnTheCallersLoop() {
-        var machine = Machine(connectionsPerEndpoint: 2, maximumWaiters: 100, requiresVerification: false)
-        _ = machine.enqueue(waiter(1), for: .production)
-        _ = machine.enqueue(waiter(2), for: .production)
-        let a = FakeConnection(id: 1, environment: .production)
-        let b = FakeConnection(id: 2, environment: .production)
-        _ = machine.connectionReady(a, streamLimit: 12)  // both waiters take a stream: 10 free
-        _ = machine.connectionReady(b, streamLimit: 20)  // 20 free
+        var (machine, a, b) = twoReadyConnections(limits: (a: 12, b: 20))  // 10 free on a, 20 on b
         let onA: (FakeConnection) -> Bool = { $0 == a }
         #expect(machine.leaseFreeStreams(.production, upTo: 4, preferring: onA) == Array(repeating: a, count: 4))  // 6 free on a
         #expect(machine.leaseFreeStreams(.production, upTo: 6, preferring: onA) == Array(repeating: a, count: 6))  // none on a
