@@ -33,7 +33,8 @@ if [[ "${1:-}" == steady-cost ]]; then
   echo "steady cost against the burst, one run: burst $(grep -m1 "^throughput" <<<"$burst" | cut -d"(" -f1)"
   echo "  burst: herald CPU $burst_cpu µs/notification; $(grep -m1 '^per poll batch' <<<"$burst")"
   echo "  steady 1,000/s, small fetches: herald CPU $steady_cpu µs/notification after the first 5 s; $(grep -m1 '^per poll batch' <<<"$steady")"
-  echo "  steady $(grep 'poll to publish started' <<<"$steady" | tail -1 | sed 's/^ *//')"
+  echo "  burst (the whole run: a backlog drains) $(grep -m1 'poll to publish started' <<<"$burst" | sed 's/^ *//')"
+  echo "  steady (after the first 5 s) $(grep 'poll to publish started' <<<"$steady" | tail -1 | sed 's/^ *//')"
   echo "  steady / burst CPU per notification: $(awk -v s="$steady_cpu" -v b="$burst_cpu" 'BEGIN { printf "%.1f", s / b }')"
   exit
 fi
