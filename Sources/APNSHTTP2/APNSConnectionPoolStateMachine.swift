@@ -114,8 +114,10 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
             slots.firstIndex { $0.id == connectionID }
         }
 
-        /// The ready connection with the most free streams.
-        func bestSlot() -> Int? {
+        /// The ready connection to lease `share` streams from: one `isLocal` (on the caller's
+        /// event loop) with room for all of them, else the one with the most free streams.
+        func bestSlot(for share: Int = 1, preferring isLocal: (Connection) -> Bool = { _ in false }) -> Int? {
+            if let local = slots.firstIndex(where: { $0.freeStreams >= share && $0.connection.map(isLocal) == true }) { return local }
             let best = slots.indices.max { slots[$0].freeStreams < slots[$1].freeStreams }
             return best.flatMap { slots[$0].freeStreams > 0 ? $0 : nil }
         }
@@ -206,18 +208,12 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
     ) -> [Connection] {
         let poolIndex = Self.poolIndex(environment)
         guard !isShutDown, !pools[poolIndex].waiters.hasWaiters(aheadOf: precedence) else { return [] }
-        if count <= Self.smallBatch,
-            let local = pools[poolIndex].slots.firstIndex(where: { slot in
-                slot.freeStreams >= count && slot.connection.map(isLocal) == true
-            })
-        {
-            pools[poolIndex].slots[local].lease(count)
-            return Array(repeating: pools[poolIndex].slots[local].connection!, count: count)
-        }
         let connections = max(1, pools[poolIndex].slots.count { $0.freeStreams > 0 })
         let evenShare = max(Self.smallBatch, (count + connections - 1) / connections)
+        // A large batch is split over the connections (and their event loops) to be answered in parallel.
+        let local = count <= Self.smallBatch ? isLocal : { _ in false }
         var leased: [Connection] = []
-        while leased.count < count, let slot = pools[poolIndex].bestSlot() {
+        while leased.count < count, let slot = pools[poolIndex].bestSlot(for: min(count - leased.count, evenShare), preferring: local) {
             let share = min(count - leased.count, evenShare, pools[poolIndex].slots[slot].freeStreams)
             pools[poolIndex].slots[slot].lease(share)
             leased += repeatElement(pools[poolIndex].slots[slot].connection!, count: share)

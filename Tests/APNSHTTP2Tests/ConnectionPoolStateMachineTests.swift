@@ -189,6 +189,11 @@ struct ConnectionPoolStateMachineTests {
         #expect(
             machine.leaseFreeStreams(.production, upTo: 12, preferring: onA) == Array(repeating: b, count: 12),
             "above a small batch the preference does not apply: the most free first")
+        // A large batch is split as without a preference, even where the local connection has room.
+        (machine, _, _) = twoReadyConnections(limits: (a: 12, b: 20))  // 10 free on a, 20 on b
+        var unpreferring = machine
+        #expect(machine.leaseFreeStreams(.production, upTo: 16, preferring: onA) == unpreferring.leaseFreeStreams(.production, upTo: 16))
+        #expect(machine.leaseFreeStreams(.production, upTo: 1, preferring: onA) == [a], "then a small one stays local")
     }
 
     @Test func limitChangesApply() {
