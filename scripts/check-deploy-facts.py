@@ -68,7 +68,8 @@ def kubernetes(paths):
     documents = load(paths)
     # The renderings that install the members (an overlay's migrate/ holds only the Job).
     overlays = sorted({p for p, d in documents if d.get("kind") == "Deployment"})
-    config_maps = {p: d for p, d in by_kind(documents, "ConfigMap") if d["metadata"]["name"].startswith("herald")}
+    # The members' settings: the ConfigMap `herald` (herald-ledger holds only the ledger's retention).
+    config_maps = {p: d for p, d in by_kind(documents, "ConfigMap") if re.fullmatch(r"herald(-[a-z0-9]{10})?", d["metadata"]["name"])}
 
     def config(path, key):
         return (config_maps.get(path) or {}).get("data", {}).get(key)
@@ -132,6 +133,41 @@ def kubernetes(paths):
             if p.get("value", 0) > 4:
                 problems.append(f"{path}: scale-down removes {p['value']} members per {p.get('periodSeconds')} s")
     fact("scaling down removes a few members at a time, after a stabilisation window", problems)
+
+    # `herald migrate` (the Job, the partition CronJob) drops ledger days by the retention it is
+    # given: the members' and the migrations' of one install must be the same setting, never the
+    # default on one side and the operator's value on the other.
+    problems = []
+    all_config_maps = {(p, d["metadata"]["name"]): d.get("data", {}) for p, d in by_kind(documents, "ConfigMap")}
+
+    def env_value(path, container, key):
+        for variable in container.get("env", []):
+            if variable["name"] == key:
+                ref = variable.get("valueFrom", {}).get("configMapKeyRef")
+                return variable.get("value") if ref is None else all_config_maps.get((path, ref["name"]), {}).get(ref["key"])
+        found = None
+        for source in container.get("envFrom", []):
+            ref = source.get("configMapRef")
+            if ref:
+                found = all_config_maps.get((path, ref["name"]), {}).get(key, found)
+        return found
+
+    installs = {}
+    for where, pod in pod_specs(documents):
+        path = where.split(": ")[0]
+        install = os.path.basename(path).removesuffix(".yaml").removesuffix("-migrate")
+        for container in pod.get("containers", []):
+            if container.get("image", "").startswith(("herald", "registry")) and container.get("args", [""])[0] in ("run", "migrate"):
+                installs.setdefault(install, {})[f"{where} ({container['args'][0]})"] = env_value(path, container, "HERALD_LEDGER_RETENTION_HOURS")
+    for install, values in sorted(installs.items()):
+        if not any(w.endswith("(migrate)") for w in values):
+            problems.append(f"{install}: no `herald migrate` rendered with the members")
+        for where, value in sorted(values.items()):
+            if value is None:
+                problems.append(f"{where}: HERALD_LEDGER_RETENTION_HOURS not set (the default 168 h, whatever the others run with)")
+        if len(set(values.values())) > 1:
+            problems.append(f"{install}: HERALD_LEDGER_RETENTION_HOURS differs: {sorted(values.items())}")
+    fact("the members and `herald migrate` keep the delivery ledger for the same retention", problems)
 
     problems = []
     for where, pod in pod_specs(documents):
@@ -197,7 +233,7 @@ def kubernetes(paths):
         for d in deployments:
             refs = [e["configMapRef"]["name"] for c in d["spec"]["template"]["spec"]["containers"] for e in c.get("envFrom", []) if "configMapRef" in e]
             for ref in refs:
-                if ref not in names or not re.fullmatch(r"herald-[a-z0-9]{10}", ref):
+                if ref not in names or not re.fullmatch(r"herald(-ledger)?-[a-z0-9]{10}", ref):
                     problems.append(f"{path}: the Deployment reads ConfigMap {ref!r}, not one named by its content's hash: a config change restarts no pod")
     fact("the ConfigMap's name carries its content's hash, so a change rolls the pods", problems)
 

@@ -1,3 +1,4 @@
+public import APNSCore
 public import JSONCore
 
 /// An event's `fcm` part, validated: the Android package and the message to send to each of its
@@ -172,12 +173,21 @@ public struct FCMRequest: Sendable, Hashable {
     public var message: FCMMessage
     /// Sends with `"validate_only": true`: FCM checks the message and delivers nothing.
     public var validateOnly: Bool
+    /// Where the request queues for an HTTP/2 stream: urgent ones before every bulk one waiting.
+    public var precedence: APNSStreamPrecedence
 
-    public init(package: String, target: FCMTarget, message: FCMMessage, validateOnly: Bool = false) {
+    public init(
+        package: String,
+        target: FCMTarget,
+        message: FCMMessage,
+        validateOnly: Bool = false,
+        precedence: APNSStreamPrecedence = .urgent
+    ) {
         self.package = package
         self.target = target
         self.message = message
         self.validateOnly = validateOnly
+        self.precedence = precedence
     }
 
     /// The event's `expiration` (UNIX seconds; 0 = once); nil when none.

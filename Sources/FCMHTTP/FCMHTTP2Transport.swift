@@ -19,8 +19,8 @@ import Synchronization
 /// header block and answer (``FCMExchange``); BENCHMARKS.md has the figures after the change.
 ///
 /// Connections open lazily, up to ``FCMClientConfiguration/connections``, each carrying as many
-/// streams as FCM's SETTINGS_MAX_CONCURRENT_STREAMS allows; requests beyond wait in a FIFO queue
-/// until their deadline. A stream above a GOAWAY's last stream ID, or one never written because
+/// streams as FCM's SETTINGS_MAX_CONCURRENT_STREAMS allows; requests beyond wait until their
+/// deadline, urgent ones before every bulk one, each kind first in first out. A stream above a GOAWAY's last stream ID, or one never written because
 /// its connection closed or began draining, is sent again on another connection.
 final class FCMHTTP2Transport: Sendable {
     private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, PooledStreamWaiter<FCMConnection>>
@@ -148,13 +148,13 @@ final class FCMHTTP2Transport: Sendable {
 
     /// Sends `request` and returns FCM's answer. Throws ``APNSTransportError`` when no answer
     /// arrived (``FCMTransportErrors`` reads it), or `CancellationError`.
-    func send(_ request: FCMSendRequest, deadline: ContinuousClock.Instant) async throws -> FCMSendAnswer {
+    func send(_ request: FCMSendRequest, deadline: ContinuousClock.Instant, precedence: APNSStreamPrecedence) async throws -> FCMSendAnswer {
         let remaining = ContinuousClock.now.duration(to: deadline)
         guard remaining > .zero else { throw APNSTransportError.deadlineExceeded("the deadline passed before the request") }
         let nioDeadline = NIODeadline.now() + TimeAmount(remaining)
         var unprocessed = 0
         while true {
-            let connection = try await leaseStream(deadline: nioDeadline)
+            let connection = try await leaseStream(deadline: nioDeadline, precedence: precedence)
             do {
                 let answer = try await connection.execute(request, deadline: nioDeadline)
                 release(connection, status: answer.status)
@@ -172,14 +172,14 @@ final class FCMHTTP2Transport: Sendable {
         }
     }
 
-    /// A stream for each of up to `count` requests, as many as are free now (none while requests
-    /// wait for one); each goes back with ``release(_:status:)``.
-    func leaseFreeStreams(upTo count: Int) -> [FCMConnection] {
-        pool.withLock { $0.leaseFreeStreams(.production, upTo: count, preferring: \.isOnCurrentEventLoop) }
+    /// A stream for each of up to `count` requests of `precedence`, as many as are free now (none
+    /// while requests it must wait behind wait for one); each goes back with ``release(_:status:)``.
+    func leaseFreeStreams(upTo count: Int, precedence: APNSStreamPrecedence) -> [FCMConnection] {
+        pool.withLock { $0.leaseFreeStreams(.production, upTo: count, precedence: precedence, preferring: \.isOnCurrentEventLoop) }
     }
 
-    private func leaseStream(deadline: NIODeadline) async throws -> FCMConnection {
-        switch pool.withLock({ $0.leaseIfAvailable(.production) }) {
+    private func leaseStream(deadline: NIODeadline, precedence: APNSStreamPrecedence) async throws -> FCMConnection {
+        switch pool.withLock({ $0.leaseIfAvailable(.production, precedence: precedence) }) {
         case .leased(let connection): return connection
         case .failed(let error): throw error
         case .mustWait: break
@@ -187,7 +187,7 @@ final class FCMHTTP2Transport: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let waiter = Pool.Waiter(id: waiterID, recipient: .continuation(continuation), deadline: deadline)
+                let waiter = Pool.Waiter(id: waiterID, recipient: .continuation(continuation), deadline: deadline, precedence: precedence)
                 switch pool.withLock({ $0.enqueue(waiter, for: .production) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
@@ -204,11 +204,11 @@ final class FCMHTTP2Transport: Sendable {
         }
     }
 
-    /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(upTo:)``), in
-    /// one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
-    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline) -> [UInt64] {
+    /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(upTo:precedence:)``),
+    /// in one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
+    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline, precedence: APNSStreamPrecedence) -> [UInt64] {
         let queued = waiters.map { waiter in
-            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, recipient: waiter, deadline: deadline)
+            Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, recipient: waiter, deadline: deadline, precedence: precedence)
         }
         perform(pool.withLock { $0.enqueue(queued, for: .production) })
         return queued.map(\.id)

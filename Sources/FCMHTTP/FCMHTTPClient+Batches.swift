@@ -25,8 +25,10 @@ extension FCMHTTPClient {
         let nioDeadline = Task.isCancelled ? nil : NIODeadline.fromContinuousClock(deadline)
         let (leased, waiting, alone) = nioDeadline == nil ? ([], [], Array(requests.indices)) : leaseFreeStreams(for: requests)
         let (deadlineOfStreams, sentAt) = (nioDeadline ?? .now(), ContinuousClock.now)
+        // A batch comes from one lane: its first request's precedence is every request's.
+        let precedence = requests.first?.precedence ?? .urgent
         let pools = Batch.Pools(
-            wait: { self.transport.wait($0.map(\.waiter), deadline: deadlineOfStreams) },
+            wait: { self.transport.wait($0.map(\.waiter), deadline: deadlineOfStreams, precedence: precedence) },
             stopWaiting: { self.transport.stopWaiting($0.map(\.id)) }
         )
         await Batch.send(
@@ -100,7 +102,7 @@ extension FCMHTTPClient {
             }
             sendable.append((index, SentWith(projectID: projectID, token: project.token), project.path))
         }
-        let connections = transport.leaseFreeStreams(upTo: sendable.count)
+        let connections = transport.leaseFreeStreams(upTo: sendable.count, precedence: requests.first?.precedence ?? .urgent)
         let now = WallClock.millisecondsSince1970()
         let sends = sendable.map { sendRequest(requests[$0.index], path: $0.path, token: $0.project.token, nowMilliseconds: now) }
         let leased: [Batch.Leased] = zip(sendable, connections).enumerated().map { position, leased in

@@ -103,7 +103,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
             let sentAt = ContinuousClock.now
             var response: FCMResponse
             do {
-                response = self.response(to: try await transport.send(send, deadline: deadline), sentAt: sentAt)
+                response = self.response(to: try await transport.send(send, deadline: deadline, precedence: request.precedence), sentAt: sentAt)
             } catch {
                 if Task.isCancelled, ContinuousClock.now < deadline { throw CancellationError() }
                 throw failure(error, sentAt: sentAt, deadline: deadline)

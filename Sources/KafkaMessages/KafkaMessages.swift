@@ -101,4 +101,8 @@ public protocol KafkaRebalanceListener: Sendable {
     /// These partitions are about to go: stop taking their work, finish what is in flight within
     /// a bound, and return the offsets to commit for them before they go.
     func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64]
+    /// These partitions are gone without an orderly revocation (the session timed out, or the
+    /// member was fenced out of the group): another member may own them already, so their work
+    /// stops at once and nothing of theirs is committed.
+    func partitionsLost(_ partitions: [KafkaTopicPartition])
 }

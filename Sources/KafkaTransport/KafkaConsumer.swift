@@ -144,9 +144,16 @@ package final class KafkaConsumer: Service, Sendable {
         }
     }
 
-    /// Keeps the member alive until graceful shutdown or cancellation, then leaves the group.
+    /// Keeps the member alive until graceful shutdown or cancellation, then leaves the group
+    /// (unless ``leaveGroup()`` did already).
     package func run() async throws {
         try? await gracefulShutdown()
+        await leaveGroup()
+    }
+
+    /// Leaves the group (librdkafka revokes the partitions, which commits what the listener
+    /// returns) and destroys the client; polls and commits throw from then on.
+    package func leaveGroup() async {
         await client.destroy { handle in
             _ = rd_kafka_consumer_close(handle)
         }

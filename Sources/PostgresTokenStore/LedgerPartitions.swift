@@ -287,7 +287,9 @@ package final class UnpartitionedLedger: Sendable {
                     deliveries.append(
                         RecordedDelivery(
                             event: event,
-                            token: token,
+                            // The table is older than FCM: an APNs token (hex) or a key of the
+                            // pipeline's (`channel:…`, `channel-management`; never hex).
+                            target: LedgerTarget(token.hasPrefix("channel") ? .other : .apnsDevice, token),
                             userID: userID,
                             outcome: .message(result: Array(result.utf8), unregisteredEvent: unregisteredEvent.map { Array($0.utf8) })
                         )

@@ -172,5 +172,31 @@ extension Migrations {
 
                 """#
         ),
+        Migration(
+            version: 7,
+            name: "typed ledger targets",
+            file: "0007_typed_ledger_targets.sql",
+            sql: #"""
+                -- Migration 7: a ledger row says what kind of target its outcome is for, and its key keeps the
+                -- kinds apart.
+                --
+                -- Until now `token` held a device token's bytes whenever the text looked like lowercase hex of
+                -- even length, and the UTF-8 of the text otherwise, so two targets of one event could share a
+                -- key: the FCM token `6162636465666768` and the FCM token `abcdefgh` (the first spells the
+                -- second's bytes), or an APNs token and the FCM token whose bytes it spells. The second
+                -- outcome was neither inserted nor found, and recording it was retried forever.
+                --
+                -- From this migration `target` holds a tag, and `token` starts with the same tag as one byte,
+                -- followed by the token's bytes (an APNs token in lowercase hex) or its UTF-8: tag = 2 x kind
+                -- + 1 when the rest is hex-decoded, kind 1 an APNs device, 2 an FCM device, 3 anything else (a
+                -- broadcast channel, a channel command). Equal keys now mean the same kind, the same encoding
+                -- and the same text. The key itself is unchanged, so no index is rebuilt and the migration
+                -- takes no lock beyond adding a column without a default. Rows written before it keep
+                -- `target` NULL and their old `token`; they are read as before (kind from `fcm` and `device`)
+                -- until the retention drops their days.
+                ALTER TABLE push.delivery_ledger ADD COLUMN IF NOT EXISTS target smallint NULL;
+
+                """#
+        ),
     ]
 }

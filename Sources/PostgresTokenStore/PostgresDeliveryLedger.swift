@@ -9,23 +9,23 @@ import Synchronization
 extension PostgresStore: DeliveryLedger {
     /// One statement for the partitioned ledger (``RecordedDeliveriesStatement``); while
     /// `push.deliveries` (before migration 5) exists, it is read too.
-    package func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
+    package func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]] {
         guard !events.isEmpty else { return [:] }
-        var deliveries: [LedgerEvent: [String: RecordedDelivery]] = [:]
+        var deliveries: [LedgerEvent: [LedgerTarget: RecordedDelivery]] = [:]
         let lookup = RecordedDeliveriesStatement(events: events)
         for delivery in try await client.rows(of: lookup, logger: logger) {
             // A row of a day the batch spans but this event's record is not from is another record's.
-            if let delivery { deliveries[delivery.event, default: [:]][delivery.token] = delivery }
+            if let delivery { deliveries[delivery.event, default: [:]][delivery.target] = delivery }
         }
         try await addUnpartitionedDeliveries(of: events, to: &deliveries)
         return deliveries
     }
 
     /// Adds what the ledger table before migration 5 holds for `events`, where `deliveries` has
-    /// no outcome for the (event, token); no round trip once that table is gone.
-    func addUnpartitionedDeliveries(of events: [LedgerEvent], to deliveries: inout [LedgerEvent: [String: RecordedDelivery]]) async throws {
+    /// no outcome for the (event, target); no round trip once that table is gone.
+    func addUnpartitionedDeliveries(of events: [LedgerEvent], to deliveries: inout [LedgerEvent: [LedgerTarget: RecordedDelivery]]) async throws {
         for delivery in try await unpartitionedLedger.recordedDeliveries(of: events, client: client, logger: logger) {
-            deliveries[delivery.event, default: [:]][delivery.token] = deliveries[delivery.event]?[delivery.token] ?? delivery
+            deliveries[delivery.event, default: [:]][delivery.target] = deliveries[delivery.event]?[delivery.target] ?? delivery
         }
     }
 
@@ -34,13 +34,13 @@ extension PostgresStore: DeliveryLedger {
     /// its latency is the window in which a crash repeats a push. With marks, the marks and the
     /// statement share one transaction.
     package func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
-        // One row per (event, token): the first outcome given for it stands for every copy.
+        // One row per (event, target): the first outcome given for it stands for every copy.
         var rows: [RecordedDelivery] = []
         var rowOfKey: [DeliveryKey: Int] = [:]
         let rowOfEntry = batch.map { entry in
             if let row = rowOfKey[DeliveryKey(entry.delivery)] { return row }
             var row = entry.delivery
-            // Kept only when a mark of this (event, token) changes the registry row (below).
+            // Kept only when a mark of this (event, target) changes the registry row (below).
             row.unregisteredAtMilliseconds = nil
             rows.append(row)
             rowOfKey[DeliveryKey(row)] = rows.count - 1
@@ -77,7 +77,8 @@ extension PostgresStore: DeliveryLedger {
     /// returned for them.
     ///
     /// An outcome another transaction commits while the statement runs is neither inserted nor
-    /// seen by it: that throws, and the caller's retry finds the outcome.
+    /// seen by it: that throws, and the caller's retry finds the outcome. (Two targets of a batch
+    /// never share a key: ``LedgerRow/storedToken(_:)``.)
     private static func standing(
         _ rows: [RecordedDelivery],
         _ returned: [RecordDeliveriesStatement.Row]
@@ -107,16 +108,65 @@ enum LedgerRow {
     static let statusCodes = "ARRAY['delivered', 'unregistered', 'rejected', 'failed', 'expired']"
 
     /// The row's columns as the statements read them: event key, day, token as text, user,
-    /// status text, then the outcome's fields.
-    static let selectedColumns = """
-        l.event_key, l.day, CASE WHEN l.device THEN encode(l.token, 'hex') ELSE convert_from(l.token, 'UTF8') END,
-        l.user_id, (\(statusCodes))[l.status], l.sandbox, l.apns_status, l.reason, l.attempts, l.latency_ms,
-        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message, l.fcm
+    /// status text, the outcome's fields, then the target's kind (``kindCode(_:)``).
+    static let selectedColumns = columns(tokenText: tokenText("l"), kindCode: kindCode("l"))
+
+    /// ``selectedColumns`` of the row `l`, with the token text and kind code given.
+    static func columns(tokenText: String, kindCode: String) -> String {
         """
+        l.event_key, l.day, \(tokenText),
+        l.user_id, (\(statusCodes))[l.status], l.sandbox, l.apns_status, l.reason, l.attempts, l.latency_ms,
+        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message, \(kindCode)
+        """
+    }
 
     typealias Columns = (
-        UUID, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?, Bool
+        UUID, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?, Int16
     )
+
+    /// The text of the token of `row` (an alias): after its tag byte (migration 7), its bytes in
+    /// hex when `device`, else its UTF-8; a row written before keeps no tag.
+    static func tokenText(_ row: String) -> String {
+        """
+        CASE WHEN \(row).device THEN encode(CASE WHEN \(row).target IS NULL THEN \(row).token ELSE substr(\(row).token, 2) END, 'hex') \
+        ELSE convert_from(CASE WHEN \(row).target IS NULL THEN \(row).token ELSE substr(\(row).token, 2) END, 'UTF8') END
+        """
+    }
+
+    /// The kind code (``kind(code:)``) of the target of `row` (an alias): from its tag, or for a
+    /// row written before migration 7, from `fcm` and `device`.
+    static func kindCode(_ row: String) -> String {
+        "coalesce(\(row).target / 2, CASE WHEN \(row).fcm THEN 2 WHEN \(row).device THEN 1 ELSE 3 END)::smallint"
+    }
+
+    /// The code of a target's kind in the ledger's `target` tag (twice it, plus one when the
+    /// token is kept as hex-decoded bytes).
+    static func code(of kind: LedgerTarget.Kind) -> Int16 {
+        switch kind {
+        case .apnsDevice: 1
+        case .fcmDevice: 2
+        case .other: 3
+        }
+    }
+
+    /// The kind a code of ``code(of:)`` stands for.
+    static func kind(code: Int16) throws -> LedgerTarget.Kind {
+        switch code {
+        case 1: .apnsDevice
+        case 2: .fcmDevice
+        case 3: .other
+        default: throw PostgresLedgerError(detail: "unknown target kind \(code)")
+        }
+    }
+
+    /// How `target` is kept: its tag, and whether its token is kept as the bytes its hex spells
+    /// (an APNs token, which is lowercase hex; one written into the registry otherwise is kept as
+    /// UTF-8, and its tag says so). The tag is also the token's first byte, so two rows share a
+    /// key only for the same kind, encoding and text.
+    static func storedToken(_ target: LedgerTarget) -> (tag: Int16, device: Bool) {
+        let device = target.kind == .apnsDevice && isLowercaseHex(target.token)
+        return (code(of: target.kind) * 2 + (device ? 1 : 0), device)
+    }
 
     /// The key of an event's rows: the MD5 of "<bundle ID>/<event ID>" (a bundle ID has no `/`)
     /// as a UUID, PostgreSQL's `md5('com.example.shop/order-42')::uuid`, so an operator can look
@@ -131,9 +181,8 @@ enum LedgerRow {
         )
     }
 
-    /// Whether a send's `token` is kept as the bytes its text spells (`device`): lowercase hex of
-    /// even length, as every device token is; other keys are kept as UTF-8.
-    static func isStoredAsBytes(_ token: String) -> Bool {
+    /// Whether `token` is lowercase hex of even length, as an APNs device token is.
+    private static func isLowercaseHex(_ token: String) -> Bool {
         !token.isEmpty && token.utf8.count.isMultiple(of: 2)
             && token.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
@@ -141,9 +190,11 @@ enum LedgerRow {
     /// The delivery a row read as ``selectedColumns`` holds, for `event`.
     static func delivery(_ columns: Columns, of event: LedgerEvent) throws -> RecordedDelivery {
         // An FCM row keeps FCM's status and message name in the provider's columns (migration 6).
-        let (_, _, token, userID, status, sandbox, providerStatus, reason, attempts, latency, completedAt, providerID, unregisteredAt, message, fcm) =
+        let (_, _, token, userID, status, sandbox, providerStatus, reason, attempts, latency, completedAt, providerID, unregisteredAt, message, kindCode) =
             columns
         let eventID = event.eventID
+        let kind = try kind(code: kindCode)
+        let fcm = kind == .fcmDevice
         let outcome: RecordedDelivery.Outcome
         if let message {
             outcome = .message(result: Array(message.utf8), unregisteredEvent: nil)
@@ -168,7 +219,7 @@ enum LedgerRow {
                 )
             )
         }
-        return RecordedDelivery(event: event, token: token, userID: userID, outcome: outcome)
+        return RecordedDelivery(event: event, target: LedgerTarget(kind, token), userID: userID, outcome: outcome)
     }
 }
 
@@ -223,8 +274,9 @@ struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     }
 }
 
-/// Inserts each outcome unless its (event, token) has one. Returns the key of each inserted row
-/// (with no outcome: the one given stands) and each outcome recorded earlier, in full. The
+/// Inserts each outcome unless its (event, target) has one. Returns the key of each inserted row
+/// (with no outcome: the one given stands) and each outcome recorded earlier, in full, under the
+/// key it was given with. The
 /// statement's reads see the ledger as it was before its insert, so earlier outcomes are found
 /// by one probe per row (`LATERAL`, pruned to the row's day).
 ///
@@ -237,29 +289,29 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
     static let name = "herald_record_deliveries"
     static let sql = """
         WITH batch AS (
-            SELECT b.*, CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
+            SELECT b.*, b.target / 2 = 2 AS fcm, decode(lpad(to_hex(b.target), 2, '0'), 'hex')
+                || CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
             FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
                         $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],
-                        $14::bigint[], $15::text[], $16::boolean[])
+                        $14::bigint[], $15::text[], $16::smallint[])
                 AS b(event_key, day, token_text, device, user_id, status, sandbox, apns_status, reason, attempts,
-                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm)
+                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, target)
         ), inserted AS (
             INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, apns_status,
-                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm)
+                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm, target)
             SELECT event_key, day, token, device, user_id,
                 coalesce(array_position(\(LedgerRow.statusCodes), status), 0), sandbox,
                 NULLIF(apns_status, 0), NULLIF(reason, ''), attempts, latency_ms, completed_at,
-                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, ''), fcm
+                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, ''), fcm, target
             FROM batch
             ON CONFLICT (event_key, token, day) DO NOTHING
-            RETURNING event_key, day, token, device
+            RETURNING event_key, day, token, device, fcm, target
         )
-        SELECT false, i.event_key, i.day,
-            CASE WHEN i.device THEN encode(i.token, 'hex') ELSE convert_from(i.token, 'UTF8') END,
-            '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint, NULL, NULL::bigint, NULL, false
+        SELECT false, i.event_key, i.day, \(LedgerRow.tokenText("i")),
+            '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint, NULL, NULL::bigint, NULL, \(LedgerRow.kindCode("i"))
         FROM inserted AS i
         UNION ALL
-        SELECT true, \(LedgerRow.selectedColumns)
+        SELECT true, \(LedgerRow.columns(tokenText: "b.token_text", kindCode: "(b.target / 2)::smallint"))
         FROM batch AS b CROSS JOIN LATERAL (
             SELECT * FROM push.delivery_ledger AS l
             WHERE l.event_key = b.event_key AND l.token = b.token AND l.day = b.day
@@ -281,8 +333,9 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         var bindings = PostgresBindings(capacity: 16)
         bindings.append(deliveries.map { LedgerRow.eventKey($0.event) })
         bindings.append(deliveries.map(\.event.day))
+        let stored = deliveries.map { LedgerRow.storedToken($0.target) }
         bindings.append(deliveries.map(\.token))
-        bindings.append(deliveries.map { $0.sendOutcome != nil && LedgerRow.isStoredAsBytes($0.token) })
+        bindings.append(stored.map(\.device))
         bindings.append(deliveries.map(\.userID))
         bindings.append(outcomes.map { $0?.status.rawValue ?? "" })
         bindings.append(outcomes.map { $0?.environment == .sandbox })
@@ -298,7 +351,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
                 if case .message(let result, _) = $0.outcome { String(decoding: result, as: UTF8.self) } else { "" }
             }
         )
-        bindings.append(outcomes.map { $0?.platform == .fcm })
+        bindings.append(stored.map(\.tag))
         return bindings
     }
 
@@ -311,30 +364,31 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         guard let event = events[LedgerRowKey(eventKey: eventKey, day: day)] else {
             throw PostgresLedgerError(detail: "a row of an event not recorded here")
         }
-        let key = DeliveryKey(event: event, token: token)
+        let kindCode = try random[15].decode(Int16.self)
+        let key = DeliveryKey(event: event, target: LedgerTarget(try LedgerRow.kind(code: kindCode), token))
         guard recordedEarlier else { return (key, nil) }
         let columns: LedgerRow.Columns = (
             eventKey, day, token, try random[4].decode(String.self), try random[5].decode(String?.self), try random[6].decode(Bool.self),
             try random[7].decode(Int16?.self), try random[8].decode(String?.self), try random[9].decode(Int16.self),
             try random[10].decode(Int32.self), try random[11].decode(Int64.self), try random[12].decode(String?.self),
-            try random[13].decode(Int64?.self), try random[14].decode(String?.self), try random[15].decode(Bool.self)
+            try random[13].decode(Int64?.self), try random[14].decode(String?.self), kindCode
         )
         return (key, try LedgerRow.delivery(columns, of: event))
     }
 }
 
-/// A delivery-ledger row's primary key: its event and token.
+/// A delivery-ledger row's primary key: its event and target.
 struct DeliveryKey: Hashable, Sendable {
     var event: LedgerEvent
-    var token: String
+    var target: LedgerTarget
 
-    init(event: LedgerEvent, token: String) {
+    init(event: LedgerEvent, target: LedgerTarget) {
         self.event = event
-        self.token = token
+        self.target = target
     }
 
     init(_ delivery: RecordedDelivery) {
-        self.init(event: delivery.event, token: delivery.token)
+        self.init(event: delivery.event, target: delivery.target)
     }
 }
 

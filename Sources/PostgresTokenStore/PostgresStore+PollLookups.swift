@@ -27,7 +27,7 @@ extension PostgresStore {
         for row in try await client.rows(of: statement, logger: logger) {
             switch row {
             case .device(let device?): found.devices[device.userID, default: []].append(device)
-            case .delivery(let delivery?): found.recorded[delivery.event, default: [:]][delivery.token] = delivery
+            case .delivery(let delivery?): found.recorded[delivery.event, default: [:]][delivery.target] = delivery
             case .device(nil), .delivery(nil): continue
             }
         }
@@ -45,7 +45,7 @@ struct DevicesAndRecordedDeliveriesStatement: PostgresPreparedStatement {
     static let name = "herald_devices_and_recorded_deliveries"
     static let sql = """
         SELECT NULL::uuid, NULL::integer, token, user_id, environment, NULL::boolean, NULL::smallint, platform,
-               NULL::smallint, NULL::integer, NULL::bigint, fcm_target, NULL::bigint, NULL::text, NULL::boolean
+               NULL::smallint, NULL::integer, NULL::bigint, fcm_target, NULL::bigint, NULL::text, NULL::smallint
         FROM push.device_tokens WHERE \(ActiveDevicesStatement.condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3"))
         UNION ALL
         SELECT \(LedgerRow.selectedColumns) FROM push.delivery_ledger AS l

@@ -12,6 +12,9 @@ public protocol MessageSource: Sendable {
     func pauseAll() async throws
     /// Fetches again once the window has room.
     func resumeAll() async throws
+    /// Leaves the consumer group now, at a graceful stop once this lane's work is committed:
+    /// its partitions go to other members without waiting for the rest of the process.
+    func leaveGroup() async
 }
 
 /// Where the pipeline publishes results, unregistered-token events and dead letters.

@@ -172,22 +172,37 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 }
                 group.addTask { await self.storeOperations.runTimeLimit() }
                 defer { group.cancelAll() }
+                // Each lane leaves its group as soon as its own work is committed: urgent
+                // partitions never wait for the bulk lane's stop.
                 try await withThrowingTaskGroup(of: Void.self) { consumers in
-                    consumers.addTask { try await self.consume(self.urgent) }
+                    consumers.addTask {
+                        try await self.consume(self.urgent)
+                        await self.leave(self.urgent)
+                    }
                     if let bulk {
                         // Below the urgent lane's work when threads are scarce.
-                        consumers.addTask(priority: .low) { try await self.consume(bulk) }
+                        consumers.addTask(priority: .low) {
+                            try await self.consume(bulk)
+                            await self.leave(bulk)
+                        }
                     }
                     try await consumers.waitForAll()
                 }
             }
-            for lane in lanes {
-                await commitFinished(lane)
-                lane.consuming.store(false, ordering: .relaxed)
-            }
         } onGracefulShutdown: {
             self.isStopping.store(true, ordering: .relaxed)
+            // A paced campaign is not finished at a stop: its sends not started yet are given
+            // up (the next owner sends them), so the stop waits only for requests in flight.
+            if self.bulk != nil { self.coordinator.beginStop(.bulk) }
         }
+    }
+
+    /// At a graceful stop, once `lane` has nothing in flight: commits what it finished and
+    /// leaves its group.
+    private func leave(_ lane: InputLane) async {
+        await commitFinished(lane)
+        lane.consuming.store(false, ordering: .relaxed)
+        await lane.source.leaveGroup()
     }
 
     /// Polls and processes `lane`'s messages until graceful shutdown; returns once every message
@@ -258,11 +273,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     public func partitionsAssigned(_ partitions: [KafkaTopicPartition]) {
+        guard !partitions.isEmpty else { return }
         coordinator.assign(partitions, lane: lane(of: partitions).priority)
         metrics.recordRebalance(assigned: true)
     }
 
-    /// The lane whose member was given or is losing `partitions` (each member reads one lane's topics).
+    /// The lane whose member was given or is losing `partitions` (each member reads one lane's
+    /// topics); callers never ask for none, which names no lane.
     private func lane(of partitions: [KafkaTopicPartition]) -> InputLane {
         if let bulk, let topic = partitions.first?.topic, inputsByTopic[topic]?.isBulk == true { return bulk }
         return urgent
@@ -288,6 +305,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// bound the partitions are revoked with messages unfinished; their requests end within the
     /// request timeout.
     public func partitionsRevoked(_ partitions: [KafkaTopicPartition]) -> [KafkaTopicPartition: Int64] {
+        // An empty revocation (a cooperative rebalance that takes nothing from this member).
+        guard !partitions.isEmpty else { return [:] }
         let lane = lane(of: partitions).priority
         let unfinished = coordinator.drain(partitions, lane: lane, timeout: configuration.revocationDrainTimeout)
         if unfinished > 0 {
@@ -299,6 +318,22 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         }
         metrics.recordRebalance(assigned: false)
         return coordinator.revoke(partitions, lane: lane)
+    }
+
+    /// Runs on the consumer's poll thread. The partitions are fenced and forgotten at once,
+    /// without a drain and without a commit: their new owner may be working on them already, so
+    /// a send that had not started is given up and nothing is committed under a dead generation.
+    /// The only repeats are the requests in flight at this moment.
+    public func partitionsLost(_ partitions: [KafkaTopicPartition]) {
+        guard !partitions.isEmpty else { return }
+        let lane = lane(of: partitions).priority
+        let abandoned = coordinator.read { $0.inFlightCount(in: partitions, lane: lane) }
+        _ = coordinator.revoke(partitions, lane: lane)
+        logger.warning(
+            "partitions lost without a revocation: their sends stop, nothing of theirs is committed",
+            metadata: [PipelineLoggingKeys.unfinished: "\(abandoned)"]
+        )
+        metrics.recordRebalance(assigned: false)
     }
 
     private func poll(_ lane: InputLane, maxMessages: Int) async throws -> [KafkaMessage] {

@@ -16,6 +16,20 @@ enum Recipient: Sendable, Hashable {
         }
     }
 
+    /// What the delivery ledger keeps the outcome under: the device (of its platform), or the
+    /// channel.
+    var ledgerTarget: LedgerTarget {
+        switch self {
+        case .device(let device): LedgerTarget(device: device.token, platform: device.platform)
+        case .channel(let id, _): Self.ledgerTarget(channelID: id)
+        }
+    }
+
+    /// The ledger's target of the channel `channelID`.
+    static func ledgerTarget(channelID: String) -> LedgerTarget {
+        LedgerTarget(.other, ledgerToken(channelID: channelID))
+    }
+
     /// The ledger's `token` of the channel `channelID`.
     static func ledgerToken(channelID: String) -> String {
         "channel:" + channelID

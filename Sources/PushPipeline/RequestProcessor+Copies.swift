@@ -34,7 +34,7 @@ extension RequestProcessor {
             for delivery in deliveries {
                 let ticket = delivery.ticket
                 let outcomes = message(of: delivery).recordedOutcomes(eventID: delivery.event.id, topic: delivery.event.topic, in: recorded)
-                if let outcome = outcomes[delivery.destination.ledgerToken] {
+                if let outcome = outcomes[delivery.destination.ledgerTarget] {
                     let republished = resultRecords(outcome, of: delivery.event, headers: ticket.batch.resultHeaders(ticket.message))
                     group.addTask { await self.publish([(republished, DeliveryTicket(ticket.batch, ticket.message, delivery.event))]) }
                     continue

@@ -73,7 +73,7 @@ extension RequestProcessor {
         }
         let traces = deliveries.map(startSendTrace)
         await sender.deliverAll(requests, consumedAt: consumedAt) { index in
-            self.isFenced(deliveries[index].ticket)
+            self.fence(deliveries[index].ticket)
         } report: { index, result in
             self.report(result, of: deliveries[index], trace: traces[index], consumedAt: consumedAt)
         }
@@ -84,11 +84,14 @@ extension RequestProcessor {
     private func sendAndroid(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
         let sendable = deliveries.compactMap { delivery -> (delivery: Delivery, request: FCMRequest)? in
             guard case .device(let device) = delivery.destination, let part = delivery.event.fcm else { return nil }
-            return (delivery, part.request(to: device.fcmTarget == .fid ? .fid(device.token) : .token(device.token)))
+            var request = part.request(to: device.fcmTarget == .fid ? .fid(device.token) : .token(device.token))
+            // The bulk lane's requests wait behind every urgent one for an HTTP/2 stream too.
+            request.precedence = delivery.ticket.batch.lane.priority == .bulk ? .bulk : .urgent
+            return (delivery, request)
         }
         let traces = sendable.map { startSendTrace($0.delivery) }
         await sender.deliverAll(sendable.map(\.request), consumedAt: consumedAt) { index in
-            self.isFenced(sendable[index].delivery.ticket)
+            self.fence(sendable[index].delivery.ticket)
         } report: { index, result in
             self.report(result, of: sendable[index].delivery, trace: traces[index], consumedAt: consumedAt)
         }
@@ -183,7 +186,7 @@ extension RequestProcessor {
         // The first publication is built from what the ledger keeps, as every republication is.
         let recorded = RecordedDelivery(
             event: ledgerEvent(event, of: message),
-            token: destination.ledgerToken,
+            target: destination.ledgerTarget,
             userID: destination.userID,
             outcome: .send(
                 RecordedDelivery.SendOutcome(
@@ -218,6 +221,19 @@ extension RequestProcessor {
         let lane = ticket.batch.lane.priority
         if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: holdingPermit ? lane : nil) {
             ticket.batch.trace(ticket.message)?.span.end()
+        }
+    }
+
+    /// The fence of a ticket's send: closed once its message is fenced (``isFenced(_:)``); its
+    /// waits end then. A send waiting to retry a refusal gives its permit back meanwhile and
+    /// takes one again, behind the lane's waiters, before its next attempt.
+    func fence(_ ticket: DeliveryTicket) -> SendFence {
+        SendFence(isClosed: { self.isFenced(ticket) }) { duration, refused throws(CancellationError) in
+            let lane = ticket.batch.lane.priority
+            if refused { self.coordinator.releasePermit(lane) }
+            try await self.coordinator.wait(duration, unlessFenced: ticket.batch.id, message: ticket.message)
+            guard refused else { return }
+            do { try await self.coordinator.acquirePermit(lane) } catch { throw CancellationError() }
         }
     }
 

@@ -169,7 +169,10 @@ final class RequestProcessor: Sendable {
             abandonFenced(ticket, holdingPermit: false)
             return false
         }
-        try await ticket.batch.lane.pacer?.waitForSlot()
+        if let pace = ticket.batch.lane.pacer?.reserveSlot(), pace > .zero {
+            // A fence (a revocation, a stop) ends the wait: the slot is not used.
+            try await coordinator.wait(pace, unlessFenced: ticket.batch.id, message: ticket.message)
+        }
         guard !isFenced(ticket) else {
             abandonFenced(ticket, holdingPermit: false)
             return false
@@ -215,8 +218,8 @@ final class RequestProcessor: Sendable {
     private struct PollLookups: Sendable {
         /// Active devices of both platforms by apps, then user.
         var tokens: [Apps: [String: [DeviceToken]]] = [:]
-        /// Recorded outcomes by event, then token.
-        var recorded: [LedgerEvent: [String: RecordedDelivery]] = [:]
+        /// Recorded outcomes by event, then target.
+        var recorded: [LedgerEvent: [LedgerTarget: RecordedDelivery]] = [:]
     }
 
     /// Looks up the batch's devices and its recorded outcomes: the recorded outcomes with the
@@ -280,7 +283,7 @@ final class RequestProcessor: Sendable {
         var plan = EventPlan()
         if let channelID = event.channelID {
             // One result per event.
-            if let outcome = recorded[Recipient.ledgerToken(channelID: channelID)] {
+            if let outcome = recorded[Recipient.ledgerTarget(channelID: channelID)] {
                 plan.recorded.append(outcome)
             } else {
                 plan.destinations.append(.channel(id: channelID, environment: event.environment ?? .production))
@@ -291,7 +294,7 @@ final class RequestProcessor: Sendable {
             let outcomes = recorded.values.filter { $0.userID == userID }
             // The event's environment picks APNs devices; FCM devices have none to pick.
             let devices = (tokens[userID] ?? []).filter {
-                (event.environment == nil || $0.platform == .fcm || $0.environment == event.environment) && recorded[$0.token] == nil
+                (event.environment == nil || $0.platform == .fcm || $0.environment == event.environment) && recorded[Recipient.device($0).ledgerTarget] == nil
             }
             if devices.isEmpty && outcomes.isEmpty {
                 plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))

@@ -32,7 +32,7 @@ struct StartedMessage: Sendable {
 
     /// The outcomes of the event `eventID` of app `topic` that `found` holds under any of
     /// ``ledgerDays``; one recorded under the record's own day wins.
-    func recordedOutcomes(eventID: String, topic: String, in found: [LedgerEvent: [String: RecordedDelivery]]) -> [String: RecordedDelivery] {
+    func recordedOutcomes(eventID: String, topic: String, in found: [LedgerEvent: [LedgerTarget: RecordedDelivery]]) -> [LedgerTarget: RecordedDelivery] {
         // The usual record has a timestamp: one day, its outcomes as found, not copied.
         guard !hasRecordTimestamp else {
             return found[LedgerEvent(eventID: eventID, topic: topic, recordTimestampMilliseconds: recordTimestampMilliseconds)] ?? [:]

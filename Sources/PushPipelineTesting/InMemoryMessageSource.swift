@@ -10,6 +10,7 @@ public final class InMemoryMessageSource: MessageSource {
     private let commits = Mutex<[[KafkaTopicPartition: Int64]]>([])
     private let listener = Mutex<(any KafkaRebalanceListener)?>(nil)
     private let revokeDuringNextPoll: Mutex<[KafkaTopicPartition]>
+    private let left = Mutex(false)
 
     /// `messages` are handed out first to last; `revoked` partitions are revoked during the
     /// first poll (after it gathered its batch), their offsets committed as the pipeline asks.
@@ -58,6 +59,13 @@ public final class InMemoryMessageSource: MessageSource {
 
     public func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
         self.listener.withLock { $0 = listener }
+    }
+
+    /// Whether the pipeline left the group (``leaveGroup()``).
+    public var hasLeftGroup: Bool { left.withLock { $0 } }
+
+    public func leaveGroup() async {
+        left.withLock { $0 = true }
     }
 
     public func pauseAll() async throws {}

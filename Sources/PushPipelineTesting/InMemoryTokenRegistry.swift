@@ -4,7 +4,7 @@ import Synchronization
 
 /// A ``DeviceTokenStore`` and ``DeliveryLedger`` in memory, following the rules of Herald's
 /// PostgreSQL ones: a registration or unregistration counts only when it is newer than what the
-/// registry holds; the ledger keeps the first outcome of each (event, token), and a 410's mark
+/// registry holds; the ledger keeps the first outcome of each (event, target), and a 410's mark
 /// is kept with an outcome only when it changed the registry.
 public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     private struct Row {
@@ -17,7 +17,13 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     }
 
     private let rows = Mutex<[String: Row]>([:])
-    private let deliveries = Mutex<[String: RecordedDelivery]>([:])
+    /// The ledger's key: an event and a target (its kind included).
+    private struct DeliveryKey: Hashable {
+        var event: LedgerEvent
+        var target: LedgerTarget
+    }
+
+    private let deliveries = Mutex<[DeliveryKey: RecordedDelivery]>([:])
     private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
 
     public init() {}
@@ -61,11 +67,11 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
         unregister(topic: topic, token: token, at: time)
     }
 
-    public func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
+    public func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]] {
         deliveries.withLock { deliveries in
-            var result: [LedgerEvent: [String: RecordedDelivery]] = [:]
+            var result: [LedgerEvent: [LedgerTarget: RecordedDelivery]] = [:]
             for delivery in deliveries.values where events.contains(delivery.event) {
-                result[delivery.event, default: [:]][delivery.token] = delivery
+                result[delivery.event, default: [:]][delivery.target] = delivery
             }
             return result
         }
@@ -81,7 +87,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                 stored.unregisteredAtMilliseconds = nil
             }
             return deliveries.withLock { deliveries in
-                let key = "\(delivery.event.topic)/\(delivery.event.eventID)/\(delivery.event.day)/\(delivery.token)"
+                let key = DeliveryKey(event: delivery.event, target: delivery.target)
                 if let existing = deliveries[key] { return existing }
                 deliveries[key] = stored
                 return stored

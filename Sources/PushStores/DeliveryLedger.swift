@@ -111,18 +111,21 @@ public struct RecordedDelivery: Sendable, Hashable {
     }
 
     public var event: LedgerEvent
-    /// The device token (lowercase hex), or the pipeline's key for a target that is not a device.
-    public var token: String
+    /// What the outcome is for: the device, or the pipeline's key of a target that is not one.
+    public var target: LedgerTarget
     /// The user the device belonged to when the outcome was recorded ("" for other targets).
     public var userID: String
     public var outcome: Outcome
 
-    public init(event: LedgerEvent, token: String, userID: String, outcome: Outcome) {
+    public init(event: LedgerEvent, target: LedgerTarget, userID: String, outcome: Outcome) {
         self.event = event
-        self.token = token
+        self.target = target
         self.userID = userID
         self.outcome = outcome
     }
+
+    /// The target's token: the device token, or the key of a target that is not a device.
+    public var token: String { target.token }
 
     /// The outcome of a send, nil for a recorded message.
     public var sendOutcome: SendOutcome? {
@@ -139,6 +142,34 @@ public struct RecordedDelivery: Sendable, Hashable {
                 outcome = .send(send)
             }
         }
+    }
+}
+
+/// What a ledger outcome is for, with its kind: the kind is part of the ledger's key, so two
+/// targets of one event never share an outcome, however alike their tokens look (an FCM token
+/// may spell another's bytes in hex, or be an APNs token's text).
+public struct LedgerTarget: Sendable, Hashable {
+    /// The kinds of target an event's outcomes are for.
+    public enum Kind: Sendable, Hashable {
+        /// An APNs device; its token is lowercase hex.
+        case apnsDevice
+        /// An FCM device: a registration token or Installation ID, exactly as the app got it.
+        case fcmDevice
+        /// Anything else the pipeline records an outcome for: a broadcast channel, a channel command.
+        case other
+    }
+
+    public var kind: Kind
+    public var token: String
+
+    public init(_ kind: Kind, _ token: String) {
+        self.kind = kind
+        self.token = token
+    }
+
+    /// The target of a device of `platform` with this token.
+    public init(device token: String, platform: DevicePlatform) {
+        self.init(platform == .fcm ? .fcmDevice : .apnsDevice, token)
     }
 }
 
@@ -159,10 +190,10 @@ public struct UnregisterMark: Sendable, Hashable {
 /// The idempotency ledger: every terminal (event, token) outcome, recorded as soon as it is known
 /// and kept for a retention counted from the event's record day.
 public protocol DeliveryLedger: Sendable {
-    /// The recorded outcomes of these events, by event and then token.
-    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]]
+    /// The recorded outcomes of these events, by event and then target.
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]]
 
-    /// Records each outcome unless one is already recorded for its (event, token), and returns,
+    /// Records each outcome unless one is already recorded for its (event, target), and returns,
     /// in order, the one that stands for each. An outcome with a `mark` marks its token
     /// unregistered in the same transaction as its insert and keeps its
     /// `unregisteredAtMilliseconds` only if that mark changed the row; an outcome without one

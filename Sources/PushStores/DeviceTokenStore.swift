@@ -138,12 +138,12 @@ public struct StoreFailure: Sendable, Hashable {
 }
 
 /// What a poll batch's lookups found: its users' devices by user ID, and its events' recorded
-/// outcomes by event and then token.
+/// outcomes by event and then target.
 public struct DevicesAndRecordedDeliveries: Sendable {
     public var devices: [String: [DeviceToken]]
-    public var recorded: [LedgerEvent: [String: RecordedDelivery]]
+    public var recorded: [LedgerEvent: [LedgerTarget: RecordedDelivery]]
 
-    public init(devices: [String: [DeviceToken]], recorded: [LedgerEvent: [String: RecordedDelivery]]) {
+    public init(devices: [String: [DeviceToken]], recorded: [LedgerEvent: [LedgerTarget: RecordedDelivery]]) {
         self.devices = devices
         self.recorded = recorded
     }

@@ -27,7 +27,7 @@ extension TokenRegistryTests {
             let elsewhere = LedgerEvent(eventID: "e-1", topic: topic + ".other", day: today)
             func outcome(_ event: LedgerEvent, _ token: String, _ platform: DevicePlatform) -> RecordedDelivery {
                 RecordedDelivery(
-                    event: event, token: token, userID: "u-1",
+                    event: event, target: LedgerTarget(device: token, platform: platform), userID: "u-1",
                     outcome: .send(
                         RecordedDelivery.SendOutcome(
                             status: .delivered, environment: .sandbox, apnsStatus: platform == .apns ? 200 : nil, reason: nil, attempts: 1,
@@ -43,7 +43,7 @@ extension TokenRegistryTests {
             #expect(together.devices["u-1"] == [DeviceToken(userID: "u-1", token: phone, environment: .sandbox)])
             #expect(together.devices["u-2"] == [DeviceToken(userID: "u-2", token: android, environment: .production, platform: .fcm, fcmTarget: .fid)])
             #expect(together.devices.count == 2, "no unregistered device, no user without devices")
-            #expect(together.recorded == [first: [phone: recorded[0]], second: [android: recorded[1]]])
+            #expect(together.recorded == [first: [recorded[0].target: recorded[0]], second: [recorded[1].target: recorded[1]]])
 
             #expect(try await together.devices == store.activeDevices(apnsTopic: topic, fcmPackage: package, userIDs: ["u-1", "u-2", "u-3"]))
             #expect(try await together.recorded == store.recordedDeliveries(of: [first, second]))
@@ -54,7 +54,7 @@ extension TokenRegistryTests {
             #expect(devicesOnly.devices["u-1"]?.map(\.token) == [phone] && devicesOnly.recorded.isEmpty)
             let outcomesOnly = try await store.activeDevicesAndRecordedDeliveries(
                 apnsTopic: topic, fcmPackage: package, userIDs: [], events: [second], ledger: store)
-            #expect(outcomesOnly.devices.isEmpty && outcomesOnly.recorded == [second: [android: recorded[1]]])
+            #expect(outcomesOnly.devices.isEmpty && outcomesOnly.recorded == [second: [recorded[1].target: recorded[1]]])
 
             // A ledger on another pool of the same database is asked apart, with the same answer.
             try await RegistryDatabase.withStore(migrate: false) { otherLedger, _ in

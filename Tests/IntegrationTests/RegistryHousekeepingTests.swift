@@ -26,7 +26,7 @@ extension TokenRegistryTests {
     ) -> RecordedDelivery {
         RecordedDelivery(
             event: LedgerEvent(eventID: eventID, topic: "com.example.shop", day: day),
-            token: token,
+            target: LedgerTarget(.apnsDevice, token),
             userID: "u-1",
             outcome: .send(
                 RecordedDelivery.SendOutcome(
@@ -61,7 +61,7 @@ extension TokenRegistryTests {
             #expect(try await database.partitions(of: [late]) == ["push.delivery_ledger_19970520"])
             #expect(try await database.partitions(of: [ahead]) == ["push.delivery_ledger_default"], "beyond the window: stays")
             var found = try await store.recordedDeliveries(of: all.map(\.event))
-            #expect(found[early.event]?[early.token] == early && found[late.event]?[late.token] == late && found[ahead.event]?[ahead.token] == ahead)
+            #expect(found[early.event]?[early.target] == early && found[late.event]?[late.target] == late && found[ahead.event]?[ahead.target] == ahead)
             #expect(found[expired.event] == nil, "older than the window: not copied out of the default partition")
             var otherApp = late.event
             otherApp.topic = "com.example.other"
@@ -70,7 +70,7 @@ extension TokenRegistryTests {
             report = try await store.maintainLedger(window: LedgerWindow(oldestDay: 10_001, newestDay: 10_003), unpartitionedBefore: 0)
             #expect(!report.defaultRebuilt && report.partitionsCreated == 1 && report.partitionsDropped == 1)
             found = try await store.recordedDeliveries(of: all.map(\.event))
-            #expect(found[early.event] == nil && found[late.event]?[late.token] == late && found[ahead.event]?[ahead.token] == ahead)
+            #expect(found[early.event] == nil && found[late.event]?[late.target] == late && found[ahead.event]?[ahead.target] == ahead)
             let partitions = try await database.query(
                 "SELECT count(*) FROM pg_inherits WHERE inhparent = 'push.delivery_ledger'::regclass",
                 logger: database.sqlLogger
@@ -92,7 +92,7 @@ extension TokenRegistryTests {
             #expect(!report.defaultRebuilt, "nothing in the default partition belongs to a day created now")
             #expect(report.defaultRowsExpired == 1)
             let found = try await store.recordedDeliveries(of: [backlog.event, future.event])
-            #expect(found[backlog.event]?[backlog.token] == backlog, "recorded on day 10,001: not expired")
+            #expect(found[backlog.event]?[backlog.target] == backlog, "recorded on day 10,001: not expired")
             #expect(found[future.event] == nil, "completed before the window: expired, whatever its record's day")
             #expect(try await database.partitions(of: [backlog]) == ["push.delivery_ledger_default"])
         }

@@ -223,7 +223,7 @@ struct TokenRegistryTests {
                 let gone = status == .unregistered
                 return RecordedDelivery(
                     event: LedgerEvent(eventID: event, topic: topic, recordTimestampMilliseconds: recordedAt),
-                    token: token,
+                    target: LedgerTarget(.apnsDevice, token),
                     userID: "u-1",
                     outcome: .send(
                         RecordedDelivery.SendOutcome(
@@ -270,7 +270,7 @@ struct TokenRegistryTests {
                 of: [event, otherEvent].map { LedgerEvent(eventID: $0, topic: topic, recordTimestampMilliseconds: recordedAt) })
             #expect(recorded.values.map(\.count).sorted() == [1, 4])
             for outcome in standing {
-                #expect(recorded[outcome.event]?[outcome.token] == outcome)
+                #expect(recorded[outcome.event]?[outcome.target] == outcome)
             }
             #expect(try await store.record([]).isEmpty)
         }

@@ -107,6 +107,10 @@ struct ConsumerGroupTests {
             revokedCount.add(1, ordering: .relaxed)
             return [:]
         }
+
+        func partitionsLost(_ partitions: [KafkaTopicPartition]) {
+            assigned.withLock { $0.subtract(partitions) }
+        }
     }
 
     @Test func aSecondMemberTakesPartitionsFromTheFirstInARebalance() async throws {

@@ -113,7 +113,7 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
         try await registry.markUnregistered(topic: topic, token: token, at: time)
     }
 
-    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [String: RecordedDelivery]] {
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]] {
         notePlace()
         return try await registry.recordedDeliveries(of: events)
     }

@@ -68,7 +68,7 @@ struct LedgerWriterTests {
     static func outcome(_ event: String, _ token: String = "t1", status: String = "delivered") -> RecordedDelivery {
         RecordedDelivery(
             event: LedgerEvent(eventID: event, topic: "com.example.shop", day: 20_000),
-            token: token,
+            target: LedgerTarget(.other, token),
             userID: "u",
             outcome: .message(result: Array(status.utf8), unregisteredEvent: nil)
         )

@@ -287,6 +287,19 @@ private let rdKafkaRebalance:
             )
             context?.hasJoinedGroup.store(true, ordering: .relaxed)
             listener?.partitionsAssigned(partitions)
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS where rd_kafka_assignment_lost(handle) != 0:
+            // The group gave the partitions to others already: a commit would carry a dead
+            // generation, and a drain would let their sends race the new owner's.
+            context?.logger.warning(
+                "partitions lost",
+                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+            )
+            listener?.partitionsLost(partitions)
+            if cooperative {
+                _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
+            } else {
+                _ = rd_kafka_assign(handle, nil)
+            }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             context?.logger.info(
                 "partitions revoked",
@@ -312,7 +325,7 @@ private let rdKafkaRebalance:
             context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
             // The assignment is gone without an orderly revocation: nothing may be committed.
             context?.hasJoinedGroup.store(false, ordering: .relaxed)
-            _ = listener?.partitionsRevoked(partitions)
+            listener?.partitionsLost(partitions)
             _ = rd_kafka_assign(handle, nil)
         }
     }

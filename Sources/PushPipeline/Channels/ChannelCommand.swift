@@ -1,5 +1,6 @@
 import JSONCore
 public import APNSCore
+import PushStores
 
 /// A validated push.channels command: manage one app's Live Activity broadcast channels.
 public struct ChannelCommand: Sendable, Hashable {
@@ -140,4 +141,7 @@ extension ChannelCommand {
     /// The delivery ledger's `token` for a command's answer (a notification's is its
     /// ``Recipient/ledgerToken``), and what its apns-request-id is derived from.
     static let ledgerToken = "channel-management"
+
+    /// The ledger's target of every command's answer.
+    static let ledgerTarget = LedgerTarget(.other, ledgerToken)
 }

@@ -41,14 +41,14 @@ struct ChannelCommandProcessor: Sendable {
             let recorded = try await storeOperations.run { try await ledger.recordedDeliveries(of: lookup) }
             let outcomes = message.recordedOutcomes(eventID: command.ledgerEventID, topic: command.topic, in: recorded)
             let answer: [UInt8]
-            if let outcome = outcomes[ChannelCommand.ledgerToken], case .message(let result, _) = outcome.outcome {
+            if let outcome = outcomes[ChannelCommand.ledgerTarget], case .message(let result, _) = outcome.outcome {
                 answer = result
             } else {
                 let result = try await perform(command)
                 let message = result.json()
                 let delivery = RecordedDelivery(
                     event: ledgerEvent,
-                    token: ChannelCommand.ledgerToken,
+                    target: ChannelCommand.ledgerTarget,
                     userID: "",
                     outcome: .message(result: message, unregisteredEvent: nil)
                 )

@@ -54,6 +54,9 @@ extension DeliveryCoordinator {
         private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
         /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
         private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
+        /// Sends waiting before their next attempt (a backoff, a pause), by wait ID, each woken
+        /// as soon as its message is fenced.
+        private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
 
         /// `permitLimit` sends at once, `bulkShare` of them for bulk senders at most; the last
         /// `recentCapacity` recorded deliveries are remembered for copies of their events.
@@ -98,9 +101,41 @@ extension DeliveryCoordinator {
         }
 
         /// Starts the revocation drain of `partitions` (``OffsetTracker/beginDrain(_:)``);
-        /// returns how many of their messages are in flight.
-        mutating func beginDrain(_ partitions: [KafkaTopicPartition], lane: Lane) -> Int {
-            offsets[lane, default: OffsetTracker()].beginDrain(partitions)
+        /// returns how many of their messages are in flight, and the sends waiting before an
+        /// attempt that the fence now ends, to wake.
+        mutating func beginDrain(_ partitions: [KafkaTopicPartition], lane: Lane) -> (inFlight: Int, actions: Actions) {
+            let inFlight = offsets[lane, default: OffsetTracker()].beginDrain(partitions)
+            var actions = Actions()
+            wakeFencedWaiters(into: &actions)
+            return (inFlight, actions)
+        }
+
+        /// A graceful stop of `lane`'s member begins: every partition it holds is drained as if
+        /// revoked (nothing starts, sends not yet started are fenced and woken), so the stop
+        /// waits only for requests in flight; returns the wake-ups.
+        mutating func beginStop(_ lane: Lane) -> Actions {
+            beginDrain(offsets[lane]?.assignedPartitions ?? [], lane: lane).actions
+        }
+
+        /// Registers a send of message `message` of `batch` waiting before its next attempt
+        /// under wait `id`, until its message is fenced; false (nothing registered) when it is
+        /// fenced already.
+        mutating func waitForFence(batch: UInt64, message: Int, id: UInt64, _ waiter: Waiter) -> Bool {
+            guard let position = batches[batch]?.positions[message], !isFenced(position) else { return false }
+            fenceWaiters[id] = (position, waiter)
+            return true
+        }
+
+        /// Ends the wait `id` (its time is up, or it was cancelled): its waiter when registered.
+        mutating func cancelFenceWait(id: UInt64) -> Waiter? {
+            fenceWaiters.removeValue(forKey: id)?.waiter
+        }
+
+        /// Wakes, in the order they began to wait, the sends whose message is fenced now.
+        private mutating func wakeFencedWaiters(into actions: inout Actions) {
+            for id in fenceWaiters.keys.sorted() where isFenced(fenceWaiters[id]!.position) {
+                actions.resume.append(fenceWaiters.removeValue(forKey: id)!.waiter)
+            }
         }
 
         /// Messages of `partitions` of `lane` in flight.
@@ -130,6 +165,7 @@ extension DeliveryCoordinator {
         mutating func revoke(_ partitions: [KafkaTopicPartition], lane: Lane) -> (offsets: [KafkaTopicPartition: Int64], actions: Actions) {
             let commit = offsets[lane, default: OffsetTracker()].revoke(partitions)
             var actions = Actions()
+            wakeFencedWaiters(into: &actions)
             wakeRoomWaiter(lane, into: &actions)
             return (commit, actions)
         }
@@ -245,6 +281,10 @@ extension DeliveryCoordinator {
 
         /// Removes the permit waiter `id` (its task was cancelled); nil when it holds a permit already.
         mutating func cancelPermitWait(id: UInt64) -> Waiter? { permits.cancel(id: id) }
+
+        /// A send of `lane` gives its permit back while it waits to be retried; returns the
+        /// waiters the permit goes to.
+        mutating func releasePermit(_ lane: Lane) -> [Waiter] { permits.release(1, from: lane) }
 
         // MARK: Outcomes
 

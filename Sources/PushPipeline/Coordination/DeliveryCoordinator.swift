@@ -108,13 +108,20 @@ final class DeliveryCoordinator: Sendable {
         guard let drained = drained[lane] else { return 0 }
         // A signal left from an earlier drain that timed out as its last message finished.
         while drained.wait(timeout: .now()) == .success {}
-        var left = state.withLock { $0.beginDrain(partitions, lane: lane) }
+        let begun = state.withLock { $0.beginDrain(partitions, lane: lane) }
+        perform(begun.actions)
+        var left = begun.inFlight
         let deadline = DispatchTime.now() + .nanoseconds(Int(timeout.wholeNanoseconds))
         // Each partition that empties signals once; the wait ends when all of them have.
         while left > 0, drained.wait(timeout: deadline) == .success {
             left = read { $0.inFlightCount(in: partitions, lane: lane) }
         }
         return read { $0.inFlightCount(in: partitions, lane: lane) }
+    }
+
+    /// See ``StateMachine/beginStop(_:)``.
+    func beginStop(_ lane: Lane) {
+        perform(state.withLock { $0.beginStop(lane) })
     }
 
     // MARK: Batches and claims
@@ -164,6 +171,31 @@ final class DeliveryCoordinator: Sendable {
         }
     }
 
+    /// Waits `duration`, or less once message `message` of `batch` is fenced (its partition
+    /// revoked or being drained: the wait is woken then, not when it ends); throws only when
+    /// cancelled.
+    func wait(_ duration: Duration, unlessFenced batch: UInt64, message: Int) async throws(CancellationError) {
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        let woken: Void? = await withTaskGroup(of: Void?.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    try? await withCheckedThrowingContinuation { continuation in
+                        let registered = self.state.withLock { state in
+                            !Task.isCancelled && state.waitForFence(batch: batch, message: message, id: id, continuation)
+                        }
+                        if !registered { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.state.withLock { $0.cancelFenceWait(id: id) }?.resume(throwing: CancellationError())
+                }
+            }
+            defer { group.cancelAll() }
+            return await group.next() ?? nil
+        }
+        if woken == nil || Task.isCancelled { throw CancellationError() }
+    }
+
     // MARK: Permits
 
     /// Takes a send permit, waiting behind the earlier waiters of `lane` (and, for bulk, behind
@@ -188,6 +220,12 @@ final class DeliveryCoordinator: Sendable {
         } onCancel: {
             state.withLock { $0.cancelPermitWait(id: id) }?.resume(throwing: CancellationError())
         }
+    }
+
+    /// Gives back the permit of a send of `lane` that waits to be retried after a refusal (it
+    /// takes one again with ``acquirePermit(_:)`` before its next attempt).
+    func releasePermit(_ lane: Lane) {
+        resume(state.withLock { $0.releasePermit(lane) })
     }
 
     /// Takes at least one send permit (waiting as ``acquirePermit(_:)`` does when none is free)

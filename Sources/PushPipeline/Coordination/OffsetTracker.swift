@@ -88,6 +88,11 @@ package struct OffsetTracker: Sendable {
     /// How many partitions are assigned to this member now.
     public var assignedCount: Int { partitions.count }
 
+    /// The partitions assigned to this member now, in order.
+    public var assignedPartitions: [KafkaTopicPartition] {
+        partitions.keys.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
+    }
+
     /// Per assigned partition, the offset last committed (partitions not committed yet are left out).
     public var committedOffsets: [KafkaTopicPartition: Int64] {
         partitions.compactMapValues(\.committed)

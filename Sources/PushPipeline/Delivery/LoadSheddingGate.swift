@@ -71,18 +71,14 @@ package final class LoadSheddingGate<C: Clock>: Sendable where C.Duration == Dur
         }
     }
 
-    /// Waits a uniformly drawn 50 to 100 % of the current pause, never beyond `deadline`; returns
-    /// at once when there is no pause. Throws `CancellationError` when the task is cancelled.
-    public func waitWhileShedding(
-        until deadline: C.Instant,
-        using generator: inout some RandomNumberGenerator
-    ) async throws {
+    /// How long a new attempt waits now: a uniformly drawn 50 to 100 % of the current pause,
+    /// never beyond `deadline`; zero when there is no pause.
+    public func pause(until deadline: C.Instant, using generator: inout some RandomNumberGenerator) -> Duration {
         let pause = currentPause
-        guard pause > .zero else { return }
+        guard pause > .zero else { return .zero }
+        let now = clock.now
         let jittered = pause * Double.random(in: 0.5...1.0, using: &generator)
-        let until = min(clock.now.advanced(by: jittered), deadline)
-        guard clock.now < until else { return }
-        try await clock.sleep(until: until, tolerance: nil)
+        return max(.zero, min(jittered, now.duration(to: deadline)))
     }
 
     private static func decayed(_ state: State, at now: C.Instant, halfLife: Duration) -> Duration {

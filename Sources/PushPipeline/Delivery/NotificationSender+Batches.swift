@@ -4,24 +4,25 @@ import Synchronization
 /// A batch's first attempts in one call to the client (``APNSClientProtocol/sendAll(_:environment:deadline:answered:)``),
 /// their answers read where they arrive, and a task only for a request that must wait to be
 /// retried (from when the batch's first attempts were all answered, at most the request
-/// timeout after they started). The rules are ``NotificationSender/deliver(_:environment:consumedAt:unless:)``'s.
+/// timeout after they started). The rules are ``NotificationSender/deliver(_:environment:consumedAt:fence:)``'s.
 extension NotificationSender {
     /// Delivers every request, each with the rules of
-    /// ``deliver(_:environment:consumedAt:unless:)``, and calls `report` once per request with
-    /// its index and its outcome, or why it stopped without one (`fenced(index)` is asked before
-    /// each of its attempts), as each is known: for first answers on the thread they arrive on.
+    /// ``deliver(_:environment:consumedAt:fence:)``, and calls `report` once per request with
+    /// its index and its outcome, or why it stopped without one (`fence(index)` is asked before
+    /// each of its attempts and waited on between them), as each is known: for first answers on
+    /// the thread they arrive on.
     /// Returns once every request was reported.
     public func deliverAll(
         _ requests: [(request: APNSRequest, environment: APNSEnvironment)],
         consumedAt: ContinuousClock.Instant,
-        unless fenced: @escaping @Sendable (Int) -> Bool,
+        fence: @escaping @Sendable (Int) -> SendFence,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
         guard loadSheddingPause == .zero else {
             // While APNs sheds load each attempt waits its own jittered pause, so one at a time.
             await withDiscardingTaskGroup { group in
                 for index in requests.indices {
-                    group.addTask { await deliver(requests[index], at: index, consumedAt: consumedAt, unless: fenced, report: report) }
+                    group.addTask { await deliver(requests[index], at: index, consumedAt: consumedAt, fence: fence, report: report) }
                 }
             }
             return
@@ -30,7 +31,7 @@ extension NotificationSender {
         var byClient: [FirstAttempts: [Int]] = [:]
         for (index, (request, environment)) in requests.enumerated() {
             do throws(DeliveryStopped) {
-                if let stop = try stopBeforeAttempt(request, history: AttemptHistory(), deadline: deadline, unless: { fenced(index) }) {
+                if let stop = try stopBeforeAttempt(request, history: AttemptHistory(), deadline: deadline, fence: fence(index)) {
                     report(index, .success(stop))
                 } else {
                     byClient[FirstAttempts(isChannelRequest: request.isChannelRequest, environment: environment), default: []].append(index)
@@ -53,7 +54,7 @@ extension NotificationSender {
         }
         await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
             let (request, environment) = requests[index]
-            return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history) { fenced(index) }
+            return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history, fence: fence(index))
         }
     }
 
@@ -129,11 +130,11 @@ extension NotificationSender {
         _ request: (request: APNSRequest, environment: APNSEnvironment),
         at index: Int,
         consumedAt: ContinuousClock.Instant,
-        unless fenced: @Sendable (Int) -> Bool,
+        fence: @Sendable (Int) -> SendFence,
         report: @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
         do throws(DeliveryStopped) {
-            report(index, .success(try await deliver(request.request, environment: request.environment, consumedAt: consumedAt) { fenced(index) }))
+            report(index, .success(try await deliver(request.request, environment: request.environment, consumedAt: consumedAt, fence: fence(index))))
         } catch {
             report(index, .failure(error))
         }

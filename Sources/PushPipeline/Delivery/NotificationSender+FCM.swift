@@ -16,28 +16,28 @@ public import FCMCore
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts``, time by ``RetryPolicy/deliveryDeadline``
 ///   (then `failed`); a notification whose `expiration` passes first is `expired`.
 extension NotificationSender {
-    /// Delivers `request` to its Android device. Before each attempt asks `fenced`, as
-    /// ``deliver(_:environment:consumedAt:unless:)`` does.
+    /// Delivers `request` to its Android device. Before each attempt asks `fence`, and waits
+    /// between attempts on it, as ``deliver(_:environment:consumedAt:fence:)`` does.
     public func deliver(
         _ request: FCMRequest,
         consumedAt: ContinuousClock.Instant,
-        unless fenced: () -> Bool = { false }
+        fence: SendFence = .open
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         var history = FCMAttempts()
-        return try await attempt(request, consumedAt: consumedAt, history: &history, unless: fenced)
+        return try await attempt(request, consumedAt: consumedAt, history: &history, fence: fence)
     }
 
     /// Delivers every request to its Android device, each with the rules of
-    /// ``deliver(_:consumedAt:unless:)``, and calls `report` once per request with its index and
-    /// its outcome, or why it stopped without one (`fenced(index)` is asked before each of its
-    /// attempts), as each is known: for first answers on the thread they arrive on. The first
+    /// ``deliver(_:consumedAt:fence:)``, and calls `report` once per request with its index and
+    /// its outcome, or why it stopped without one (`fence(index)` is asked before each of its
+    /// attempts and waited on between them), as each is known: for first answers on the thread they arrive on. The first
     /// attempts go to FCM as one batch (``FCMClientProtocol/sendAll(_:deadline:answered:)``); a
     /// request to retry waits its backoff in a task of its own, from when the batch was answered.
     /// Returns once every request was reported.
     public func deliverAll(
         _ requests: [FCMRequest],
         consumedAt: ContinuousClock.Instant,
-        unless fenced: @escaping @Sendable (Int) -> Bool,
+        fence: @escaping @Sendable (Int) -> SendFence,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
         guard let fcmClient else {
@@ -47,7 +47,7 @@ extension NotificationSender {
         let deadline = consumedAt + policy.deliveryDeadline
         let first = requests.indices.filter { index in
             do throws(DeliveryStopped) {
-                guard let stop = try stopBeforeAttempt(requests[index], history: FCMAttempts(), deadline: deadline, unless: { fenced(index) }) else {
+                guard let stop = try stopBeforeAttempt(requests[index], history: FCMAttempts(), deadline: deadline, fence: fence(index)) else {
                     return true
                 }
                 report(index, .success(stop))
@@ -75,7 +75,7 @@ extension NotificationSender {
             }
         }
         await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
-            try await attempt(requests[index], consumedAt: consumedAt, history: &history) { fenced(index) }
+            try await attempt(requests[index], consumedAt: consumedAt, history: &history, fence: fence(index))
         }
     }
 
@@ -85,7 +85,7 @@ extension NotificationSender {
         _ request: FCMRequest,
         consumedAt: ContinuousClock.Instant,
         history: inout FCMAttempts,
-        unless fenced: () -> Bool
+        fence: SendFence
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         guard let fcmClient else { return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason) }
         let deadline = consumedAt + policy.deliveryDeadline
@@ -94,9 +94,12 @@ extension NotificationSender {
                 let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
                 guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.outcome(.failed) }
                 if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
-                do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+                // An answered attempt (429, 5xx) delivered nothing: its send waits without a permit.
+                if !fence.isClosed() {
+                    do { try await fence.wait(wait, history.last.status != nil) } catch { throw .cancelled }
+                }
             }
-            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, unless: fenced) { return stop }
+            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, fence: fence) { return stop }
             history.attempts += 1
             let sentAtMilliseconds = epochMilliseconds()
             let answer: Result<FCMResponse, any Error>
@@ -112,14 +115,14 @@ extension NotificationSender {
     }
 
     /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
-    /// throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    /// throws ``DeliveryStopped/fenced`` once `fence` is closed.
     private func stopBeforeAttempt(
         _ request: FCMRequest,
         history: FCMAttempts,
         deadline: ContinuousClock.Instant,
-        unless fenced: () -> Bool
+        fence: SendFence
     ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, unless: fenced).map { history.outcome($0) }
+        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, fence: fence).map { history.outcome($0) }
     }
 
     /// Reads the answer to the attempt counted last in `history`, sent at `sentAtMilliseconds`

@@ -99,18 +99,19 @@ public struct NotificationSender: Sendable {
     /// The pause every new attempt currently waits because APNs sheds load (zero when healthy).
     public var loadSheddingPause: Duration { loadShedding.currentPause }
 
-    /// Delivers `request`. Before each attempt, the first included, asks `fenced`; once it says
-    /// true no attempt starts and this throws ``DeliveryStopped/fenced``. Throws
-    /// ``DeliveryStopped/cancelled`` when cancelled. Either way the caller reports nothing, so
-    /// the message is not acknowledged and is delivered again (by whoever owns it then).
+    /// Delivers `request`. Before each attempt, the first included, asks `fence`; once it is
+    /// closed no attempt starts and this throws ``DeliveryStopped/fenced``; every wait between
+    /// attempts is the fence's, so a closing fence ends it. Throws ``DeliveryStopped/cancelled``
+    /// when cancelled. Either way the caller reports nothing, so the message is not acknowledged
+    /// and is delivered again (by whoever owns it then).
     public func deliver(
         _ request: APNSRequest,
         environment: APNSEnvironment,
         consumedAt: ContinuousClock.Instant,
-        unless fenced: () -> Bool = { false }
+        fence: SendFence = .open
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         var history = AttemptHistory()
-        return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history, unless: fenced)
+        return try await attempt(request, environment: environment, consumedAt: consumedAt, history: &history, fence: fence)
     }
 
     /// What the attempts of one request found so far.
@@ -133,22 +134,21 @@ public struct NotificationSender: Sendable {
         environment: APNSEnvironment,
         consumedAt: ContinuousClock.Instant,
         history: inout AttemptHistory,
-        unless fenced: () -> Bool
+        fence: SendFence
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         let clock = ContinuousClock()
         let deadline = consumedAt + policy.deliveryDeadline
         var generator = SystemRandomNumberGenerator()
-        if history.attempts > 0, let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline) {
+        if history.attempts > 0, let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline, fence: fence) {
             return stop
         }
         while true {
             if hasExpired(request, inAbout: .zero) { return history.giveUp(.expired) }
-            do {
-                try await loadShedding.waitWhileShedding(until: deadline, using: &generator)
-            } catch {
-                throw .cancelled
+            let shedding = loadShedding.pause(until: deadline, using: &generator)
+            if shedding > .zero, !fence.isClosed() {
+                do { try await fence.wait(shedding, false) } catch { throw .cancelled }
             }
-            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, unless: fenced) { return stop }
+            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, fence: fence) { return stop }
 
             history.attempts += 1
             let sentAt = clock.now
@@ -163,31 +163,31 @@ public struct NotificationSender: Sendable {
             if let outcome = try conclude(answer, sentAt: sentAt, history: &history, isCancelled: Task.isCancelled) {
                 return outcome
             }
-            if let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline) { return stop }
+            if let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline, fence: fence) { return stop }
         }
     }
 
     /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
-    /// throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    /// throws ``DeliveryStopped/fenced`` once `fence` is closed.
     func stopBeforeAttempt(
         _ request: APNSRequest,
         history: AttemptHistory,
         deadline: ContinuousClock.Instant,
-        unless fenced: () -> Bool
+        fence: SendFence
     ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, unless: fenced).map(history.giveUp)
+        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, fence: fence).map(history.giveUp)
     }
 
     /// Why the next attempt of a notification must not start: `expired` once its expiration
-    /// passed, `failed` at the deadline; throws ``DeliveryStopped/fenced`` once `fenced` says so.
+    /// passed, `failed` at the deadline; throws ``DeliveryStopped/fenced`` once `fence` is closed.
     static func stopStatus(
         expired: Bool,
         deadline: ContinuousClock.Instant,
-        unless fenced: () -> Bool
+        fence: SendFence
     ) throws(DeliveryStopped) -> DeliveryResult.Status? {
         if expired { return .expired }
         guard ContinuousClock.now < deadline else { return .failed }
-        if fenced() { throw .fenced }
+        if fence.isClosed() { throw .fenced }
         return nil
     }
 
@@ -243,17 +243,20 @@ public struct NotificationSender: Sendable {
     }
 
     /// After a failed attempt: the outcome when no further attempt may follow, else waits the
-    /// backoff and returns nil.
+    /// backoff (the fence's wait: a closing fence ends it) and returns nil. An attempt APNs
+    /// answered (429, 5xx) delivered nothing, so its send waits without a send permit.
     private func pauseBeforeRetry(
         _ request: APNSRequest,
         history: inout AttemptHistory,
-        deadline: ContinuousClock.Instant
+        deadline: ContinuousClock.Instant,
+        fence: SendFence
     ) async throws(DeliveryStopped) -> DeliveryOutcome? {
         let wait = history.retries.delayAfterFailure(policy.backoff)
         guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.giveUp(.failed) }
         if hasExpired(request, inAbout: wait) { return history.giveUp(.expired) }
         metrics.recordRetry(status: history.lastStatus, transportCause: history.lastReason)
-        do { try await RetryAttempts.wait(wait) } catch { throw .cancelled }
+        guard !fence.isClosed() else { return nil }
+        do { try await fence.wait(wait, history.lastStatus != nil) } catch { throw .cancelled }
         return nil
     }
 

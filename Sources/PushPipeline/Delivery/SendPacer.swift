@@ -32,14 +32,9 @@ final class SendPacer: Sendable {
         schedule = Mutex(Schedule(perSecond: rate))
     }
 
-    /// Returns when the caller's slot has come; throws when cancelled while waiting.
-    func waitForSlot() async throws(CancellationError) {
+    /// Reserves the caller's slot: how long it waits for it (zero when that is too short to sleep).
+    func reserveSlot() -> Duration {
         let wait = schedule.withLock { $0.reserve(at: .now) }
-        guard wait >= Self.shortestSleep else { return }
-        do {
-            try await Task.sleep(for: wait)
-        } catch {
-            throw CancellationError()
-        }
+        return wait >= Self.shortestSleep ? wait : .zero
     }
 }

@@ -1,0 +1,113 @@
+import APNSCore
+import PushStores
+import FCMCore
+import KafkaMessages
+import Logging
+import PushPipeline
+import PushPipelineTesting
+import Testing
+
+/// Sends that wait between attempts (a retry's backoff) where they meet the rebalance drain and
+/// the shared send permits: a drain wakes them at once, and a send waiting to be retried after
+/// a refusal holds no permit another platform's sends need.
+@Suite(.timeLimit(.minutes(1)))
+struct WaitingSendsTests {
+    /// A backoff of exactly `seconds`: a send that waits it is still waiting when the test looks.
+    static func backoff(seconds: Int64) -> Backoff {
+        Backoff(initial: .seconds(seconds), maximum: .seconds(seconds), floorPercent: 100)
+    }
+
+    /// Issue 48, finding 3: a send sleeping in a 429 backoff is given up as soon as its
+    /// partition's revocation begins, so the drain does not wait its whole bound for it.
+    @Test func aDrainWakesASendSleepingInItsBackoff() async throws {
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 100)
+        configuration.retry.backoff = Self.backoff(seconds: 20)
+        configuration.revocationDrainTimeout = .seconds(5)
+        configuration.commitInterval = .milliseconds(10)
+        let source = InMemoryMessageSource([RevocationFenceTests.request(0)])
+        let apns = ScriptedAPNSClient(scripts: [RevocationFenceTests.phone: [.status(429, .tooManyRequests)]], afterwards: .repeatLast)
+        let store = try await RevocationFenceTests.store()
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: FakePublisher(), store: store, ledger: store, apns: apns,
+            logger: Logger(label: "test"))
+        try await RevocationFenceTests.whileRunning(pipeline) {
+            try await RevocationFenceTests.waitUntil { apns.callCount(RevocationFenceTests.phone) >= 1 }
+            try await Task.sleep(for: .milliseconds(50))  // in its backoff now
+            let started = ContinuousClock.now
+            _ = await RevocationFenceTests.revoke([RevocationFenceTests.partition], from: pipeline)
+            let drained = started.duration(to: .now)
+            #expect(drained < .seconds(2), "the drain waited \(drained) for a send asleep in its backoff")
+            #expect(apns.callCount(RevocationFenceTests.phone) == 1, "no attempt after the revocation began")
+        }
+    }
+
+    /// Issue 48, finding 6: with one send permit, an Android send waiting 4 s to retry a 503
+    /// does not hold the permit, so an iPhone's send in the same lane goes at once. (The second
+    /// 503 comes past the 6 s deadline: the Android device gets `failed`, and the run ends.)
+    @Test func aSendWaitingToRetryARefusalHoldsNoPermit() async throws {
+        let store = try await NotificationPipelineTests.registeredStore()
+        let pixel = AndroidDeliveryTests.pixel
+        try await store.apply(
+            TokenRegistryUpdate(
+                action: .register, userID: "dave", token: pixel, topic: "com.example.shop.android", environment: .production,
+                timestamp: Timestamp(millisecondsSince1970: 1_700_000_000_000), platform: .fcm))
+        let unavailable = FCMResponse(status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable))
+        let fcm = AndroidDeliveryTests.ScriptedFCMClient(answers: [pixel: unavailable])
+        let android = #"{"id":"e-android","user_ids":["dave"],"topic":"com.example.shop","fcm":{"package":"com.example.shop.android","message":{"data":{"k":"v"}}}}"#
+        let iphone = #"{"id":"e-iphone","user_ids":["bob"],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
+        let source = InMemoryMessageSource([NotificationPipelineTests.request(0, android), NotificationPipelineTests.request(1, iphone)])
+        let publisher = FakePublisher()
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 100, deliveryDeadline: .seconds(6))
+        configuration.retry.backoff = Self.backoff(seconds: 4)
+        configuration.maxConcurrentSends = 1
+        configuration.commitInterval = .milliseconds(10)
+        let apns = ScriptedAPNSClient()
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: publisher, store: store, ledger: store, apns: apns, fcm: fcm,
+            logger: Logger(label: "test"))
+        try await RevocationFenceTests.whileRunning(pipeline) {
+            let started = ContinuousClock.now
+            while apns.callCount(NotificationPipelineTests.bobPhone) == 0, started.duration(to: .now) < .seconds(2) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(apns.callCount(NotificationPipelineTests.bobPhone) == 1, "the iPhone's send waited for the Android retry's permit")
+            #expect(fcm.requests.count == 1, "the Android send is waiting to retry")
+            try await RevocationFenceTests.waitUntil { publisher.messages(on: "push.results").count == 2 }
+        }
+    }
+}
+
+/// A lost assignment (the session timed out; the group gave the partition to another member):
+/// the partition's sends stop at once, nothing waits for them, and nothing of it is committed.
+@Suite(.timeLimit(.minutes(1)))
+struct LostAssignmentTests {
+    /// Issue 48, finding 2: on today's code a lost partition was drained for up to the bound and
+    /// then committed under a dead generation while the new owner worked it.
+    @Test func aLostPartitionStopsItsSendsAndCommitsNothing() async throws {
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 100)
+        configuration.retry.backoff = WaitingSendsTests.backoff(seconds: 20)
+        configuration.revocationDrainTimeout = .seconds(5)
+        configuration.commitInterval = .milliseconds(10)
+        let phone = RevocationFenceTests.phone
+        let source = InMemoryMessageSource([RevocationFenceTests.request(0), RevocationFenceTests.request(1)])
+        let apns = ScriptedAPNSClient(scripts: [phone: [.status(200), .status(429, .tooManyRequests)]], afterwards: .repeatLast)
+        let store = try await RevocationFenceTests.store()
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: FakePublisher(), store: store, ledger: store, apns: apns,
+            logger: Logger(label: "test"))
+        try await RevocationFenceTests.whileRunning(pipeline) {
+            try await RevocationFenceTests.waitUntil { apns.callCount(phone) >= 2 }  // e0 delivered, e1 in its backoff
+            try await Task.sleep(for: .milliseconds(50))
+            let commitsBefore = source.allCommits.count
+            let started = ContinuousClock.now
+            pipeline.partitionsLost([RevocationFenceTests.partition])
+            #expect(started.duration(to: .now) < .seconds(1), "a lost partition is not drained")
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(source.allCommits.count == commitsBefore, "nothing is committed for a lost partition")
+            #expect(apns.callCount(phone) == 2, "no attempt after the partition was lost")
+        }
+    }
+}
