@@ -32,10 +32,13 @@ public struct FCMErrorCode: Sendable, Hashable, RawRepresentable, CustomStringCo
     public static let `internal` = FCMErrorCode(rawValue: "INTERNAL")
     /// 401: the APNs certificate or web push key configured in Firebase is invalid or missing.
     public static let thirdPartyAuthError = FCMErrorCode(rawValue: "THIRD_PARTY_AUTH_ERROR")
+    /// 401: the older name of ``thirdPartyAuthError``, which the Admin SDKs still map to the same
+    /// error (firebase-admin-go `messaging/messaging_errors.go`, firebase-admin-python `messaging.py`).
+    public static let apnsAuthError = FCMErrorCode(rawValue: "APNS_AUTH_ERROR")
 
     static let documented: Set<FCMErrorCode> = [
         .unspecifiedError, .invalidArgument, .unregistered, .senderIDMismatch, .quotaExceeded,
-        .unavailable, .internal, .thirdPartyAuthError,
+        .unavailable, .internal, .thirdPartyAuthError, .apnsAuthError,
     ]
 }
 
@@ -107,11 +110,22 @@ public struct FCMErrorBody: Sendable, Hashable {
     }
 
     /// Whether the field violations name the message's target (`message.token` or
-    /// `message.fid`) and nothing else: only then is the token at fault.
+    /// `message.fid`) and nothing else.
     public var namesOnlyTarget: Bool {
         !fieldViolations.isEmpty
             && fieldViolations.allSatisfy { violation in
                 ["message.token", "message.fid"].contains { violation.field == $0 || violation.field.hasPrefix($0 + ".") }
             }
+    }
+
+    /// Whether an INVALID_ARGUMENT answer blames the message's target rather than the message,
+    /// in either of Google's shapes: field violations that name only the target (the older
+    /// shape), or no field violation and a `message` that speaks of the registration token,
+    /// that is contains "registration token" in any case (today's "The registration token is
+    /// not a valid FCM registration token"). A violation naming another field, or any other
+    /// message, blames the message.
+    public var blamesTarget: Bool {
+        guard fieldViolations.isEmpty else { return namesOnlyTarget }
+        return message?.lowercased().contains("registration token") ?? false
     }
 }

@@ -48,32 +48,35 @@ public struct FCMResponse: Sendable, Hashable {
         return error?.errorCode?.rawValue ?? error?.status
     }
 
-    /// What this answer means for the notification (DESIGN section 6b): ``FCMDecision/classify(_:)``.
+    /// What this answer means for the notification: ``FCMDecision/classify(_:)``.
     public var decision: FCMDecision { FCMDecision.classify(self) }
 }
 
-/// What an FCM answer means for one notification, decided by the FcmError detail's `errorCode`
-/// and the field violations, never by the bare HTTP status alone.
+/// What an FCM answer means for one notification, decided by the FcmError detail's `errorCode`,
+/// then the canonical `error.status`, and only then the HTTP status (docs/design.md).
 public enum FCMDecision: Sendable, Hashable {
     /// 2xx: FCM accepted the message.
     case delivered
-    /// The target is gone: UNREGISTERED, or INVALID_ARGUMENT whose field violations name only
-    /// `message.token`/`message.fid`. Mark the token (ordering rule) and publish push.unregistered.
+    /// The target is gone: UNREGISTERED, or INVALID_ARGUMENT that blames the registration token
+    /// (``FCMErrorBody/blamesTarget``). Mark the token (ordering rule) and publish push.unregistered.
     case unregistered
     /// FCM refused the message and a retry cannot help; the token is not marked. Other
-    /// INVALID_ARGUMENT, SENDER_ID_MISMATCH, THIRD_PARTY_AUTH_ERROR, a 403 or 404 without
-    /// FcmError (a disabled API, a wrong URL or project), a second 401 after a token refresh.
+    /// INVALID_ARGUMENT, SENDER_ID_MISMATCH, THIRD_PARTY_AUTH_ERROR (or its older name
+    /// APNS_AUTH_ERROR), a second 401 after a token refresh, and any other 4xx but 429 (a
+    /// disabled API's 403, a wrong URL's 404).
     case rejected
-    /// Try this notification again, no sooner than ``FCMRetry/notBefore``.
+    /// Try this notification again, no sooner than ``FCMRetry/notBefore``: QUOTA_EXCEEDED,
+    /// UNAVAILABLE, INTERNAL, their canonical statuses, and any other 429 or 5xx.
     case retry(FCMRetry)
-    /// 401 UNAUTHENTICATED: the access token was refused (expired or revoked). Refresh it and
-    /// retry once; the client does this, so a caller sees it only as ``rejected``.
+    /// 401 UNAUTHENTICATED without a known FcmError: the access token was refused (expired or
+    /// revoked). Refresh it and retry once; the client does this, so a caller sees it only as
+    /// ``rejected``.
     case refreshAccessToken
 
     /// The wait before Google allows a retry after QUOTA_EXCEEDED.
     public static let quotaExceededFloor: Duration = .seconds(60)
 
-    /// Classifies `response` (DESIGN section 6b).
+    /// Classifies `response`.
     public static func classify(_ response: FCMResponse) -> FCMDecision {
         if (200..<300).contains(response.status) { return .delivered }
         let error = response.error
@@ -82,8 +85,8 @@ public enum FCMDecision: Sendable, Hashable {
         case .unregistered?:
             return .unregistered
         case .invalidArgument?:
-            return error?.namesOnlyTarget == true ? .unregistered : .rejected
-        case .senderIDMismatch?, .thirdPartyAuthError?:
+            return error?.blamesTarget == true ? .unregistered : .rejected
+        case .senderIDMismatch?, .thirdPartyAuthError?, .apnsAuthError?:
             return .rejected
         case .quotaExceeded?:
             return .retry(FCMRetry(notBefore: max(retryAfter ?? .zero, quotaExceededFloor), serverTrouble: false))
@@ -92,7 +95,7 @@ public enum FCMDecision: Sendable, Hashable {
         default:
             break
         }
-        // No known FcmError code: the canonical status of a google.rpc.Status body decides.
+        // No known FcmError code: a canonical status Herald knows decides.
         switch error?.status {
         case "UNAUTHENTICATED"?:
             return response.accessTokenRefreshed ? .rejected : .refreshAccessToken
@@ -100,14 +103,13 @@ public enum FCMDecision: Sendable, Hashable {
             return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: false))
         case "UNAVAILABLE"?, "INTERNAL"?, "DEADLINE_EXCEEDED"?:
             return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))
-        case .some:
-            return .rejected
-        case nil:
+        default:
             break
         }
-        // No google.rpc.Status at all (an HTML page from a proxy or a wrong URL): the request
-        // never reached FCM's logic. A gateway's 429 or 5xx is transient like a lost connection;
-        // anything else is final. Neither marks a token.
+        // Any other canonical status (UNKNOWN, or the 4xx ones such as NOT_FOUND), or no
+        // google.rpc.Status at all (an HTML page from a proxy or a wrong URL): the HTTP status
+        // decides, as the Admin SDKs retry 500 and 503 whatever the body says. 429 and 5xx are
+        // transient like a lost connection; anything else is final. Neither marks a token.
         switch response.status {
         case 429: return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: false))
         case 500...599: return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))

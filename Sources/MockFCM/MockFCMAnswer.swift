@@ -15,6 +15,7 @@ struct MockFCMAnswer: Sendable {
     /// A `google.rpc.Status` error as FCM writes it, with an FcmError detail when `errorCode`
     /// is given and a BadRequest detail for `violations` (field, description); members in
     /// alphabetical order, compact.
+    /// Source: https://firebase.google.com/docs/cloud-messaging/error-codes (the two example answers).
     static func rpcError(
         _ status: Int,
         canonical: String,
@@ -38,6 +39,8 @@ struct MockFCMAnswer: Sendable {
         return answer
     }
 
+    /// 400 INVALID_ARGUMENT with the FcmError detail and a BadRequest violation on `field`.
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (INVALID_ARGUMENT: a google.rpc.BadRequest names the field).
     static func invalidArgument(_ field: String, _ description: String) -> MockFCMAnswer {
         rpcError(
             400,

@@ -32,10 +32,24 @@ public struct MockFCMConfiguration: Sendable {
     public var accessTokenLifetimeSeconds: Int = 3599
     /// Registration tokens (or FIDs) that answer 404 UNREGISTERED.
     public var unregisteredTokens: Set<String> = []
-    /// Registration tokens that answer 400 INVALID_ARGUMENT naming `message.token`.
+    /// Registration tokens (or FIDs) that answer 400 INVALID_ARGUMENT as Google does today: an
+    /// FcmError INVALID_ARGUMENT, the message "The registration token is not a valid FCM
+    /// registration token" and no BadRequest detail.
     public var invalidTokens: Set<String> = []
+    /// Registration tokens (or FIDs) that answer 400 INVALID_ARGUMENT in the older shape: an
+    /// FcmError INVALID_ARGUMENT and a BadRequest field violation naming `message.token` (or
+    /// `message.fid`).
+    public var legacyInvalidTokens: Set<String> = []
     /// Registration tokens of another sender: 403 SENDER_ID_MISMATCH.
     public var senderMismatchTokens: Set<String> = []
+    /// Registration tokens whose app's APNs or web push credential in Firebase is refused: 401
+    /// UNAUTHENTICATED with the FcmError THIRD_PARTY_AUTH_ERROR.
+    public var thirdPartyAuthErrorTokens: Set<String> = []
+    /// As ``thirdPartyAuthErrorTokens``, with the older FcmError name APNS_AUTH_ERROR.
+    public var apnsAuthErrorTokens: Set<String> = []
+    /// Registration tokens that answer 500 with the canonical status UNKNOWN and no FcmError,
+    /// every time: a sender retries them until its attempts run out.
+    public var unknownErrorTokens: Set<String> = []
     /// Projects whose FCM API is "disabled": 403 PERMISSION_DENIED without FcmError.
     public var disabledProjects: Set<String> = []
     /// Access tokens accepted for a project (token -> project ID) without an exchange and without

@@ -132,12 +132,16 @@ extension MockFCMServer {
         case nil: break
         }
         if let fault = randomFault() { return fault }
-        if configuration.invalidTokens.contains(target) {
-            return .invalidArgument("message.\(checked.targetField)", "The registration token is not a valid FCM registration token")
+        if configuration.invalidTokens.contains(target) { return Self.invalidToken }
+        if configuration.legacyInvalidTokens.contains(target) {
+            return .invalidArgument("message.\(checked.targetField)", Self.invalidTokenMessage)
         }
         if configuration.senderMismatchTokens.contains(target) {
             return .rpcError(403, canonical: "PERMISSION_DENIED", message: "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH")
         }
+        if configuration.thirdPartyAuthErrorTokens.contains(target) { return Self.thirdPartyAuthError(errorCode: "THIRD_PARTY_AUTH_ERROR") }
+        if configuration.apnsAuthErrorTokens.contains(target) { return Self.thirdPartyAuthError(errorCode: "APNS_AUTH_ERROR") }
+        if configuration.unknownErrorTokens.contains(target) { return Self.unknownError }
         return ledger.withLock { ledger in
             if ledger.unregisteredTokens.contains(target) {
                 return .rpcError(404, canonical: "NOT_FOUND", message: "Requested entity was not found.", errorCode: "UNREGISTERED")
@@ -153,12 +157,33 @@ extension MockFCMServer {
         }
     }
 
+    static let invalidTokenMessage = "The registration token is not a valid FCM registration token"
+
+    /// Google's answer to an invalid registration token today: the FcmError, no BadRequest.
+    /// Source: https://firebase.google.com/docs/cloud-messaging/error-codes (example 2), as in firebase-admin-java issue #1064.
+    static let invalidToken = MockFCMAnswer.rpcError(400, canonical: "INVALID_ARGUMENT", message: invalidTokenMessage, errorCode: "INVALID_ARGUMENT")
+
+    /// 401 for an app whose APNs or web push credential Firebase holds is refused, with
+    /// `errorCode` THIRD_PARTY_AUTH_ERROR or its older name APNS_AUTH_ERROR.
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (THIRD_PARTY_AUTH_ERROR, HTTP 401).
+    /// Source: firebase-admin-go messaging/messaging_errors.go and firebase-admin-python firebase_admin/messaging.py (APNS_AUTH_ERROR).
+    static func thirdPartyAuthError(errorCode: String) -> MockFCMAnswer {
+        .rpcError(401, canonical: "UNAUTHENTICATED", message: "Auth error from APNS or Web Push Service", errorCode: errorCode)
+    }
+
+    /// 500 with the canonical status UNKNOWN and no FcmError.
+    /// Source: https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto (UNKNOWN, HTTP mapping 500).
+    static let unknownError = MockFCMAnswer.rpcError(500, canonical: "UNKNOWN", message: "Unknown Error.")
+
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (QUOTA_EXCEEDED, HTTP 429).
     static func quotaExceeded(retryAfterSeconds: Int?) -> MockFCMAnswer {
         .rpcError(429, canonical: "RESOURCE_EXHAUSTED", message: "Quota exceeded.", errorCode: "QUOTA_EXCEEDED", retryAfterSeconds: retryAfterSeconds)
     }
 
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (INTERNAL, HTTP 500).
     static let internalError = MockFCMAnswer.rpcError(500, canonical: "INTERNAL", message: "Internal error encountered.", errorCode: "INTERNAL")
 
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (UNAVAILABLE, HTTP 503).
     static func unavailable(retryAfterSeconds: Int?) -> MockFCMAnswer {
         .rpcError(
             503, canonical: "UNAVAILABLE", message: "The service is currently unavailable.", errorCode: "UNAVAILABLE", retryAfterSeconds: retryAfterSeconds)

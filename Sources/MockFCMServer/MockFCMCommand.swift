@@ -58,7 +58,7 @@ struct MockFCMCommand: AsyncParsableCommand {
     @Option(name: .customLong("unregistered"), help: "Answer 404 UNREGISTERED for this token. Repeatable.")
     var unregistered: [String] = []
 
-    @Option(name: .customLong("invalid"), help: "Answer 400 INVALID_ARGUMENT (message.token) for this token. Repeatable.")
+    @Option(name: .customLong("invalid"), help: "Answer 400 INVALID_ARGUMENT as Google does today (no BadRequest) for this token. Repeatable.")
     var invalid: [String] = []
 
     @Option(name: .customLong("sender-mismatch"), help: "Answer 403 SENDER_ID_MISMATCH for this token. Repeatable.")

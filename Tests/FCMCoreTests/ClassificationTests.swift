@@ -10,6 +10,7 @@ enum Answers {
         canonical: String?,
         errorCode: String?,
         violations: [String] = [],
+        message: String = "m",
         retryAfter: String? = nil
     ) -> FCMResponse {
         var details: [String] = []
@@ -21,13 +22,15 @@ enum Answers {
             details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[\#(list)]}"#)
         }
         let statusMember = canonical.map { #","status":"\#($0)""# } ?? ""
-        let body = #"{"error":{"code":\#(status),"message":"m"\#(statusMember),"details":[\#(details.joined(separator: ","))]}}"#
+        let body = #"{"error":{"code":\#(status),"message":"\#(message)"\#(statusMember),"details":[\#(details.joined(separator: ","))]}}"#
         return FCMResponse(status: status, body: Array(body.utf8), retryAfterHeader: retryAfter, nowMilliseconds: now)
     }
 
     static func raw(_ status: Int, _ body: String, retryAfter: String? = nil) -> FCMResponse {
         FCMResponse(status: status, body: Array(body.utf8), retryAfterHeader: retryAfter, nowMilliseconds: now)
     }
+
+    static let invalidTokenMessage = "The registration token is not a valid FCM registration token"
 
     static let htmlNotFound = "<!DOCTYPE html><html lang=en><title>Error 404 (Not Found)!!1</title></html>"
 }
@@ -54,9 +57,24 @@ struct ClassificationTests {
         #expect(response.reason == "INVALID_ARGUMENT")
     }
 
-    @Test(arguments: [["message.data[0].value"], ["message.android.ttl"], [], ["message.token", "message.data"]])
-    func invalidArgumentNamingAnythingElseIsRejected(fields: [String]) {
-        let response = Answers.error(400, canonical: "INVALID_ARGUMENT", errorCode: "INVALID_ARGUMENT", violations: fields)
+    /// Google's current answer to an invalid token: no BadRequest, only the message says so.
+    @Test(arguments: [Answers.invalidTokenMessage, "Invalid registration token", "REGISTRATION TOKEN is malformed"])
+    func invalidArgumentSpeakingOfTheRegistrationTokenIsUnregistered(message: String) {
+        let response = Answers.error(400, canonical: "INVALID_ARGUMENT", errorCode: "INVALID_ARGUMENT", message: message)
+        #expect(response.error?.message == message)
+        #expect(response.decision == .unregistered)
+        #expect(response.reason == "INVALID_ARGUMENT")
+    }
+
+    /// A violation naming another field, or a message that does not speak of the registration
+    /// token, is the message's fault, whatever else the answer says.
+    @Test(arguments: [
+        (["message.data[0].value"], "m"), (["message.android.ttl"], "m"), (["message.token", "message.data"], "m"),
+        ([], "m"), ([], "Request contains an invalid argument."), ([], "The registration is not valid"),
+        (["message.data[0].value"], Answers.invalidTokenMessage), (["message.token", "message.data"], Answers.invalidTokenMessage),
+    ])
+    func invalidArgumentNamingAnythingElseIsRejected(fields: [String], message: String) {
+        let response = Answers.error(400, canonical: "INVALID_ARGUMENT", errorCode: "INVALID_ARGUMENT", violations: fields, message: message)
         #expect(response.decision == .rejected)
     }
 
@@ -70,6 +88,15 @@ struct ClassificationTests {
         let response = Answers.error(401, canonical: "UNAUTHENTICATED", errorCode: "THIRD_PARTY_AUTH_ERROR")
         #expect(response.decision == .rejected)
         #expect(response.reason == "THIRD_PARTY_AUTH_ERROR")
+    }
+
+    /// APNS_AUTH_ERROR is the older name of THIRD_PARTY_AUTH_ERROR (the Admin SDKs map both to
+    /// one error); the reason stays as Google sent it.
+    @Test func apnsAuthErrorIsRejectedNotRefreshed() {
+        let response = Answers.error(401, canonical: "UNAUTHENTICATED", errorCode: "APNS_AUTH_ERROR")
+        #expect(response.decision == .rejected)
+        #expect(response.reason == "APNS_AUTH_ERROR")
+        #expect(FCMErrorCode.apnsAuthError.isKnown)
     }
 
     @Test func quotaExceededWaitsAtLeastSixtySeconds() {
@@ -136,10 +163,26 @@ struct ClassificationTests {
         #expect(unspecified.decision == .rejected)
     }
 
+    /// A canonical status Herald does not know decides nothing: the HTTP status does, as the
+    /// Admin SDKs retry 500 and 503 whatever the body says.
+    @Test(arguments: ["UNKNOWN", "DATA_LOSS"])
+    func unknownCanonicalStatusIsRetriedByItsHTTPStatus(canonical: String) {
+        let internalError = Answers.error(500, canonical: canonical, errorCode: nil)
+        #expect(internalError.decision == .retry(FCMRetry(notBefore: nil, serverTrouble: true)))
+        #expect(internalError.reason == canonical)
+        let unavailable = Answers.error(503, canonical: canonical, errorCode: "SOMETHING_NEW", retryAfter: "4")
+        #expect(unavailable.decision == .retry(FCMRetry(notBefore: .seconds(4), serverTrouble: true)))
+        #expect(unavailable.reason == "SOMETHING_NEW")
+        let tooMany = Answers.error(429, canonical: canonical, errorCode: nil, retryAfter: "2")
+        #expect(tooMany.decision == .retry(FCMRetry(notBefore: .seconds(2), serverTrouble: false)))
+        #expect(Answers.error(400, canonical: canonical, errorCode: nil).decision == .rejected)
+    }
+
     @Test func errorBodyKeepsEveryFieldViolation() throws {
         let response = Answers.error(400, canonical: "INVALID_ARGUMENT", errorCode: "INVALID_ARGUMENT", violations: ["a", "b"])
         let error = try #require(response.error)
         #expect(error.code == 400)
+        #expect(error.message == "m")
         #expect(error.status == "INVALID_ARGUMENT")
         #expect(error.errorCode == .invalidArgument)
         #expect(error.fieldViolations.map(\.field) == ["a", "b"])

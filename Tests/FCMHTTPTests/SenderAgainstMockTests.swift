@@ -44,12 +44,23 @@ struct SenderAgainstMockTests {
         }
     }
 
-    @Test func invalidArgumentNamingTheTokenIsUnregisteredAndNamingDataRejected() async throws {
-        try await FCMHarness.run(configure: { $0.invalidTokens = ["malformed"] }) { harness in
+    /// An invalid token in Google's current shape (no BadRequest, the message says so) and in the
+    /// older one (a BadRequest naming `message.token`) is unregistered; a BadRequest naming `data` is not.
+    @Test func invalidTokenInEitherShapeIsUnregisteredAndNamingDataRejected() async throws {
+        try await FCMHarness.run(configure: {
+            $0.invalidTokens = ["malformed"]
+            $0.legacyInvalidTokens = ["malformed-legacy"]
+        }) { harness in
             let token = try await harness.send(try FCMHarness.request("malformed"))
             #expect(token.status == 400)
-            #expect(token.error?.fieldViolations.map(\.field) == ["message.token"])
+            #expect(token.error?.fieldViolations.isEmpty == true)
+            #expect(token.error?.message == "The registration token is not a valid FCM registration token")
             #expect(token.decision == .unregistered)
+            #expect(token.reason == "INVALID_ARGUMENT")
+            let legacy = try await harness.send(try FCMHarness.request("malformed-legacy"))
+            #expect(legacy.status == 400)
+            #expect(legacy.error?.fieldViolations.map(\.field) == ["message.token"])
+            #expect(legacy.decision == .unregistered)
 
             // Herald refuses a number in `data` at intake, so the test sends that body itself.
             let access = try await harness.client.tokens.accessToken(projectID: FCMHarness.projectID, deadline: .now + .seconds(5))
@@ -88,6 +99,37 @@ struct SenderAgainstMockTests {
             #expect(response.status == 403)
             #expect(response.decision == .rejected)
             #expect(response.reason == "SENDER_ID_MISMATCH")
+        }
+    }
+
+    /// THIRD_PARTY_AUTH_ERROR and its older name APNS_AUTH_ERROR come with a 401 but say nothing
+    /// of the access token: rejected at once, the token neither refreshed nor the message resent.
+    @Test func thirdPartyAuthErrorsAreRejectedWithoutRefreshingTheAccessToken() async throws {
+        try await FCMHarness.run(configure: {
+            $0.thirdPartyAuthErrorTokens = ["third-party"]
+            $0.apnsAuthErrorTokens = ["apns"]
+        }) { harness in
+            for (token, reason) in [("third-party", "THIRD_PARTY_AUTH_ERROR"), ("apns", "APNS_AUTH_ERROR")] {
+                let response = try await harness.send(try FCMHarness.request(token))
+                #expect(response.status == 401)
+                #expect(response.decision == .rejected)
+                #expect(response.reason == reason)
+                #expect(!response.accessTokenRefreshed)
+                #expect(harness.server.requestCount(token: token) == 1)
+            }
+            #expect(harness.server.tokenExchangeCount == 1)
+        }
+    }
+
+    /// A 500 whose canonical status Herald does not know is retried as server trouble.
+    @Test func unknownStatusIsRetriedByItsHTTPStatus() async throws {
+        try await FCMHarness.run(configure: { $0.unknownErrorTokens = ["flaky"] }) { harness in
+            let (response, attempts) = try await harness.deliver(try FCMHarness.request("flaky"), attempts: 3)
+            #expect(response.status == 500)
+            #expect(response.reason == "UNKNOWN")
+            #expect(response.decision == .retry(FCMRetry(notBefore: nil, serverTrouble: true)))
+            #expect(attempts == 3)
+            #expect(harness.server.requestCount(token: "flaky") == 3)
         }
     }
 

@@ -87,8 +87,8 @@ struct AndroidDeliveryIntegrationTests {
 }
 
 extension AndroidDeliveryIntegrationTests {
-    /// FCM's refusals as Herald reads them, by the FcmError detail: INVALID_ARGUMENT naming the
-    /// token is `unregistered` (and marks it); a 403 without FcmError (the API disabled for the
+    /// FCM's refusals as Herald reads them, by the FcmError detail: INVALID_ARGUMENT about the
+    /// registration token is `unregistered` (and marks it); a 403 without FcmError (the API disabled for the
     /// project) is `rejected` and marks nothing.
     @Test func refusalsAreReadByTheirDetailNotTheirStatus() async throws {
         let invalid = Self.pixel("invalid")
@@ -107,7 +107,7 @@ extension AndroidDeliveryIntegrationTests {
             let results = records.compactMap(\.json)
             #expect(results.first { $0["token"] as? String == invalid }?["status"] as? String == "unregistered")
             #expect(results.first { $0["token"] as? String == valid }?["status"] as? String == "delivered")
-            #expect(try await testbed.activeDevices(users: ["ivan"]).isEmpty, "INVALID_ARGUMENT naming the token marks it")
+            #expect(try await testbed.activeDevices(users: ["ivan"]).isEmpty, "INVALID_ARGUMENT about the registration token marks it")
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
         }
