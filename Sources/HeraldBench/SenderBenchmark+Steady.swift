@@ -15,7 +15,7 @@ extension HeraldSenderClient {
     }
 
     /// Sends `seconds` worth of `rate` requests per second in batches of `batch`, one
-    /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)`` each; throws unless every
+    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` each; throws unless every
     /// request was delivered.
     static func steadyLoad(
         rate: Int,
@@ -35,7 +35,7 @@ extension HeraldSenderClient {
                 try? await Task.sleep(until: start + interval * index, clock: .continuous)
                 group.addTask {
                     let started = ContinuousClock.now
-                    await sender.deliverAll(requests, consumedAt: started, unless: { _ in false }) { _, result in
+                    await sender.deliverAll(requests, consumedAt: started, fence: { _ in .open }) { _, result in
                         outcomes.record(started.duration(to: .now), delivered: (try? result.get())?.status == .delivered)
                     }
                 }

@@ -199,7 +199,7 @@ struct HeraldSenderClient {
 
     /// Delivers every request with at most `concurrency` in flight, as the pipeline sends: each
     /// batch is as many requests as there are free slots (the pipeline's send permits), sent by one
-    /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)``. Returns how many were delivered.
+    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)``. Returns how many were delivered.
     static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async -> Int {
         let slots = FreeSlots(concurrency)
         await withDiscardingTaskGroup { group in
@@ -209,7 +209,7 @@ struct HeraldSenderClient {
                 let batch = requests[next..<min(next + free, requests.endIndex)].map { (request: $0, environment: APNSEnvironment.production) }
                 next += batch.count
                 group.addTask {
-                    await sender.deliverAll(batch, consumedAt: .now, unless: { _ in false }) { _, result in
+                    await sender.deliverAll(batch, consumedAt: .now, fence: { _ in .open }) { _, result in
                         slots.giveBack(delivered: (try? result.get())?.status == .delivered)
                     }
                 }

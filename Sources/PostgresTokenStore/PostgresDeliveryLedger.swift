@@ -289,7 +289,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
     static let name = "herald_record_deliveries"
     static let sql = """
         WITH batch AS (
-            SELECT b.*, b.target / 2 = 2 AS fcm, decode(lpad(to_hex(b.target), 2, '0'), 'hex')
+            SELECT b.*, b.target / 2 = 2 AS fcm, decode(lpad(to_hex(b.target::integer), 2, '0'), 'hex')
                 || CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
             FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
                         $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],

@@ -80,7 +80,7 @@ struct MockHarness: Sendable {
 
     /// Delivers `count` notifications through `sender` with at most `window` in flight at once;
     /// returns the outcomes by index. `batched`: in batches of `window`, one
-    /// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)`` each, as the pipeline sends.
+    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` each, as the pipeline sends.
     static func deliverAll(
         _ count: Int,
         window: Int,
@@ -92,7 +92,7 @@ struct MockHarness: Sendable {
             let outcomes = Mutex([Int: Result<DeliveryOutcome, DeliveryStopped>]())
             for start in stride(from: 0, to: count, by: window) {
                 let batch = (start..<min(start + window, count)).map { (request: request($0), environment: APNSEnvironment.production) }
-                await sender.deliverAll(batch, consumedAt: .now, unless: { _ in false }) { index, outcome in
+                await sender.deliverAll(batch, consumedAt: .now, fence: { _ in .open }) { index, outcome in
                     outcomes.withLock { $0[start + index] = outcome }
                 }
             }

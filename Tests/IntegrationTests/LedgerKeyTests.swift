@@ -48,7 +48,11 @@ struct LedgerKeyTests {
             let standing = try await store.record(outcomes.map { ($0, nil) })
             #expect(standing == outcomes)
             let recorded = try await store.recordedDeliveries(of: [event])
-            #expect(recorded[event]?.count == outcomes.count)
+            #expect(recorded[event] == Dictionary(uniqueKeysWithValues: outcomes.map { ($0.target, $0) }))
+            // Recorded again (a redelivery's copy): each earlier outcome stands for its own target.
+            var again = outcomes
+            for index in again.indices { again[index].userID = "someone-else" }
+            #expect(try await store.record(again.map { ($0, nil) }) == outcomes)
         }
     }
 }

@@ -163,7 +163,8 @@ extension TokenRegistryTests {
             var report = try await store.maintainLedger(window: window, unpartitionedBefore: recordedAt)
             #expect(!report.unpartitionedDropped, "its newest row is not older than the cut-off")
             let found = try await store.recordedDeliveries(of: [event])
-            #expect(found[event]?["aa"]?.outcome == .message(result: Array(result.utf8), unregisteredEvent: Array(unregistered.utf8)))
+            #expect(
+                found[event]?[LedgerTarget(.apnsDevice, "aa")]?.outcome == .message(result: Array(result.utf8), unregisteredEvent: Array(unregistered.utf8)))
 
             // An upgraded database (migration 5 applied after migration 2, just now): the old
             // version may still be running, so even an expired table stays until migration 5 is

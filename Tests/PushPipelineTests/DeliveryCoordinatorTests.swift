@@ -115,7 +115,7 @@ struct DeliveryCoordinatorTests {
         #expect(waiting, "two in flight, room for one wanted")
         #expect(machine.inFlightCount(.urgent) == 0, "the lanes' offsets are apart")
 
-        let draining = machine.beginDrain([partition], lane: .bulk)
+        let draining = machine.beginDrain([partition], lane: .bulk).inFlight
         #expect(draining == 2)
         #expect(machine.isFenced(batch: batch, message: 0), "the drain fences at once")
         let fenced = machine.fenced(batch: batch, message: 0, claim: nil, permit: .bulk)

@@ -5,7 +5,7 @@ import PushPipelineTesting
 import Synchronization
 import Testing
 
-/// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)`` for Android devices: one report
+/// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` for Android devices: one report
 /// per request, FCM's rules applied to each first answer where it arrives, retries after their
 /// wait, fenced requests never sent.
 @Suite(.timeLimit(.minutes(1)))
@@ -46,7 +46,7 @@ struct FCMBatchDeliveryTests {
         let tokens = ["ok", "busy", "gone", "fenced"]
         let reports = Mutex<[Int: [Result<DeliveryOutcome, DeliveryStopped>]]>([:])
         await sender.deliverAll(try tokens.map(Self.request), consumedAt: .now) { index in
-            tokens[index] == "fenced"
+            .checking { tokens[index] == "fenced" }
         } report: { index, result in
             reports.withLock { $0[index, default: []].append(result) }
         }

@@ -259,7 +259,7 @@ struct LaneSimulation {
             owner[partition] = nil
             moves += 1
             moving[partition] = (from, to, moves)
-            let left = instances[from].machine.beginDrain([Self.topicPartition(partition)], lane: Self.lane(of: partition))
+            let left = instances[from].machine.beginDrain([Self.topicPartition(partition)], lane: Self.lane(of: partition)).inFlight
             // The drain ends when its last message settles (see `perform`), or at its bound, when
             // the partition goes with whatever is left.
             schedule(.revoked(partition: partition, move: moves), after: left == 0 ? 0 : Self.drainBound)

@@ -5,8 +5,8 @@ import PushPipelineTesting
 import Synchronization
 import Testing
 
-/// ``NotificationSender/deliverAll(_:consumedAt:unless:report:)``: a batch follows the rules of
-/// one ``NotificationSender/deliver(_:environment:consumedAt:unless:)`` per request.
+/// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)``: a batch follows the rules of
+/// one ``NotificationSender/deliver(_:environment:consumedAt:fence:)`` per request.
 @Suite(.timeLimit(.minutes(1)))
 struct NotificationSenderBatchTests {
     /// Every kind of answer and every reason not to send, one request each.
@@ -35,7 +35,7 @@ struct NotificationSenderBatchTests {
         unless fenced: @escaping @Sendable (Int) -> Bool = { _ in false }
     ) async -> [Int: [Result<DeliveryOutcome, DeliveryStopped>]] {
         let reports = Mutex<[Int: [Result<DeliveryOutcome, DeliveryStopped>]]>([:])
-        await sender.deliverAll(requests, consumedAt: .now, unless: fenced) { index, result in
+        await sender.deliverAll(requests, consumedAt: .now, fence: { index in .checking { fenced(index) } }) { index, result in
             reports.withLock { $0[index, default: []].append(result) }
         }
         return reports.withLock { $0 }
@@ -56,7 +56,8 @@ struct NotificationSenderBatchTests {
         for (index, (request, environment)) in requests.enumerated() {
             let expected: Result<DeliveryOutcome, DeliveryStopped>
             do throws(DeliveryStopped) {
-                expected = .success(try await alone.deliver(request, environment: environment, consumedAt: .now) { index == fencedIndex })
+                expected = .success(
+                    try await alone.deliver(request, environment: environment, consumedAt: .now, fence: .checking { index == fencedIndex }))
             } catch {
                 expected = .failure(error)
             }

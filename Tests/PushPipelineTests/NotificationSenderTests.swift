@@ -67,19 +67,13 @@ struct NotificationSenderTests {
     @Test func aClosedFenceStopsTheNextAttemptAndTheFirst() async throws {
         let client = ScriptedAPNSClient(scripts: ["busy": [.status(503, .serviceUnavailable)], "late": [.status(200)]], afterwards: .repeatLast)
         let sender = NotificationSender(client: client, policy: Self.fastPolicy)
-        let fenceChecks = Mutex(0)
         // Open for the first two attempts, closed before the third.
         await #expect(throws: DeliveryStopped.fenced) {
-            try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now) {
-                fenceChecks.withLock { checks in
-                    checks += 1
-                    return checks > 2
-                }
-            }
+            try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now, fence: .checking { client.callCount("busy") >= 2 })
         }
         #expect(client.callCount("busy") == 2, "no attempt after the fence closed")
         await #expect(throws: DeliveryStopped.fenced) {
-            try await sender.deliver(Self.request("late"), environment: .production, consumedAt: .now) { true }
+            try await sender.deliver(Self.request("late"), environment: .production, consumedAt: .now, fence: .checking { true })
         }
         #expect(client.callCount("late") == 0)
     }

@@ -54,7 +54,8 @@ struct WaitingSendsTests {
                 timestamp: Timestamp(millisecondsSince1970: 1_700_000_000_000), platform: .fcm))
         let unavailable = FCMResponse(status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable))
         let fcm = AndroidDeliveryTests.ScriptedFCMClient(answers: [pixel: unavailable])
-        let android = #"{"id":"e-android","user_ids":["dave"],"topic":"com.example.shop","fcm":{"package":"com.example.shop.android","message":{"data":{"k":"v"}}}}"#
+        let android =
+            #"{"id":"e-android","user_ids":["dave"],"topic":"com.example.shop","fcm":{"package":"com.example.shop.android","message":{"data":{"k":"v"}}}}"#
         let iphone = #"{"id":"e-iphone","user_ids":["bob"],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
         let source = InMemoryMessageSource([NotificationPipelineTests.request(0, android), NotificationPipelineTests.request(1, iphone)])
         let publisher = FakePublisher()
