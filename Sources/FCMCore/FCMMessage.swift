@@ -9,11 +9,11 @@ public struct FCMEventPart: Sendable, Hashable {
     public var message: FCMMessage
 
     /// Validates the event's `fcm` object (`{"package", "message"}`) and applies the mapping of
-    /// Herald's `priority` (1, 5 or 10), `expiration` (UNIX seconds; 0 = once) and
-    /// `collapse_id`. `nowMilliseconds` dates the size check's `ttl`.
+    /// Herald's `priority` (1, 5 or 10; nil when the event names none), `expiration` (UNIX
+    /// seconds; 0 = once) and `collapse_id`. `nowMilliseconds` dates the size check's `ttl`.
     public init(
         json fcm: JSONValue,
-        priority: Int,
+        priority: Int?,
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
@@ -41,7 +41,7 @@ public struct FCMEventPart: Sendable, Hashable {
     /// The same, from the `fcm` object's JSON text.
     public init(
         json bytes: [UInt8],
-        priority: Int,
+        priority: Int?,
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
@@ -62,7 +62,8 @@ public struct FCMEventPart: Sendable, Hashable {
 }
 
 /// An FCM v1 `Message` without its target, validated per the contract, with Herald's fields
-/// filled in: `android.priority` from `priority` (10 → `high`, else `normal`), `android.ttl` from
+/// filled in: `android.priority` from `priority` (10 → `high`, else `normal`; none given: `high`,
+/// but `normal` for a data-only message, as Google recommends unless the app must wake), `android.ttl` from
 /// `expiration` (the seconds left when sent, `"0s"` for 0, at most 28 days) and
 /// `android.collapse_key` from `collapse_id`, each unless the app's message sets it.
 public struct FCMMessage: Sendable, Hashable {
@@ -86,7 +87,7 @@ public struct FCMMessage: Sendable, Hashable {
     /// at `nowMilliseconds`, without the target (which Herald chooses per device).
     public init(
         validating message: JSONValue,
-        priority: Int,
+        priority: Int?,
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
@@ -95,12 +96,14 @@ public struct FCMMessage: Sendable, Hashable {
             throw FCMInputRejection(.schemaViolation, "fcm.message must be a JSON object")
         }
         try FCMMessageValidator.validate(members)
-        let android = message["android"]
+        // The app's own `android` fields, in either spelling FCM reads.
+        let android = Set((message["android"]?.members ?? []).map { FCMMessageValidator.snakeCase($0.name) })
         self.members = members
-        self.defaultPriority = priority == 10 ? "high" : "normal"
+        let isDataOnly = message["notification"] == nil && message["android"]?["notification"] == nil
+        self.defaultPriority = (priority ?? (isDataOnly ? 5 : 10)) == 10 ? "high" : "normal"
         self.expiration = expiration
-        self.ttlExpiration = android?["ttl"] == nil ? expiration : nil
-        self.defaultCollapseKey = android?["collapse_key"] == nil ? collapseID : nil
+        self.ttlExpiration = android.contains("ttl") ? nil : expiration
+        self.defaultCollapseKey = android.contains("collapse_key") ? nil : collapseID
         let size = self.messageObject(target: nil, nowMilliseconds: nowMilliseconds).serialized().count
         guard size <= Self.maximumSize else {
             throw FCMInputRejection(
@@ -152,7 +155,7 @@ public struct FCMMessage: Sendable, Hashable {
     /// Herald's `android` members that `android` does not set.
     private func defaults(in android: [JSONValue.Member], nowMilliseconds: Int64) -> [JSONValue.Member] {
         var added: [JSONValue.Member] = []
-        if !android.contains(where: { $0.name == "priority" }) {
+        if !android.contains(where: { FCMMessageValidator.snakeCase($0.name) == "priority" }) {
             added.append(JSONValue.Member("priority", .string(defaultPriority)))
         }
         if let ttlExpiration {

@@ -1,22 +1,49 @@
 public import JSONCore
 
-/// The contract's rules for an event's `fcm.message` (DESIGN sections 2 and 6b), checked at
-/// intake so that a message FCM would refuse becomes a dead letter, not a result per device.
+/// The contract's rules for an event's `fcm.message` (docs/design.md, "Android devices"), checked
+/// at intake so that a message FCM would refuse becomes a dead letter, not a result per device.
 ///
-/// - Members: `notification`, `data`, `android` and `fcm_options`; `token`, `topic`, `condition`
-///   and `fid` are Herald's to set, anything else is refused.
-/// - `data` and `android.data`: string values only; no key `from` or `message_type`, nor one
-///   starting with `google.` or `gcm.notification.`.
-/// - `notification`: an object of strings. `fcm_options`, `android.notification`,
-///   `android.fcm_options`: objects.
+/// - Members: `notification`, `data`, `android`, `apns`, `webpush` and `fcm_options`; `token`,
+///   `topic`, `condition` and `fid` are Herald's to set, anything else is refused.
+/// - Every object is checked against the fields FCM's v1 `Message` defines for it, in
+///   snake_case or lowerCamelCase (proto3's JSON names, which FCM reads too): FCM answers 400
+///   for any other, once per device. Source: https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages
+///   (`Message`, `Notification`, `AndroidConfig`, `AndroidNotification`, `ApnsConfig`,
+///   `WebpushConfig` and the `FcmOptions` types).
+/// - `data`, `android.data` and `webpush.data`: string values only; no key `from` or
+///   `message_type`, nor one starting with `google.` or `gcm.notification.`.
+/// - `notification`: an object of strings. `apns.headers`, `webpush.headers`: objects of strings.
+///   `apns.payload`, `webpush.notification` (the browser's Notification options) and the
+///   `fcm_options` objects: objects.
 /// - `android.priority`: `normal` or `high` (any case); `android.ttl`: a duration string
 ///   (`"3.5s"`) of 0..2,419,200 s; `android.collapse_key`, `android.restricted_package_name`:
-///   strings; `android.direct_boot_ok`: a boolean. Other `android` members pass unchecked.
+///   strings; `android.direct_boot_ok`: a boolean.
 public enum FCMMessageValidator {
     /// The message members Herald sets per device.
     public static let targetMembers: Set<String> = ["token", "topic", "condition", "fid"]
     /// The message members an event may give.
-    public static let allowedMembers: Set<String> = ["notification", "data", "android", "fcm_options"]
+    public static let allowedMembers: Set<String> = ["notification", "data", "android", "apns", "webpush", "fcm_options"]
+
+    /// The fields of each object of the v1 `Message` that Herald checks, by FCM's type name.
+    static let fields: [String: Set<String>] = [
+        "Notification": ["title", "body", "image"],
+        "FcmOptions": ["analytics_label"],
+        "AndroidConfig": [
+            "collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification", "fcm_options", "direct_boot_ok",
+            "bandwidth_constrained_ok", "restricted_satellite_ok",
+        ],
+        "AndroidNotification": [
+            "title", "body", "icon", "color", "sound", "tag", "click_action", "body_loc_key", "body_loc_args", "title_loc_key",
+            "title_loc_args", "channel_id", "ticker", "sticky", "event_time", "local_only", "notification_priority", "default_sound",
+            "default_vibrate_timings", "default_light_settings", "vibrate_timings", "visibility", "notification_count",
+            "light_settings", "image", "bypass_proxy_notification", "proxy",
+        ],
+        "AndroidFcmOptions": ["analytics_label"],
+        "ApnsConfig": ["headers", "payload", "fcm_options", "live_activity_token"],
+        "ApnsFcmOptions": ["analytics_label", "image"],
+        "WebpushConfig": ["headers", "data", "notification", "fcm_options"],
+        "WebpushFcmOptions": ["link", "analytics_label"],
+    ]
 
     /// Throws a `schema_violation` naming the first member that breaks a rule.
     public static func validate(_ members: [JSONValue.Member]) throws(FCMInputRejection) {
@@ -30,9 +57,59 @@ public enum FCMMessageValidator {
             }
             switch member.name {
             case "data": try dataMap(member.value, path: path)
-            case "notification": try stringObject(member.value, path: path)
+            case "notification": try stringObject(member.value, path: path, of: "Notification")
             case "android": try android(member.value, path: path)
-            default: try object(member.value, path: path)
+            case "apns": try apns(member.value, path: path)
+            case "webpush": try webpush(member.value, path: path)
+            default: try object(member.value, path: path, of: "FcmOptions")
+            }
+        }
+    }
+
+    /// The snake_case spelling of a field name FCM may read in lowerCamelCase.
+    static func snakeCase(_ name: String) -> String {
+        var result = ""
+        for character in name {
+            if character.isUppercase {
+                result += "_" + character.lowercased()
+            } else {
+                result.append(character)
+            }
+        }
+        return result
+    }
+
+    /// The members of the object `value` at `path`, each a field of FCM's `type`.
+    private static func members(_ value: JSONValue, path: String, of type: String) throws(FCMInputRejection) -> [JSONValue.Member] {
+        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+        let known = fields[type] ?? []
+        for member in members where !known.contains(snakeCase(member.name)) {
+            throw FCMInputRejection(.schemaViolation, "\(path).\(String(member.name.prefix(64))) is not a field of FCM's \(type)")
+        }
+        return members
+    }
+
+    private static func apns(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+        for member in try members(value, path: path, of: "ApnsConfig") {
+            let memberPath = "\(path).\(member.name)"
+            switch snakeCase(member.name) {
+            case "headers": try stringObject(member.value, path: memberPath, of: nil)
+            case "fcm_options": try object(member.value, path: memberPath, of: "ApnsFcmOptions")
+            case "live_activity_token":
+                guard case .string = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a string") }
+            default: try object(member.value, path: memberPath, of: nil)
+            }
+        }
+    }
+
+    private static func webpush(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+        for member in try members(value, path: path, of: "WebpushConfig") {
+            let memberPath = "\(path).\(member.name)"
+            switch snakeCase(member.name) {
+            case "headers": try stringObject(member.value, path: memberPath, of: nil)
+            case "data": try dataMap(member.value, path: memberPath)
+            case "fcm_options": try object(member.value, path: memberPath, of: "WebpushFcmOptions")
+            default: try object(member.value, path: memberPath, of: nil)
             }
         }
     }
@@ -59,12 +136,19 @@ public enum FCMMessageValidator {
         return seconds < FCMMessage.maximumTTLSeconds || (seconds == FCMMessage.maximumTTLSeconds && !hasFraction)
     }
 
-    private static func object(_ value: JSONValue, path: String) throws(FCMInputRejection) {
-        guard case .object = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+    /// An object, each member a field of FCM's `type` (nil: any member).
+    private static func object(_ value: JSONValue, path: String, of type: String?) throws(FCMInputRejection) {
+        guard let type else {
+            guard case .object = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+            return
+        }
+        _ = try members(value, path: path, of: type)
     }
 
-    private static func stringObject(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+    /// An object of strings, each member a field of FCM's `type` (nil: any member).
+    private static func stringObject(_ value: JSONValue, path: String, of type: String?) throws(FCMInputRejection) {
         guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+        if let type { _ = try Self.members(value, path: path, of: type) }
         for member in members {
             guard case .string = member.value else {
                 throw FCMInputRejection(.schemaViolation, "\(path).\(member.name) must be a string")
@@ -85,14 +169,15 @@ public enum FCMMessageValidator {
     }
 
     private static func android(_ value: JSONValue, path: String) throws(FCMInputRejection) {
-        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
-        for member in members {
+        for member in try members(value, path: path, of: "AndroidConfig") {
             let memberPath = "\(path).\(member.name)"
-            switch member.name {
+            switch snakeCase(member.name) {
             case "data":
                 try dataMap(member.value, path: memberPath)
-            case "notification", "fcm_options":
-                try object(member.value, path: memberPath)
+            case "notification":
+                try object(member.value, path: memberPath, of: "AndroidNotification")
+            case "fcm_options":
+                try object(member.value, path: memberPath, of: "AndroidFcmOptions")
             case "priority":
                 guard let text = member.value.stringValue, ["normal", "high"].contains(text.lowercased()) else {
                     throw FCMInputRejection(.schemaViolation, "\(memberPath) must be normal or high")

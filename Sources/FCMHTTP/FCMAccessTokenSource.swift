@@ -15,8 +15,8 @@ import Synchronization
 /// ``FCMClientConfiguration/tokenRefreshMargin`` before it expires, in the background: the loop
 /// sleeps until the next refresh is due and wakes early when a caller needs a token it does not
 /// have (at start, after ``invalidate(_:)``) or the credentials change. A failed exchange is
-/// retried with backoff; meanwhile a still-valid token stays in use. ``isReady`` is false while
-/// some project has no valid token.
+/// retried with backoff; meanwhile a still-valid token stays in use. ``isReady`` is false only
+/// while no project has a valid token.
 public final class FCMAccessTokenSource: Service, Sendable {
     /// An access token and when it expires.
     public struct AccessToken: Sendable, Hashable, CustomStringConvertible {
@@ -71,11 +71,13 @@ public final class FCMAccessTokenSource: Service, Sendable {
         metrics.prepare(projectIDs: projects.keys)
     }
 
-    /// True when every project has an access token that has not expired.
+    /// True when some project has an access token that has not expired (or none is
+    /// configured): a project whose exchanges fail leaves Herald ready for the others, and shows
+    /// in `herald_fcm_token_refresh_failures_total{project}` (HeraldFCMTokenRefreshFailing).
     public var isReady: Bool {
         let now = ContinuousClock.now
         return state.withLock { state in
-            state.projects.values.allSatisfy { ($0.token?.expiresAt).map { $0 > now } ?? false }
+            state.projects.isEmpty || state.projects.values.contains { ($0.token?.expiresAt).map { $0 > now } ?? false }
         }
     }
 

@@ -5,7 +5,8 @@ enum Readiness {
     /// Ready means: no graceful shutdown began, the consume loop polls, the consumer has joined
     /// its group, no permanent error holds a publish or a statement, PostgreSQL answers (the one
     /// probe, bounded), no APNs endpoint is known to be unreachable, and, when FCM is configured,
-    /// every Firebase project has an access token (`fcm_token_unavailable` otherwise).
+    /// some Firebase project has an access token (`fcm_token_unavailable` when none has: one
+    /// project's failing credential is an alert, not a reason to stall every rollout).
     static func unmetConditions(
         draining: Bool,
         consuming: Bool,

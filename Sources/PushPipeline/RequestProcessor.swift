@@ -292,9 +292,10 @@ final class RequestProcessor: Sendable {
         }
         for userID in event.userIDs {
             let outcomes = recorded.values.filter { $0.userID == userID }
-            // The event's environment picks APNs devices; FCM devices have none to pick.
+            // The event's environment picks devices: every FCM device is `production`, so a
+            // sandbox event (a QA push) reaches none.
             let devices = (tokens[userID] ?? []).filter {
-                (event.environment == nil || $0.platform == .fcm || $0.environment == event.environment) && recorded[Recipient.device($0).ledgerTarget] == nil
+                (event.environment == nil || $0.environment == event.environment) && recorded[Recipient.device($0).ledgerTarget] == nil
             }
             if devices.isEmpty && outcomes.isEmpty {
                 plan.noDevices.append(noDevicesResult(event: event, userID: userID, consumedAt: consumedAt))

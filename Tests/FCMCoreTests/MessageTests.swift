@@ -6,7 +6,7 @@ import Testing
 func part(
     _ message: String,
     package: String = "com.example.shop",
-    priority: Int = 10,
+    priority: Int? = 10,
     expiration: Int64? = nil,
     collapseID: String? = nil,
     now: Int64 = Answers.now
@@ -60,8 +60,42 @@ struct ValidationTests {
         #expect(refused?.detail.contains("fcm.message.\(member)") == true)
     }
 
+    /// Issue 49, finding 6: a field FCM's v1 Message does not have is refused at the intake
+    /// (one dead letter), not by FCM once per device (a 400 each). FCM reads JSON field names
+    /// in snake_case and in lowerCamelCase (proto3's JSON mapping).
+    @Test(arguments: [
+        #"{"notification":{"title":"a","subtitle":"b"}}"#, #"{"android":{"priorty":"high"}}"#,
+        #"{"android":{"notification":{"title":"a","colour":"red"}}}"#, #"{"fcm_options":{"label":"x"}}"#,
+        #"{"android":{"fcm_options":{"analytics":"x"}}}"#, #"{"apns":{"header":{}}}"#, #"{"webpush":{"notification":{},"link":"x"}}"#,
+    ])
+    func fieldsTheV1MessageDoesNotHaveAreRefused(message: String) {
+        let refused = rejection(message)
+        #expect(refused?.code == .schemaViolation)
+        #expect(refused?.detail.contains("not a field") == true, "\(refused?.detail ?? "accepted")")
+    }
+
+    @Test func everyV1FieldIsAcceptedInEitherSpelling() throws {
+        _ = try part(
+            #"{"notification":{"title":"a","body":"b","image":"https://x/i.png"},"fcm_options":{"analytics_label":"l"},"#
+                + #""android":{"collapse_key":"c","priority":"high","ttl":"60s","restricted_package_name":"p","direct_boot_ok":true,"#
+                + #""fcm_options":{"analyticsLabel":"l"},"notification":{"title":"a","clickAction":"OPEN","channel_id":"ch","#
+                + #""notification_priority":"PRIORITY_HIGH","visibility":"PUBLIC","notificationCount":3,"sticky":false}}}"#)
+    }
+
+    /// Issue 49, finding 9: an FCM token of an iOS or web app takes the v1 Message's `apns` or
+    /// `webpush` block; both are validated as FCM defines them.
+    @Test func apnsAndWebpushBlocksForFCMTokensOfOtherPlatforms() throws {
+        _ = try part(
+            #"{"notification":{"title":"a"},"apns":{"headers":{"apns-priority":"10"},"payload":{"aps":{"badge":1}},"#
+                + #""fcm_options":{"image":"https://x/i.png"}},"webpush":{"headers":{"TTL":"60"},"data":{"k":"v"},"#
+                + #""notification":{"title":"a","requireInteraction":true},"fcm_options":{"link":"https://example.com/o/7"}}}"#)
+        #expect(rejection(#"{"apns":{"headers":{"apns-priority":10}}}"#)?.code == .schemaViolation)
+        #expect(rejection(#"{"apns":{"payload":"aps"}}"#)?.code == .schemaViolation)
+        #expect(rejection(#"{"webpush":{"data":{"n":1}}}"#)?.code == .schemaViolation)
+    }
+
     @Test func unsupportedMembersAndTypesAreRefused() {
-        #expect(rejection(#"{"apns":{}}"#)?.code == .schemaViolation)
+        #expect(rejection(#"{"apns":[]}"#)?.code == .schemaViolation)
         #expect(rejection(#"{"notification":{"title":5}}"#)?.code == .schemaViolation)
         #expect(rejection(#"{"notification":"hi"}"#)?.code == .schemaViolation)
         #expect(rejection(#"{"android":[]}"#)?.code == .schemaViolation)
@@ -122,6 +156,20 @@ struct MappingTests {
             let normal = try part("{}", priority: priority).request(to: target).body(nowMilliseconds: Answers.now)
             #expect(text(normal) == #"{"message":{"token":"tok","android":{"priority":"normal"}}}"#)
         }
+    }
+
+    /// Issue 49, finding 6: an event that names no priority sends a data-only message `normal`
+    /// (Google's advice unless the app must wake), one with a notification `high`.
+    @Test func withoutAPriorityADataOnlyMessageIsNormal() throws {
+        let target = FCMTarget.token("tok")
+        let dataOnly = try part(#"{"data":{"k":"v"}}"#, priority: nil).request(to: target).body(nowMilliseconds: Answers.now)
+        #expect(text(dataOnly).contains(#""android":{"priority":"normal"}"#))
+        for message in [#"{"notification":{"title":"t"}}"#, #"{"android":{"notification":{"title":"t"}}}"#] {
+            let shown = try part(message, priority: nil).request(to: target).body(nowMilliseconds: Answers.now)
+            #expect(text(shown).contains(#""priority":"high""#), "\(message)")
+        }
+        let asked = try part(#"{"data":{"k":"v"}}"#, priority: 10).request(to: target).body(nowMilliseconds: Answers.now)
+        #expect(text(asked).contains(#""priority":"high""#), "the event's own priority stands")
     }
 
     @Test func ttlIsTheSecondsLeftAtEachAttempt() throws {

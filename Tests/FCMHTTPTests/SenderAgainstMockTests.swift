@@ -214,6 +214,26 @@ struct SenderAgainstMockTests {
         }
     }
 
+    /// Issue 49, finding 2: a second Firebase project whose key Google refuses (a minor app's
+    /// deleted key) leaves the client ready while another project can send; the refused one is
+    /// counted per project (the HeraldFCMTokenRefreshFailing alert).
+    @Test func oneProjectWithoutATokenLeavesTheClientReady() async throws {
+        let untrusted = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        let refused = FCMServiceAccount(
+            projectID: "minor-app", privateKeyID: "key-2", privateKeyPEM: untrusted.pkcs8PEMRepresentation,
+            clientEmail: "herald@minor-app.iam.gserviceaccount.com", tokenURI: "https://127.0.0.1:1/token")
+        try await FCMHarness.run(configureClient: { configuration in
+            let port = configuration.baseURL.split(separator: ":").last.map(String.init) ?? ""
+            var account = refused
+            account.tokenURI = "https://127.0.0.1:\(port)/token"
+            configuration.credentials.entries.append(.init(packages: ["com.example.minor"], serviceAccount: account))
+        }) { harness in
+            #expect(try await harness.send(try FCMHarness.request("device")).decision == .delivered)
+            while harness.server.refusedAssertionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(harness.client.isReady, "one project can send")
+        }
+    }
+
     @Test func anUntrustedKeyGetsNoTokenAndTheSourceIsNotReady() async throws {
         let otherKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         try await FCMHarness.run(signingKey: otherKey) { harness in

@@ -80,6 +80,35 @@ struct AndroidDeliveryTests {
         #expect(body.contains(#""token":"\#(Self.pixel)""#))
     }
 
+    /// Issue 49, finding 5: an event for the `sandbox` environment (a QA push for developers'
+    /// iPhones) reaches no Android device, whose devices are all `production`.
+    @Test func aSandboxEventReachesNoAndroidDevice() async throws {
+        let store = FakeStore()
+        let registered = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        try await store.apply(
+            TokenRegistryUpdate(
+                action: .register, userID: "alice", token: NotificationPipelineTests.alicePad, topic: "com.example.shop",
+                environment: .sandbox, timestamp: registered))
+        for user in ["alice", "dave"] {
+            try await store.apply(
+                TokenRegistryUpdate(
+                    action: .register, userID: user, token: Self.pixel + user, topic: "com.example.shop.android", environment: .production,
+                    timestamp: registered, platform: .fcm))
+        }
+        let fcm = ScriptedFCMClient()
+        let event = Self.event("e-qa").replacingOccurrences(of: #""priority":10"#, with: #""priority":10,"environment":"sandbox""#)
+        let source = InMemoryMessageSource([NotificationPipelineTests.request(0, event)])
+        let publisher = FakePublisher()
+        try await NotificationPipelineTests.run(source: source, publisher: publisher, store: store, apns: ScriptedAPNSClient(), fcm: fcm) {
+            source.committed[KafkaTopicPartition(topic: "push.requests", partition: 0)] == 1
+        }
+        let results = publisher.jsonObjects(on: "push.results")
+        #expect(fcm.requests.isEmpty, "no Android device got the sandbox event")
+        #expect(results.count == 2)
+        #expect(results.contains { $0["token"] as? String == NotificationPipelineTests.alicePad && $0["status"] as? String == "delivered" })
+        #expect(results.contains { $0["user_id"] as? String == "dave" && $0["status"] as? String == "no_devices" })
+    }
+
     @Test func withoutAnFCMClientAndroidDevicesAreRejectedNotSilentlyDropped() async throws {
         let store = FakeStore()
         try await store.apply(

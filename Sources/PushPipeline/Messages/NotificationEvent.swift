@@ -73,13 +73,18 @@ public struct NotificationEvent: Sendable, Hashable {
             throw InputRejection(.schemaViolation, "an event to a channel must have push_type liveactivity")
         }
 
+        // FCM's priority when the event names none and its push type's is 10: FCMEventPart's
+        // default (`normal` for a data-only message).
+        var fcmPriority: Int?
         if let priorityValue = try fields.integer("priority") {
             guard let priority = APNSPriority(rawValue: Int(priorityValue)) else {
                 throw InputRejection(.schemaViolation, "priority must be 1, 5 or 10")
             }
             self.priority = priority
+            fcmPriority = priority.rawValue
         } else {
             priority = pushType.defaultPriority
+            fcmPriority = priority.rawValue == 10 ? nil : priority.rawValue
         }
 
         expiration = try fields.integer("expiration") ?? (channelID == nil ? nil : 0)
@@ -94,7 +99,7 @@ public struct NotificationEvent: Sendable, Hashable {
             do throws(FCMInputRejection) {
                 fcm = try FCMEventPart(
                     json: fcmObject,
-                    priority: priority.rawValue,
+                    priority: fcmPriority,
                     expiration: expiration,
                     collapseID: collapseID,
                     nowMilliseconds: nowMilliseconds
