@@ -126,7 +126,10 @@ public final class FCMAccessTokenSource: Service, Sendable {
     }
 
     /// Replaces the accounts (a credentials reload): a project whose account is unchanged keeps
-    /// its token, a changed or new one is exchanged at once, a removed one is dropped.
+    /// its token, a changed or new one is exchanged at once, a removed one is dropped. A changed
+    /// account (a rotated key) keeps using the previous key's token until the new key's first
+    /// exchange succeeds or that token expires: a key Google refuses (counted and alerted as a
+    /// failed refresh) never takes a working token away early.
     func update(_ credentials: FCMCredentials) throws(FCMServiceAccountError) {
         var signers: [String: OAuthAssertionSigner] = [:]
         for (projectID, account) in credentials.accountsByProject {
@@ -140,8 +143,8 @@ public final class FCMAccessTokenSource: Service, Sendable {
                 state.projects[projectID] = nil
             }
             for (projectID, signer) in signers where state.projects[projectID]?.signer.account != signer.account {
-                let waiters = state.projects[projectID]?.waiters ?? [:]
-                state.projects[projectID] = Project(signer: signer, waiters: waiters)
+                let previous = state.projects[projectID]
+                state.projects[projectID] = Project(signer: signer, token: previous?.token, waiters: previous?.waiters ?? [:])
             }
             return dropped
         }

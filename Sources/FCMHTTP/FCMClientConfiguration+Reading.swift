@@ -51,6 +51,7 @@ extension FCMClientConfiguration {
         }
         self.init(baseURL: url, credentials: credentials, additionalTrustRootsPEMPath: caPath)
         self.connections = connections
+        self.fallbackPath = accountPath
     }
 
     /// The service account of the key file at `path`; `name` says where the path came from in errors.

@@ -47,6 +47,9 @@ public struct FCMClientConfiguration: Sendable {
     /// FCM's base URL (HERALD_FCM_URL); the send path `/v1/projects/<id>/messages:send` follows it.
     public var baseURL: String = defaultBaseURL
     public var credentials: FCMCredentials
+    /// The key file the fallback account was read from (HERALD_FCM_SERVICE_ACCOUNT_PATH), which a
+    /// credentials reload (SIGHUP) reads again; nil when it was given another way.
+    public var fallbackPath: String?
     /// A PEM bundle of extra trusted roots for FCM and the token endpoint (HERALD_FCM_CA_PATH).
     public var additionalTrustRootsPEMPath: String?
     /// How long before an access token expires it is refreshed in the background (Google's

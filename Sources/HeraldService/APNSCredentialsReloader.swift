@@ -2,6 +2,7 @@ package import APNSHTTP2
 package import FCMHTTP
 package import Logging
 package import Metrics
+import FCMCore
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -12,8 +13,10 @@ import UnixSignals
 /// in flight finish on the old ones (``APNSHTTP2Client/replaceCredentials(default:byTopic:)``).
 ///
 /// The file's FCM entries go to the FCM client (``FCMHTTPClient/updateCredentials(_:)``), with
-/// HERALD_FCM_SERVICE_ACCOUNT_PATH's account serving the packages no entry lists: a changed
-/// project's access token is exchanged again, requests in flight finish with the one they had.
+/// HERALD_FCM_SERVICE_ACCOUNT_PATH's account, read again at each reload (SIGHUP reloads it also
+/// without a credentials file), serving the packages no entry lists: a changed project's access
+/// token is exchanged again (the previous one serves until that succeeds or expires), requests
+/// in flight finish with the one they had.
 ///
 /// A file that no longer reads or parses changes nothing: the credentials in use stay, and the
 /// problem is logged once (until it changes) and counted in
@@ -24,10 +27,13 @@ package final class APNSCredentialsReloader: Service {
     package struct FCM {
         package var client: FCMHTTPClient
         package var credentials: FCMCredentials
+        /// HERALD_FCM_SERVICE_ACCOUNT_PATH, read again at each reload.
+        package var fallbackPath: String?
 
-        package init(client: FCMHTTPClient, credentials: FCMCredentials) {
+        package init(client: FCMHTTPClient, credentials: FCMCredentials, fallbackPath: String? = nil) {
             self.client = client
             self.credentials = credentials
+            self.fallbackPath = fallbackPath
         }
     }
 
@@ -81,18 +87,30 @@ package final class APNSCredentialsReloader: Service {
         }
     }
 
-    /// Reads the file and applies it when it differs from what the client uses.
+    /// Reads the file (and HERALD_FCM_SERVICE_ACCOUNT_PATH) and applies what differs from what
+    /// the clients use.
     package func reload(trigger: String) {
-        guard let path else {
+        let fallbackPath = fcm.withLock { $0?.fallbackPath }
+        guard path != nil || fallbackPath != nil else {
             logger.notice("\(trigger): no HERALD_APNS_CREDENTIALS_FILE to re-read")
             return
         }
         lastFailure.withLock { lastFailure in
             do {
+                let fallback = try fallbackPath.map { path throws(FCMConfigurationError) in
+                    try FCMClientConfiguration.serviceAccount(path: path, name: "HERALD_FCM_SERVICE_ACCOUNT_PATH")
+                }
+                guard let path else {
+                    let changed = try applyFCM(entries: nil, fallback: fallback)
+                    lastFailure = nil
+                    (changed ? reloads.applied : reloads.unchanged).increment()
+                    if changed { logger.notice("FCM default service account applied", metadata: ["herald.trigger": "\(trigger)"]) }
+                    return
+                }
                 let (credentials, problems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
                 let fcmEntries = try APNSCredentialsFile.fcmEntries(path: path)
                 // FCM first: its keys were checked as the file was read, so what follows applies both.
-                var changed = try applyFCM(fcmEntries)
+                var changed = try applyFCM(entries: fcmEntries, fallback: fallback)
                 // Every client gets the same credentials; the first to refuse one leaves all unchanged.
                 for client in clients {
                     changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed
@@ -118,22 +136,23 @@ package final class APNSCredentialsReloader: Service {
                 lastFailure = description
                 logger.error(
                     "APNs credentials file not applied; the credentials in use stay",
-                    metadata: ["herald.credentials_file": "\(path)", "herald.trigger": "\(trigger)", "error": "\(description)"]
+                    metadata: ["herald.credentials_file": "\(path ?? fallbackPath ?? "")", "herald.trigger": "\(trigger)", "error": "\(description)"]
                 )
             }
         }
     }
 
-    /// Gives the FCM client the file's FCM entries when they changed; returns whether they did.
-    private func applyFCM(_ entries: [FCMCredentials.Entry]) throws -> Bool {
+    /// Gives the FCM client the file's FCM entries and the default account when they changed
+    /// (nil: the ones in use stay); returns whether they did.
+    private func applyFCM(entries: [FCMCredentials.Entry]?, fallback: FCMServiceAccount?) throws -> Bool {
         try fcm.withLock { fcm in
             guard var current = fcm else {
-                guard entries.isEmpty else {
+                guard entries?.isEmpty ?? true else {
                     throw ConfigurationError("the file lists FCM entries, but Herald started without an FCM credential: restart it to serve them")
                 }
                 return false
             }
-            let updated = FCMCredentials(entries: entries, fallback: current.credentials.fallback)
+            let updated = FCMCredentials(entries: entries ?? current.credentials.entries, fallback: fallback ?? current.credentials.fallback)
             guard updated != current.credentials else { return false }
             do {
                 try current.client.updateCredentials(updated)

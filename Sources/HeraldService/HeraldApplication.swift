@@ -144,7 +144,7 @@ package enum HeraldApplication {
             path: configuration.apnsCredentialsFile,
             defaultCredential: apnsConfiguration.authentication,
             clients: apnsClients,
-            fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials) } },
+            fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials, fallbackPath: $0.fallbackPath) } },
             checkInterval: configuration.apnsCredentialsCheckInterval,
             metricsFactory: metricsFactory,
             logger: logger

@@ -1,5 +1,6 @@
 import PushStores
 import APNSCore
+import FCMCore
 public import Metrics
 import Synchronization
 
@@ -179,18 +180,57 @@ public final class PipelineMetrics: Sendable {
     }
 }
 
-/// What the APNs sender does: every answer by status and reason, retries by cause, and each
-/// request's duration.
+/// What the sender does: every APNs and FCM answer by status and reason, retries by cause, and
+/// each APNs request's duration (FCM's is `herald_fcm_request_duration_seconds`, its client's).
 public struct SenderMetrics: Sendable {
     private let responses: LabelledCounters
     private let retries: LabelledCounters
     private let requestDuration: Timer
+    private let fcmResponses: LabelledCounters
+    private let fcmRetries: LabelledCounters
 
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         responses = LabelledCounters("herald_apns_responses_total", labels: ("status", "reason"), factory: factory)
         retries = LabelledCounters("herald_apns_retries_total", label: "cause", factory: factory)
         requestDuration = Timer(label: "herald_apns_request_duration_seconds", factory: factory)
+        fcmResponses = LabelledCounters("herald_fcm_responses_total", labels: ("status", "reason"), factory: factory)
+        fcmRetries = LabelledCounters("herald_fcm_retries_total", label: "cause", factory: factory)
     }
+
+    /// Counts an FCM attempt's outcome: FCM's status and reason (its `errorCode`, else the
+    /// canonical status), or the transport cause with status `none` when FCM did not answer.
+    func recordFCMAttempt(status: Int?, reason: String?) {
+        fcmResponses.increment(Self.fcmStatusLabel(status), Self.fcmReasonLabel(reason))
+    }
+
+    /// Counts an FCM retry and its cause (the reason FCM gave, else its status, or the transport cause).
+    func recordFCMRetry(status: Int?, reason: String?) {
+        fcmRetries.increment(reason.map(Self.fcmReasonLabel) ?? Self.fcmStatusLabel(status))
+    }
+
+    /// FCM's documented statuses keep their own label; any other is `other`.
+    static func fcmStatusLabel(_ status: Int?) -> String {
+        guard let status else { return "none" }
+        return [200, 400, 401, 403, 404, 429, 500, 502, 503, 504].contains(status) ? String(status) : "other"
+    }
+
+    /// FCM's documented error codes, the canonical statuses of `google.rpc.Status` and Herald's
+    /// transport causes keep their own label; anything else is `unknown` (the result keeps it).
+    static func fcmReasonLabel(_ reason: String?) -> String {
+        guard let reason else { return "none" }
+        if FCMErrorCode(rawValue: reason).isKnown || canonicalStatuses.contains(reason) || fcmTransportCauses.contains(reason) {
+            return reason
+        }
+        return "unknown"
+    }
+
+    private static let canonicalStatuses: Set<String> = [
+        "INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
+        "DEADLINE_EXCEEDED", "UNKNOWN",
+    ]
+    private static let fcmTransportCauses: Set<String> = [
+        "ConnectionFailed", "TLSHandshakeFailed", "Timeout", "StreamReset", "AccessTokenUnavailable", "NoCredentialForPackage",
+    ]
 
     /// Counts an attempt's outcome: APNs' status and reason, or the transport cause with status
     /// `none` when APNs did not answer.

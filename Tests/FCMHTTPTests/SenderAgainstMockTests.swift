@@ -234,6 +234,23 @@ struct SenderAgainstMockTests {
         }
     }
 
+    /// Issue 49, finding 3: a rotated key Google refuses does not take the project's working
+    /// token away: sends go on with it (until it expires) while the new key's exchange is retried.
+    @Test func aRefusedRotatedKeyKeepsTheOldTokenWorking() async throws {
+        let untrusted = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        try await FCMHarness.run { harness in
+            #expect(try await harness.send(try FCMHarness.request("before")).decision == .delivered)
+            var rotated = harness.account
+            rotated.privateKeyID = "rotated-key"
+            rotated.privateKeyPEM = untrusted.pkcs8PEMRepresentation
+            try harness.client.updateCredentials(FCMCredentials(fallback: rotated))
+            while harness.server.refusedAssertionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            let after = try await harness.send(try FCMHarness.request("after"))
+            #expect(after.decision == .delivered, "sent with the token of the key before the rotation")
+            #expect(harness.client.isReady)
+        }
+    }
+
     @Test func anUntrustedKeyGetsNoTokenAndTheSourceIsNotReady() async throws {
         let otherKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         try await FCMHarness.run(signingKey: otherKey) { harness in

@@ -163,7 +163,7 @@ import _CryptoExtras
                     path: path,
                     defaultCredential: nil,
                     clients: [],
-                    fcm: .init(client: client, credentials: fcmConfiguration.credentials),
+                    fcm: .init(client: client, credentials: fcmConfiguration.credentials, fallbackPath: fcmConfiguration.fallbackPath),
                     checkInterval: .seconds(3600),
                     metricsFactory: PrometheusMetricsFactory(registry: registry),
                     logger: logger
@@ -204,6 +204,12 @@ import _CryptoExtras
                 try "[]".write(toFile: path, atomically: true, encoding: .utf8)
                 reloader.reload(trigger: "test")
                 #expect(try await project(of: "com.new") == "default-project", "a removed entry's packages go to the default")
+
+                // Issue 49, finding 3: HERALD_FCM_SERVICE_ACCOUNT_PATH is read again too.
+                try Self.writeServiceAccount(
+                    project: "new-project", named: "default-project.json", in: directory, tokenURI: "https://127.0.0.1:\(port)/token")
+                reloader.reload(trigger: "test")
+                #expect(try await project(of: "com.other") == "new-project", "the default key file was read again")
             }
         }
     }

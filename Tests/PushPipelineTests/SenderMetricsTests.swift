@@ -1,4 +1,6 @@
+import FCMCore
 import Prometheus
+import PushPipelineTesting
 @testable import PushPipeline
 import Testing
 
@@ -25,5 +27,34 @@ import Testing
         #expect(text.contains(#"herald_apns_retries_total{cause="StreamReset"} 1"#))
         #expect(!text.contains("ReasonAppleAddsNextYear"))
         #expect(!text.contains("418"))
+    }
+}
+
+/// Issue 49, finding 8: FCM's answers and retries are counted as APNs' are, with bounded labels,
+/// from what the sender reads of each answer.
+@Suite struct FCMSenderMetricsTests {
+    @Test func fcmAnswersAndRetriesAreCountedByStatusAndReason() async throws {
+        let registry = PrometheusCollectorRegistry()
+        func error(_ status: Int, _ canonical: String, _ code: FCMErrorCode?) -> FCMResponse {
+            FCMResponse(status: status, error: FCMErrorBody(code: status, status: canonical, errorCode: code))
+        }
+        let fcm = AndroidDeliveryTests.ScriptedFCMClient(answers: [
+            "busy": error(503, "UNAVAILABLE", .unavailable),
+            "gone": error(404, "NOT_FOUND", .unregistered),
+            "odd": error(400, "INVALID_ARGUMENT", FCMErrorCode(rawValue: "CODE_GOOGLE_ADDS_LATER")),
+        ])
+        let sender = NotificationSender(
+            client: ScriptedAPNSClient(), fcmClient: fcm, policy: NotificationSenderTests.fastPolicy,
+            metrics: SenderMetrics(factory: PrometheusMetricsFactory(registry: registry)))
+        for token in ["ok", "busy", "gone", "odd"] {
+            _ = try await sender.deliver(try FCMBatchDeliveryTests.request(token), consumedAt: .now)
+        }
+        let text = registry.emitToString()
+        #expect(text.contains(#"herald_fcm_responses_total{status="200",reason="none"} 1"#))
+        #expect(text.contains(#"herald_fcm_responses_total{status="503",reason="UNAVAILABLE"} 5"#), "\(text)")
+        #expect(text.contains(#"herald_fcm_retries_total{cause="UNAVAILABLE"} 4"#))
+        #expect(text.contains(#"herald_fcm_responses_total{status="404",reason="UNREGISTERED"} 1"#))
+        #expect(text.contains(#"herald_fcm_responses_total{status="400",reason="unknown"} 1"#))
+        #expect(!text.contains("CODE_GOOGLE_ADDS_LATER"))
     }
 }

@@ -94,6 +94,7 @@ extension NotificationSender {
                 let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
                 guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.outcome(.failed) }
                 if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
+                metrics.recordFCMRetry(status: history.last.status, reason: history.last.reason)
                 // An answered attempt (429, 5xx) delivered nothing: its send waits without a permit.
                 if !fence.isClosed() {
                     do { try await fence.wait(wait, history.last.status != nil) } catch { throw .cancelled }
@@ -139,6 +140,7 @@ extension NotificationSender {
         switch answer {
         case .success(let response):
             history.last = (response.status, response.reason, response.messageName)
+            metrics.recordFCMAttempt(status: response.status, reason: response.reason)
             switch response.decision {
             case .delivered:
                 return history.outcome(.delivered)
@@ -156,6 +158,7 @@ extension NotificationSender {
             return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason)
         case .failure(let error as FCMTransportError):
             history.last = (nil, error.resultReason, nil)
+            metrics.recordFCMAttempt(status: nil, reason: error.resultReason)
         case .failure(let error):
             if isCancelled { throw .cancelled }
             history.last = (nil, "\(type(of: error))", nil)

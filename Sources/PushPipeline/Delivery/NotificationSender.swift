@@ -75,7 +75,7 @@ public struct NotificationSender: Sendable {
     let policy: RetryPolicy
     let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
-    private let metrics: SenderMetrics
+    let metrics: SenderMetrics
 
     /// `broadcastClient` sends broadcasts to channels; by default `client` does. `fcmClient`
     /// sends to Android devices.
