@@ -1,4 +1,5 @@
 import APNSCore
+import FCMCore
 import PushStores
 import Dispatch
 import Foundation
@@ -12,7 +13,9 @@ import Testing
 /// The delivery guarantee checked on the code that ships: real ``NotificationPipeline`` instances
 /// (their consume loops, state machine, ledger writer, sender, publisher) as the members of one
 /// simulated consumer group, over one shared ledger and registry (``InMemoryTokenRegistry``), and
-/// an APNs whose every answer a seed decides (200, 400, 429, 503, a time-out). The seed also
+/// an APNs and an FCM whose every answer a seed decides (200; 400 or INVALID_ARGUMENT naming a
+/// field; 429 or QUOTA_EXCEEDED; 503 or UNAVAILABLE; a time-out), for users with iPhones and
+/// Android phones (one whose FCM token is the text of its iPhone's APNs token). The seed also
 /// decides the world's moves, taken while events are being delivered: a partition moved to the
 /// other member with a drain, or lost (the group gave it away after a session time-out), and a
 /// member crashed (its task cancelled, its partitions given to the other member from the
@@ -51,14 +54,16 @@ final class SimulatedWorld: Sendable {
     static let partitions: [Int32] = [0, 1, 2]
     static let topic = "push.requests"
     static let app = "com.example.shop"
+    static let package = "com.example.shop.android"
     static let maxConcurrentSends = 8
 
     let seed: UInt64
     let registry = InMemoryTokenRegistry()
     let publisher = InMemoryMessagePublisher()
     let apns: SimulatedAPNs
+    let fcm: SimulatedFCM
     let group: SimulatedGroup
-    /// Each event's ID, and its users' devices (token by user).
+    /// Each event's ID, and its users' devices (`apns <token>` or `fcm <token>`).
     let events: [(id: String, devices: [String])]
     private let violations = Mutex<[String]>([])
 
@@ -70,10 +75,17 @@ final class SimulatedWorld: Sendable {
             let tokens = (0..<Int.random(in: 1...2, using: &generator)).map { _ in
                 (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
             }
-            devicesOfUser["u\(user)"] = tokens
+            devicesOfUser["u\(user)"] = tokens.map { "apns \($0)" }
             for token in tokens {
                 registry.register(DeviceToken(userID: "u\(user)", token: token, environment: .production), topic: Self.app)
             }
+            // Every third user also has an Android phone; user 0's FCM token is the text of its
+            // iPhone's token (one event, two targets with one string: the ledger and the claims
+            // must keep them apart).
+            guard user % 3 == 0 else { continue }
+            let android = user == 0 ? tokens[0] : "fcm-\(user)-" + (0..<24).map { _ in String(UInt8.random(in: 0...9, using: &generator)) }.joined()
+            devicesOfUser["u\(user)", default: []].append("fcm \(android)")
+            registry.register(DeviceToken(userID: "u\(user)", token: android, environment: .production, platform: .fcm), topic: Self.package)
         }
         var events: [(String, [String])] = []
         var messages: [Int32: [KafkaMessage]] = [:]
@@ -82,7 +94,9 @@ final class SimulatedWorld: Sendable {
             let id = "s\(seed)-e\(index)"
             let partition = Self.partitions[index % Self.partitions.count]
             let list = users.map { "\"\($0)\"" }.joined(separator: ",")
-            let json = #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"\#(Self.app)","payload":{"aps":{"alert":"hi"}}}"#
+            let json =
+                #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"\#(Self.app)","payload":{"aps":{"alert":"hi"}},"#
+                + #""fcm":{"package":"\#(Self.package)","message":{"data":{"event":"\#(id)"}}}}"#
             let offset = Int64(messages[partition, default: []].count)
             messages[partition, default: []].append(
                 KafkaMessage(
@@ -92,6 +106,7 @@ final class SimulatedWorld: Sendable {
         }
         self.events = events
         apns = SimulatedAPNs(seed: seed)
+        fcm = SimulatedFCM(seed: seed)
         group = SimulatedGroup(messages: messages)
         group.onCommit = { [weak self] partition, offset in self?.checkCommit(partition: partition, below: offset) }
     }
@@ -112,7 +127,7 @@ final class SimulatedWorld: Sendable {
         var logger = Logger(label: "simulation")
         logger.logLevel = .critical
         return NotificationPipeline(
-            configuration: configuration, source: member, publisher: publisher, store: registry, ledger: registry, apns: apns,
+            configuration: configuration, source: member, publisher: publisher, store: registry, ledger: registry, apns: apns, fcm: fcm,
             logger: logger)
     }
 
@@ -174,14 +189,14 @@ final class SimulatedWorld: Sendable {
         }
     }
 
-    /// Each event's results by token: every copy's bytes.
+    /// Each event's results by device (`<platform> <token>`): every copy's bytes.
     private func publishedResults() -> [String: [String: [[UInt8]]]] {
         var results: [String: [String: [[UInt8]]]] = [:]
         for message in publisher.messages(on: "push.results") {
             guard let value = message.value, let json = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
-                let event = json["event_id"] as? String, let token = json["token"] as? String
+                let event = json["event_id"] as? String, let token = json["token"] as? String, let platform = json["platform"] as? String
             else { continue }
-            results[event, default: [:]][token, default: []].append(value)
+            results[event, default: [:]]["\(platform) \(token)", default: []].append(value)
         }
         return results
     }
@@ -194,7 +209,9 @@ final class SimulatedWorld: Sendable {
                 let copies = published[event.id]?[device] ?? []
                 if copies.isEmpty { record("\(event.id): no result for a device") }
                 if Set(copies).count > 1 { record("\(event.id): results that differ for one device") }
-                repeated += max(0, apns.delivered(event: event.id, token: device) - 1)
+                let token = String(device.split(separator: " ")[1])
+                let pushes = device.hasPrefix("apns ") ? apns.delivered(event: event.id, token: token) : fcm.delivered(event: event.id, token: token)
+                repeated += max(0, pushes - 1)
             }
         }
         let allowed = crashes * Self.maxConcurrentSends + group.lostCount * Self.maxConcurrentSends
@@ -249,6 +266,47 @@ final class SimulatedAPNs: APNSClientProtocol {
     func delivered(event: String, token: String) -> Int {
         let apnsID = NotificationID.derive(eventID: event, token: token)
         return state.withLock { $0.delivered["\(apnsID)|\(token)", default: 0] }
+    }
+}
+
+/// FCM as the seed decides, as ``SimulatedAPNs`` does for APNs; the message's `data.event` names
+/// its event.
+final class SimulatedFCM: FCMClientProtocol {
+    private let seed: UInt64
+    private let state = Mutex<(attempts: [String: Int], delivered: [String: Int])>(([:], [:]))
+
+    init(seed: UInt64) { self.seed = seed }
+
+    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+        let body = String(decoding: request.body(nowMilliseconds: 0), as: UTF8.self)
+        let event = body.split(separator: #""event":""#).last?.split(separator: "\"").first.map(String.init) ?? ""
+        let key = "\(event)|\(request.target.value)"
+        let attempt = state.withLock { state in
+            state.attempts[key, default: 0] += 1
+            return state.attempts[key]!
+        }
+        var generator = SplitMix(seed: seed ^ UInt64(truncatingIfNeeded: "fcm#\(key)#\(attempt)".hashValueStable))
+        try await Task.sleep(for: .milliseconds(Int.random(in: 1...15, using: &generator)))
+        func error(_ status: Int, _ canonical: String, _ code: FCMErrorCode) -> FCMResponse {
+            FCMResponse(status: status, error: FCMErrorBody(code: status, status: canonical, errorCode: code))
+        }
+        switch Int.random(in: 0..<100, using: &generator) {
+        case 0..<70:
+            state.withLock { $0.delivered[key, default: 0] += 1 }
+            return FCMResponse(status: 200, messageName: "projects/p/messages/\(attempt)")
+        case 70..<78: return error(429, "RESOURCE_EXHAUSTED", .quotaExceeded)
+        case 78..<86: return error(503, "UNAVAILABLE", .unavailable)
+        case 86..<91:
+            var refused = error(400, "INVALID_ARGUMENT", .invalidArgument)
+            refused.error?.fieldViolations = [.init(field: "message.data[0].value", description: "bad")]
+            return refused
+        default: throw FCMTransportError.deadlineExceeded("simulated time-out")
+        }
+    }
+
+    /// How often FCM accepted the event `event` for `token` (200).
+    func delivered(event: String, token: String) -> Int {
+        state.withLock { $0.delivered["\(event)|\(token)", default: 0] }
     }
 }
 
