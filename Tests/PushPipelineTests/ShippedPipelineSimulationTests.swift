@@ -234,25 +234,43 @@ extension NotificationPipeline {
     }
 }
 
-/// APNs as the seed decides: each attempt's answer is drawn from the seed, the request's
-/// apns-id and its attempt number, so the same attempt gets the same answer in every run.
-final class SimulatedAPNs: APNSClientProtocol {
+/// A simulated push service's attempts: each attempt of one (event, device) gets a choice drawn
+/// from the seed, the key and the attempt's number, so the same attempt is answered alike in
+/// every run; what was accepted is counted per key.
+final class SeededAnswers: Sendable {
     private let seed: UInt64
     private let state = Mutex<(attempts: [String: Int], delivered: [String: Int])>(([:], [:]))
 
     init(seed: UInt64) { self.seed = seed }
 
-    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
-        let key = "\(request.apnsID)|\(request.deviceToken)"
+    /// Waits a drawn 1 to 15 ms (the service's latency) and returns the attempt's number and a
+    /// choice in 0..<100.
+    func nextAttempt(_ key: String) async throws -> (attempt: Int, choice: Int) {
         let attempt = state.withLock { state in
             state.attempts[key, default: 0] += 1
             return state.attempts[key]!
         }
         var generator = SplitMix(seed: seed ^ UInt64(truncatingIfNeeded: "\(key)#\(attempt)".hashValueStable))
         try await Task.sleep(for: .milliseconds(Int.random(in: 1...15, using: &generator)))
-        switch Int.random(in: 0..<100, using: &generator) {
+        return (attempt, Int.random(in: 0..<100, using: &generator))
+    }
+
+    func accepted(_ key: String) { state.withLock { $0.delivered[key, default: 0] += 1 } }
+
+    func acceptedCount(_ key: String) -> Int { state.withLock { $0.delivered[key, default: 0] } }
+}
+
+/// APNs as the seed decides (``SeededAnswers``), per apns-id and token.
+final class SimulatedAPNs: APNSClientProtocol {
+    private let answers: SeededAnswers
+
+    init(seed: UInt64) { answers = SeededAnswers(seed: seed) }
+
+    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
+        let key = "\(request.apnsID)|\(request.deviceToken)"
+        switch try await answers.nextAttempt(key).choice {
         case 0..<70:
-            state.withLock { $0.delivered[key, default: 0] += 1 }
+            answers.accepted(key)
             return APNSResponse(status: 200, apnsID: request.apnsID)
         case 70..<78: return APNSResponse(status: 429, apnsID: request.apnsID, reason: .tooManyRequests)
         case 78..<86: return APNSResponse(status: 503, apnsID: request.apnsID, reason: .serviceUnavailable)
@@ -264,35 +282,28 @@ final class SimulatedAPNs: APNSClientProtocol {
 
     /// How often APNs accepted the event `event` for `token` (200).
     func delivered(event: String, token: String) -> Int {
-        let apnsID = NotificationID.derive(eventID: event, token: token)
-        return state.withLock { $0.delivered["\(apnsID)|\(token)", default: 0] }
+        answers.acceptedCount("\(NotificationID.derive(eventID: event, token: token))|\(token)")
     }
 }
 
 /// FCM as the seed decides, as ``SimulatedAPNs`` does for APNs; the message's `data.event` names
 /// its event.
 final class SimulatedFCM: FCMClientProtocol {
-    private let seed: UInt64
-    private let state = Mutex<(attempts: [String: Int], delivered: [String: Int])>(([:], [:]))
+    private let answers: SeededAnswers
 
-    init(seed: UInt64) { self.seed = seed }
+    init(seed: UInt64) { answers = SeededAnswers(seed: ~seed) }
 
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
         let body = String(decoding: request.body(nowMilliseconds: 0), as: UTF8.self)
         let event = body.split(separator: #""event":""#).last?.split(separator: "\"").first.map(String.init) ?? ""
         let key = "\(event)|\(request.target.value)"
-        let attempt = state.withLock { state in
-            state.attempts[key, default: 0] += 1
-            return state.attempts[key]!
-        }
-        var generator = SplitMix(seed: seed ^ UInt64(truncatingIfNeeded: "fcm#\(key)#\(attempt)".hashValueStable))
-        try await Task.sleep(for: .milliseconds(Int.random(in: 1...15, using: &generator)))
         func error(_ status: Int, _ canonical: String, _ code: FCMErrorCode) -> FCMResponse {
             FCMResponse(status: status, error: FCMErrorBody(code: status, status: canonical, errorCode: code))
         }
-        switch Int.random(in: 0..<100, using: &generator) {
+        let (attempt, choice) = try await answers.nextAttempt(key)
+        switch choice {
         case 0..<70:
-            state.withLock { $0.delivered[key, default: 0] += 1 }
+            answers.accepted(key)
             return FCMResponse(status: 200, messageName: "projects/p/messages/\(attempt)")
         case 70..<78: return error(429, "RESOURCE_EXHAUSTED", .quotaExceeded)
         case 78..<86: return error(503, "UNAVAILABLE", .unavailable)
@@ -306,7 +317,7 @@ final class SimulatedFCM: FCMClientProtocol {
 
     /// How often FCM accepted the event `event` for `token` (200).
     func delivered(event: String, token: String) -> Int {
-        state.withLock { $0.delivered["\(event)|\(token)", default: 0] }
+        answers.acceptedCount("\(event)|\(token)")
     }
 }
 

@@ -17,14 +17,20 @@ struct WaitingSendsTests {
         Backoff(initial: .seconds(seconds), maximum: .seconds(seconds), floorPercent: 100)
     }
 
+    /// Retries every 20 s (a send in its backoff stays there), a drain bound of 5 s, quick commits.
+    static var waitingConfiguration: PipelineConfiguration {
+        var configuration = PipelineConfiguration()
+        configuration.retry = RetryPolicy(maxAttempts: 100)
+        configuration.retry.backoff = backoff(seconds: 20)
+        configuration.revocationDrainTimeout = .seconds(5)
+        configuration.commitInterval = .milliseconds(10)
+        return configuration
+    }
+
     /// Issue 48, finding 3: a send sleeping in a 429 backoff is given up as soon as its
     /// partition's revocation begins, so the drain does not wait its whole bound for it.
     @Test func aDrainWakesASendSleepingInItsBackoff() async throws {
-        var configuration = PipelineConfiguration()
-        configuration.retry = RetryPolicy(maxAttempts: 100)
-        configuration.retry.backoff = Self.backoff(seconds: 20)
-        configuration.revocationDrainTimeout = .seconds(5)
-        configuration.commitInterval = .milliseconds(10)
+        let configuration = Self.waitingConfiguration
         let source = InMemoryMessageSource([RevocationFenceTests.request(0)])
         let apns = ScriptedAPNSClient(scripts: [RevocationFenceTests.phone: [.status(429, .tooManyRequests)]], afterwards: .repeatLast)
         let store = try await RevocationFenceTests.store()
@@ -87,11 +93,7 @@ struct LostAssignmentTests {
     /// Issue 48, finding 2: on today's code a lost partition was drained for up to the bound and
     /// then committed under a dead generation while the new owner worked it.
     @Test func aLostPartitionStopsItsSendsAndCommitsNothing() async throws {
-        var configuration = PipelineConfiguration()
-        configuration.retry = RetryPolicy(maxAttempts: 100)
-        configuration.retry.backoff = WaitingSendsTests.backoff(seconds: 20)
-        configuration.revocationDrainTimeout = .seconds(5)
-        configuration.commitInterval = .milliseconds(10)
+        let configuration = WaitingSendsTests.waitingConfiguration
         let phone = RevocationFenceTests.phone
         let source = InMemoryMessageSource([RevocationFenceTests.request(0), RevocationFenceTests.request(1)])
         let apns = ScriptedAPNSClient(scripts: [phone: [.status(200), .status(429, .tooManyRequests)]], afterwards: .repeatLast)
