@@ -165,8 +165,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         for lane in lanes { lane.source.setRebalanceListener(self) }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                // Above the deliveries' priority: its round trip is the crash window, and it should
-                // not queue for a thread behind the sends it holds up.
+                // Above the deliveries' priority on the cooperative pool (an embedder's); the event
+                // loop `herald run` gives the pipeline runs jobs first in first out.
                 group.addTask(priority: .high) {
                     await self.requests.recordOutcomes()
                 }
@@ -180,7 +180,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                         await self.leave(self.urgent)
                     }
                     if let bulk {
-                        // Below the urgent lane's work when threads are scarce.
+                        // Below the urgent lane's work on the cooperative pool; on the event loop the
+                        // lanes' precedence is the permits', the streams' and the ledger writer's.
                         consumers.addTask(priority: .low) {
                             try await self.consume(bulk)
                             await self.leave(bulk)
