@@ -32,8 +32,11 @@ swift build --product FuzzConnectionHandler --scratch-path .build-fuzz \
 # release build's folder with the same flags, so only the examples' own targets compile (seconds,
 # where a build apart compiled every dependency again: 220 s from a fresh clone).
 # SwiftPM plans the path dependency's sources again when the examples' manifest changes, not
-# when a file of Herald's moves: a stale plan fails ("missing inputs"), and planning again mends it.
+# when a file of Herald's moves: a stale plan fails ("missing inputs"), or answers "complete"
+# without building (seen: no APNSClientExample), so the manifest is touched first and the plan is
+# always made again (seconds: Herald's modules are the release build's).
 EXAMPLES_BUILD=(--package-path Examples/Embedding --scratch-path "$ROOT/.build" -c release -Xswiftc -enable-testing)
+touch Examples/Embedding/Package.swift
 swift build "${EXAMPLES_BUILD[@]}" || {
     touch Examples/Embedding/Package.swift
     swift build "${EXAMPLES_BUILD[@]}"

@@ -193,7 +193,9 @@ public struct SenderMetrics: Sendable {
         responses = LabelledCounters("herald_apns_responses_total", labels: ("status", "reason"), factory: factory)
         retries = LabelledCounters("herald_apns_retries_total", label: "cause", factory: factory)
         requestDuration = Timer(label: "herald_apns_request_duration_seconds", factory: factory)
-        fcmResponses = LabelledCounters("herald_fcm_responses_total", labels: ("status", "reason"), factory: factory)
+        // QUOTA_EXCEEDED's series exists at 0 from the start, for HeraldFCMQuotaExceeded's rate.
+        fcmResponses = LabelledCounters(
+            "herald_fcm_responses_total", labels: ("status", "reason"), initialValues: [("429", "QUOTA_EXCEEDED")], factory: factory)
         fcmRetries = LabelledCounters("herald_fcm_retries_total", label: "cause", factory: factory)
     }
 
@@ -279,10 +281,12 @@ final class LabelledCounters: Sendable {
         for value in initialValues { _ = counter(value, nil) }
     }
 
-    init(_ name: String, labels: (String, String), factory: any MetricsFactory) {
+    /// Two labels; the counters of `initialValues` are made (at 0) at once.
+    init(_ name: String, labels: (String, String), initialValues: [(String, String)] = [], factory: any MetricsFactory) {
         self.name = name
         self.labels = labels
         self.factory = factory
+        for (value, second) in initialValues { _ = counter(value, second) }
     }
 
     func increment(_ value: String, _ second: String? = nil) {
