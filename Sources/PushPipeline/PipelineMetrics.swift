@@ -196,7 +196,7 @@ public struct SenderMetrics: Sendable {
         // QUOTA_EXCEEDED's series exists at 0 from the start, for HeraldFCMQuotaExceeded's rate.
         fcmResponses = LabelledCounters(
             "herald_fcm_responses_total", labels: ("status", "reason"), initialValues: [("429", "QUOTA_EXCEEDED")], factory: factory)
-        fcmRetries = LabelledCounters("herald_fcm_retries_total", label: "cause", factory: factory)
+        fcmRetries = LabelledCounters("herald_fcm_retries_total", label: "cause", initialValues: ["QUOTA_EXCEEDED"], factory: factory)
     }
 
     /// Counts an FCM attempt's outcome: FCM's status and reason (its `errorCode`, else the
