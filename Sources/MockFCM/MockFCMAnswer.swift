@@ -52,6 +52,8 @@ struct MockFCMAnswer: Sendable {
     }
 
     /// Google's front end answers an unknown path with an HTML page, no google.rpc.Status.
+    /// Source: firebase-admin-node src/utils/api-request.ts and firebase-admin-go internal/errors.go
+    /// (a non-JSON error body is read by its HTTP status alone: "unexpected response").
     static let htmlNotFound = MockFCMAnswer(
         status: 404,
         body: """
@@ -63,6 +65,9 @@ struct MockFCMAnswer: Sendable {
         reason: nil
     )
 
+    /// An expired or revoked access token.
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (UNSPECIFIED_ERROR / 401
+    /// UNAUTHENTICATED) and https://cloud.google.com/apis/design/errors (the UNAUTHENTICATED message).
     static let unauthenticated = rpcError(
         401,
         canonical: "UNAUTHENTICATED",
@@ -71,6 +76,8 @@ struct MockFCMAnswer: Sendable {
     )
 
     /// 200 with an object of `members`, in the order given (FCM's answers list them alphabetically).
+    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages/send (the
+    /// response body is a Message whose `name` is `projects/*/messages/{message_id}`).
     static func success(_ members: [JSONValue.Member]) -> MockFCMAnswer {
         MockFCMAnswer(status: 200, body: String(decoding: JSONValue.object(members).serialized(), as: UTF8.self))
     }

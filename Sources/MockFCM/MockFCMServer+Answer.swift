@@ -136,6 +136,7 @@ extension MockFCMServer {
         if configuration.legacyInvalidTokens.contains(target) {
             return .invalidArgument("message.\(checked.targetField)", Self.invalidTokenMessage)
         }
+        // Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (SENDER_ID_MISMATCH, HTTP 403).
         if configuration.senderMismatchTokens.contains(target) {
             return .rpcError(403, canonical: "PERMISSION_DENIED", message: "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH")
         }
@@ -143,6 +144,7 @@ extension MockFCMServer {
         if configuration.apnsAuthErrorTokens.contains(target) { return Self.thirdPartyAuthError(errorCode: "APNS_AUTH_ERROR") }
         if configuration.unknownErrorTokens.contains(target) { return Self.unknownError }
         return ledger.withLock { ledger in
+            // Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (UNREGISTERED, HTTP 404).
             if ledger.unregisteredTokens.contains(target) {
                 return .rpcError(404, canonical: "NOT_FOUND", message: "Requested entity was not found.", errorCode: "UNREGISTERED")
             }

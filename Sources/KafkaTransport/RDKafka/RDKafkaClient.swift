@@ -295,11 +295,7 @@ private let rdKafkaRebalance:
                 metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
             )
             listener?.partitionsLost(partitions)
-            if cooperative {
-                _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
-            } else {
-                _ = rd_kafka_assign(handle, nil)
-            }
+            unassign(handle, list, cooperative: cooperative)
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             context?.logger.info(
                 "partitions revoked",
@@ -316,11 +312,7 @@ private let rdKafkaRebalance:
                     )
                 }
             }
-            if cooperative {
-                _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
-            } else {
-                _ = rd_kafka_assign(handle, nil)
-            }
+            unassign(handle, list, cooperative: cooperative)
         default:
             context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
             // The assignment is gone without an orderly revocation: nothing may be committed.
@@ -329,6 +321,16 @@ private let rdKafkaRebalance:
             _ = rd_kafka_assign(handle, nil)
         }
     }
+
+/// Gives revoked or lost partitions back: incrementally under the cooperative protocol, the whole
+/// assignment under the eager one.
+private func unassign(_ handle: OpaquePointer, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, cooperative: Bool) {
+    if cooperative {
+        _ = rd_kafka_incremental_unassign(handle, list).map(rd_kafka_error_destroy)
+    } else {
+        _ = rd_kafka_assign(handle, nil)
+    }
+}
 
 extension KafkaTopicPartition {
     /// The partitions of a librdkafka list.
