@@ -13,7 +13,7 @@ extension PostgresStore: DeliveryLedger {
         guard !events.isEmpty else { return [:] }
         var deliveries: [LedgerEvent: [LedgerTarget: RecordedDelivery]] = [:]
         let lookup = RecordedDeliveriesStatement(events: events)
-        for delivery in try await client.rows(of: lookup, logger: logger) {
+        for delivery in try await rows(of: lookup) {
             // A row of a day the batch spans but this event's record is not from is another record's.
             if let delivery { deliveries[delivery.event, default: [:]][delivery.target] = delivery }
         }
@@ -48,11 +48,11 @@ extension PostgresStore: DeliveryLedger {
         }
         guard !rows.isEmpty else { return [] }
         guard batch.contains(where: { $0.mark != nil }) else {
-            let standing = try Self.standing(rows, await client.rows(of: RecordDeliveriesStatement(rows), logger: self.logger))
+            let standing = try Self.standing(rows, await self.rows(of: RecordDeliveriesStatement(rows)))
             return rowOfEntry.map { standing[$0] }
         }
         let logger = self.logger
-        let standing = try await client.withTransaction(logger: logger) { connection in
+        let standing = try await withTransaction { connection in
             // Tokens are locked in one order, so two instances marking the same tokens cannot deadlock.
             let marks = batch.indices.compactMap { index in batch[index].mark.map { (index, $0) } }
                 .sorted { ($0.1.topic, $0.1.token) < ($1.1.topic, $1.1.token) }

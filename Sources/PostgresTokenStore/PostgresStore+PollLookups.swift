@@ -24,7 +24,7 @@ extension PostgresStore {
             deliveries: RecordedDeliveriesStatement(events: events)
         )
         var found = DevicesAndRecordedDeliveries(devices: [:], recorded: [:])
-        for row in try await client.rows(of: statement, logger: logger) {
+        for row in try await rows(of: statement) {
             switch row {
             case .device(let device?): found.devices[device.userID, default: []].append(device)
             case .delivery(let delivery?): found.recorded[delivery.event, default: [:]][delivery.target] = delivery

@@ -13,12 +13,25 @@ package import PostgresNIO
 package struct PostgresStore: DeviceTokenStore {
     let client: PostgresClient
     let logger: Logger
+    /// Leases the pipeline's statements and the registry's writes connections that answer.
+    let idleCheck: IdleConnectionCheck
     /// The ledger table before migration 5, read until it is dropped.
     let unpartitionedLedger = UnpartitionedLedger()
 
-    package init(client: PostgresClient, logger: Logger) {
+    package init(client: PostgresClient, logger: Logger, idleCheck: IdleConnectionCheck = IdleConnectionCheck()) {
         self.client = client
         self.logger = logger
+        self.idleCheck = idleCheck
+    }
+
+    /// `statement`'s rows (``PostgresConnection/rows(of:logger:)``) on a connection that answers.
+    func rows<Statement: PostgresPreparedStatement>(of statement: Statement) async throws -> [Statement.Row] {
+        try await idleCheck.withConnection(of: client, logger: logger) { try await $0.rows(of: statement, logger: logger) }
+    }
+
+    /// `body` in one transaction on a connection that answers.
+    func withTransaction<Result>(_ body: (PostgresConnection) async throws -> sending Result) async throws -> Result {
+        try await idleCheck.withConnection(of: client, logger: logger) { try await $0.withTransaction(logger: logger, body) }
     }
 
     /// Applies every migration not yet recorded, under an advisory lock so that instances
@@ -60,7 +73,7 @@ package struct PostgresStore: DeviceTokenStore {
     package func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
         let statement = ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
         var devices: [String: [DeviceToken]] = [:]
-        for (userID, token, environment, platform, target) in try await client.rows(of: statement, logger: logger) {
+        for (userID, token, environment, platform, target) in try await rows(of: statement) {
             guard let device = Self.device(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target) else {
                 continue
             }
@@ -83,7 +96,7 @@ package struct PostgresStore: DeviceTokenStore {
         case .register:
             guard let userID = update.userID else { return false }
             let logger = self.logger
-            return try await client.withTransaction(logger: logger) { connection in
+            return try await withTransaction { connection in
                 try await Self.lock(topic: update.topic, token: update.token, on: connection, logger: logger)
                 try await Self.foldTombstone(topic: update.topic, token: update.token, on: connection, logger: logger)
                 // Without a row, an unregistration that arrived first is still pending as a
@@ -121,7 +134,7 @@ package struct PostgresStore: DeviceTokenStore {
 
     package func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
         let logger = self.logger
-        return try await client.withTransaction(logger: logger) { connection in
+        return try await withTransaction { connection in
             try await Self.markUnregistered(topic: topic, token: token, at: time, on: connection, logger: logger)
         }
     }

@@ -19,10 +19,3 @@ extension PostgresConnection {
         }
     }
 }
-
-extension PostgresClient {
-    /// ``PostgresConnection/rows(of:logger:)`` on a connection of the pool.
-    func rows<Statement: PostgresPreparedStatement>(of statement: Statement, logger: Logger) async throws -> [Statement.Row] {
-        try await withConnection { connection in try await connection.rows(of: statement, logger: logger) }
-    }
-}

@@ -88,6 +88,9 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     /// refused; nil for `disable`.
     private var tlsSettings: (configuration: TLSConfiguration, isRequired: Bool)? {
         var configuration = TLSConfiguration.makeClientConfiguration()
+        // A connection closed because it died while idle never answers the close_notify: its
+        // pool slot comes back after this wait (NIOSSL's default is 5 s).
+        configuration.shutdownTimeout = .milliseconds(250)
         if let sslRootCertificatePath { configuration.trustRoots = .file(sslRootCertificatePath) }
         if let (chain, key) = sslClientCertificate {
             configuration.certificateChain = chain.map { .certificate($0) }
@@ -138,7 +141,7 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     ///       lease: at every statement. Without them a poll batch at a steady 1,000 notifications/s
     ///       costs 1,337 µs of CPU instead of 1,528, 41 context switches instead of 48 and 23
     ///       system calls instead of 30 (BENCHMARKS.md). A connection that died while idle is
-    ///       found by its next query, which the store's time limit bounds and retries on another.
+    ///       found by the store's `IdleConnectionCheck` (PostgresTokenStore) before a statement waits on it.
     package func clientConfiguration(maximumConnections: Int = PostgresURL.defaultPoolSize, pipeline: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,
