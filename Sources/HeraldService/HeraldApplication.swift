@@ -161,10 +161,13 @@ package enum HeraldApplication {
         // ".bulk"): its fetch queue never holds push.requests back, and neither lane's rebalance
         // waits for the other's drain (with the eager protocol a rebalance ends only when every
         // member of the group has rejoined). A missing bulk topic is logged once and ignored.
+        // Releases before the bulk group read push.requests.bulk in HERALD_KAFKA_GROUP: a
+        // partition the bulk group never committed starts where that group did.
         let bulkConsumer = try KafkaConsumer(
             configuration: configuration.kafka,
             groupID: configuration.bulkConsumerGroup,
             topics: topics.subscriptions(bulk: true),
+            seedingOffsetsFrom: configuration.consumerGroup,
             logger: logger
         )
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil

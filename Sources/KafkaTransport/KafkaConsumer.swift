@@ -16,7 +16,11 @@ package final class KafkaConsumer: Service, Sendable {
     private let reportedMissingTopic = Atomic(false)
 
     /// Creates the consumer and subscribes to `topics` in group `groupID`.
-    package init(configuration: KafkaConfiguration, groupID: String, topics: [String], logger: Logger) throws {
+    ///
+    /// - Parameter seedGroup: the group that read `topics` before `groupID` did (an upgrade moved
+    ///   them): a partition `groupID` has no committed offset for starts at `seedGroup`'s
+    ///   committed offset, read when the partition is assigned, before its first fetch.
+    package init(configuration: KafkaConfiguration, groupID: String, topics: [String], seedingOffsetsFrom seedGroup: String? = nil, logger: Logger) throws {
         var logger = logger
         logger[metadataKey: "kafka.group.id"] = "\(groupID)"
         self.client = try RDKafkaClient(
@@ -39,6 +43,7 @@ package final class KafkaConsumer: Service, Sendable {
                 "fetch.min.bytes": "1",
                 "fetch.wait.max.ms": "500",
             ],
+            offsetSeed: seedGroup.map { OffsetSeed(group: $0, configuration: configuration, logger: logger) },
             logger: logger
         )
         try client.immediate { handle in

@@ -28,7 +28,7 @@ struct ConsumerGroupTests {
         }
     }
 
-    static func consumer(_ servers: String, group: String, topic: String) throws -> KafkaConsumer {
+    static func consumer(_ servers: String, group: String, topic: String, seedingFrom seedGroup: String? = nil) throws -> KafkaConsumer {
         try KafkaConsumer(
             configuration: KafkaConfiguration(
                 bootstrapServers: servers,
@@ -36,6 +36,7 @@ struct ConsumerGroupTests {
             ),
             groupID: group,
             topics: [topic],
+            seedingOffsetsFrom: seedGroup,
             logger: Logger(label: "test.consumer")
         )
     }
@@ -90,6 +91,39 @@ struct ConsumerGroupTests {
             let committed = Dictionary(grouping: read, by: \.topicPartition).mapValues { $0.count / 2 }
             #expect(again.count == 10, "the uncommitted half, once: \(again.map { "\($0.partition):\($0.offset)" })")
             #expect(again.allSatisfy { $0.offset >= Int64(committed[$0.topicPartition] ?? 0) }, "nothing below a committed offset")
+        }
+    }
+
+    /// An upgrade that moves a topic to a group of its own: the new group starts each partition
+    /// it has no offset for where the old group committed, not at the topic's beginning, and a
+    /// partition it committed itself where it committed.
+    @Test func aNewGroupStartsWhereTheGroupBeforeItCommitted() async throws {
+        try await Self.withCluster(topic: "campaign", partitions: 2) { producer, servers in
+            #expect(await producer.send(Self.records(0..<20, topic: "campaign")).allSatisfy { $0 == nil })
+            let before = try Self.consumer(servers, group: "herald", topic: "campaign")
+            let oldOffsets = try await Self.withMember(before) {
+                let read = try await Self.poll(before, until: 20)
+                let half = Dictionary(grouping: read, by: \.topicPartition).values.flatMap { $0.sorted { $0.offset < $1.offset }.prefix($0.count / 2) }
+                try await before.commit(Self.nextOffsets(Array(half)))
+                return Self.nextOffsets(Array(half))
+            }
+            let after = try Self.consumer(servers, group: "herald.bulk", topic: "campaign", seedingFrom: "herald")
+            let read = try await Self.withMember(after) {
+                let read = try await Self.poll(after, until: 10)
+                let more = try await after.poll(maxMessages: 100, timeout: .milliseconds(500))
+                // The new group's own commit: one record further on partition 0.
+                let first = KafkaTopicPartition(topic: "campaign", partition: 0)
+                try await after.commit([first: oldOffsets[first]! + 1])
+                return read + more
+            }
+            #expect(read.count == 10, "the records the old group had not committed, once: \(read.map { "\($0.partition):\($0.offset)" })")
+            #expect(read.allSatisfy { $0.offset >= oldOffsets[$0.topicPartition]! })
+            // Its own offset wins over the old group's from then on.
+            let again = try Self.consumer(servers, group: "herald.bulk", topic: "campaign", seedingFrom: "herald")
+            let second = try await Self.withMember(again) {
+                try await Self.poll(again, until: 9) + again.poll(maxMessages: 100, timeout: .milliseconds(500))
+            }
+            #expect(second.count == 9)
         }
     }
 

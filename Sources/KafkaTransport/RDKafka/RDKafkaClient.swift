@@ -28,7 +28,7 @@ final class RDKafkaClient: Sendable {
     let context: RDKafkaClientContext
     let logger: Logger
 
-    init(kind: Kind, configuration: KafkaConfiguration, properties: [String: String], logger: Logger) throws {
+    init(kind: Kind, configuration: KafkaConfiguration, properties: [String: String], offsetSeed: OffsetSeed? = nil, logger: Logger) throws {
         guard let conf = rd_kafka_conf_new() else { throw KafkaError.clientCreation("rd_kafka_conf_new failed") }
         var all = configuration.properties
         all["bootstrap.servers"] = configuration.bootstrapServers
@@ -41,7 +41,7 @@ final class RDKafkaClient: Sendable {
                 throw KafkaError.configuration("property \(name): \(String(nulTerminated: errorText))")
             }
         }
-        let context = Unmanaged.passRetained(RDKafkaClientContext(logger: logger))
+        let context = Unmanaged.passRetained(RDKafkaClientContext(logger: logger, offsetSeed: offsetSeed))
         rd_kafka_conf_set_opaque(conf, context.toOpaque())
         rd_kafka_conf_set_log_cb(conf, rdKafkaLog)
         rd_kafka_conf_set_error_cb(conf, rdKafkaError)
@@ -160,9 +160,12 @@ final class RDKafkaClientContext: Sendable {
     /// Set when the group assigned this member partitions (possibly none), cleared when the
     /// assignment was lost without an orderly revocation.
     let hasJoinedGroup = Atomic(false)
+    /// Where partitions without a committed offset start, if not by `auto.offset.reset`.
+    let offsetSeed: OffsetSeed?
 
-    init(logger: Logger) {
+    init(logger: Logger, offsetSeed: OffsetSeed?) {
         self.logger = logger
+        self.offsetSeed = offsetSeed
     }
 
     static func from(_ handle: OpaquePointer?) -> RDKafkaClientContext? {
@@ -276,6 +279,7 @@ private let rdKafkaRebalance:
         let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            if let list { context?.offsetSeed?.startUncommitted(list, of: handle) }
             if cooperative {
                 _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
             } else {
