@@ -22,9 +22,16 @@ public protocol FCMClientProtocol: Sendable {
         deadline: ContinuousClock.Instant,
         answered: @escaping @Sendable (Int, Result<FCMResponse, any Error>) -> Void
     ) async
+
+    /// The Firebase project whose quota the sends for `package` count against; nil when the
+    /// client cannot tell (the package itself then stands for its project).
+    func project(servingPackage package: String) -> String?
 }
 
 extension FCMClientProtocol {
+    /// None: each package stands for its own project.
+    public func project(servingPackage package: String) -> String? { nil }
+
     public func sendAll(
         _ requests: [FCMRequest],
         deadline: ContinuousClock.Instant,

@@ -55,6 +55,17 @@ public struct FCMErrorBody: Sendable, Hashable {
         }
     }
 
+    /// A `google.rpc.QuotaFailure` violation: whose quota (`subject`) and which.
+    public struct QuotaViolation: Sendable, Hashable {
+        public var subject: String
+        public var description: String
+
+        public init(subject: String, description: String) {
+            self.subject = subject
+            self.description = description
+        }
+    }
+
     /// `error.code`: the HTTP status Google meant.
     public var code: Int?
     /// `error.message`, for humans.
@@ -65,6 +76,8 @@ public struct FCMErrorBody: Sendable, Hashable {
     public var errorCode: FCMErrorCode?
     /// Every field violation of the `google.rpc.BadRequest` details.
     public var fieldViolations: [FieldViolation]
+    /// Every violation of the `google.rpc.QuotaFailure` details.
+    public var quotaViolations: [QuotaViolation] = []
 
     public init(
         code: Int? = nil,
@@ -82,6 +95,7 @@ public struct FCMErrorBody: Sendable, Hashable {
 
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
+    static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
 
     /// Parses an answer's body; nil when it is not a `google.rpc.Status` (an HTML page, say).
     public init?(parsing body: some Collection<UInt8>) {
@@ -103,10 +117,27 @@ public struct FCMErrorBody: Sendable, Hashable {
                     guard let field = violation["field"]?.stringValue else { continue }
                     fieldViolations.append(FieldViolation(field: field, description: violation["description"]?.stringValue ?? ""))
                 }
+            case Self.quotaFailureType:
+                guard case .array(let violations)? = detail["violations"] else { continue }
+                for violation in violations {
+                    quotaViolations.append(
+                        QuotaViolation(subject: violation["subject"]?.stringValue ?? "", description: violation["description"]?.stringValue ?? "")
+                    )
+                }
             default:
                 continue
             }
         }
+    }
+
+    /// Whose quota a QUOTA_EXCEEDED answer says ran out: one device's when every QuotaFailure
+    /// violation speaks of a device (its subject or description), else the project's (also when
+    /// the answer names none: the project's quota is the one Google documents first).
+    public var quotaScope: FCMQuota {
+        let speaksOfDevice = { (violation: QuotaViolation) in
+            (violation.subject + " " + violation.description).lowercased().contains("device")
+        }
+        return !quotaViolations.isEmpty && quotaViolations.allSatisfy(speaksOfDevice) ? .device : .project
     }
 
     /// Whether the field violations name the message's target (`message.token` or

@@ -73,9 +73,6 @@ public enum FCMDecision: Sendable, Hashable {
     /// ``rejected``.
     case refreshAccessToken
 
-    /// The wait before Google allows a retry after QUOTA_EXCEEDED.
-    public static let quotaExceededFloor: Duration = .seconds(60)
-
     /// Classifies `response`.
     public static func classify(_ response: FCMResponse) -> FCMDecision {
         if (200..<300).contains(response.status) { return .delivered }
@@ -89,7 +86,7 @@ public enum FCMDecision: Sendable, Hashable {
         case .senderIDMismatch?, .thirdPartyAuthError?, .apnsAuthError?:
             return .rejected
         case .quotaExceeded?:
-            return .retry(FCMRetry(notBefore: max(retryAfter ?? .zero, quotaExceededFloor), serverTrouble: false))
+            return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: false, quota: error?.quotaScope ?? .project))
         case .unavailable?, .internal?:
             return .retry(FCMRetry(notBefore: retryAfter, serverTrouble: true))
         default:
@@ -120,15 +117,28 @@ public enum FCMDecision: Sendable, Hashable {
 
 /// How to retry a notification after an FCM answer.
 public struct FCMRetry: Sendable, Hashable {
-    /// The least wait before the next attempt (Retry-After, or 60 s for QUOTA_EXCEEDED); nil
-    /// leaves the wait to the caller's backoff. A caller waits the longer of this and its backoff.
+    /// The least wait before the next attempt (`Retry-After`); nil leaves the wait to the
+    /// caller's backoff. A caller waits the longer of this and its backoff (and, after
+    /// QUOTA_EXCEEDED, at least the minute Google asks for).
     public var notBefore: Duration?
-    /// FCM itself is in trouble (500, 503): back off exponentially and slow the whole sender
-    /// down, not only this notification.
+    /// FCM itself is in trouble (500, 503): back off exponentially and slow every send to the
+    /// project down, not only this notification.
     public var serverTrouble: Bool
+    /// QUOTA_EXCEEDED, and whose quota ran out; nil for any other answer.
+    public var quota: FCMQuota?
 
-    public init(notBefore: Duration?, serverTrouble: Bool) {
+    public init(notBefore: Duration?, serverTrouble: Bool, quota: FCMQuota? = nil) {
         self.notBefore = notBefore
         self.serverTrouble = serverTrouble
+        self.quota = quota
     }
+}
+
+/// Whose sending quota a QUOTA_EXCEEDED answer says ran out.
+public enum FCMQuota: Sendable, Hashable {
+    /// The Firebase project's (600,000 messages a minute by default): every send to the project
+    /// waits for the window to roll.
+    case project
+    /// One device's (240 a minute, 5,000 an hour): only sends to that device wait.
+    case device
 }

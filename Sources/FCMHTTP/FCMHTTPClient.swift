@@ -89,6 +89,10 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         try await send(request, deadline: deadline, refreshed: false)
     }
 
+    public func project(servingPackage package: String) -> String? {
+        credentials.withLock { $0.serviceAccount(for: package)?.projectID }
+    }
+
     /// ``send(_:deadline:)``; `refreshed`: the access token was already refreshed once for this
     /// request, so a 401 UNAUTHENTICATED is final.
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant, refreshed: Bool) async throws -> FCMResponse {

@@ -22,6 +22,7 @@ struct MockFCMAnswer: Sendable {
         message: String,
         errorCode: String? = nil,
         violations: [(String, String)] = [],
+        quotaViolations: [(subject: String, description: String)] = [],
         retryAfterSeconds: Int? = nil
     ) -> MockFCMAnswer {
         var details: [JSONValue] = []
@@ -29,6 +30,10 @@ struct MockFCMAnswer: Sendable {
         if !violations.isEmpty {
             let fieldViolations = violations.map { JSONValue.object([.init("description", .string($0.1)), .init("field", .string($0.0))]) }
             details.append(.object([.init("@type", .string(badRequestType)), .init("fieldViolations", .array(fieldViolations))]))
+        }
+        if !quotaViolations.isEmpty {
+            let violations = quotaViolations.map { JSONValue.object([.init("description", .string($0.description)), .init("subject", .string($0.subject))]) }
+            details.append(.object([.init("@type", .string("type.googleapis.com/google.rpc.QuotaFailure")), .init("violations", .array(violations))]))
         }
         var error: [JSONValue.Member] = [.init("code", .number(String(status)))]
         if !details.isEmpty { error.append(.init("details", .array(details))) }

@@ -125,8 +125,10 @@ public struct MockFCMFaults: Sendable, Hashable {
 
 /// A fault scripted for the next message to one registration token (``MockFCMServer/script(token:_:)``).
 public enum MockFCMScriptedFault: Sendable, Hashable {
-    /// 429 QUOTA_EXCEEDED, with `Retry-After` when given (seconds).
+    /// 429 QUOTA_EXCEEDED naming the project's quota, with `Retry-After` when given (seconds).
     case quotaExceeded(retryAfterSeconds: Int?)
+    /// 429 QUOTA_EXCEEDED naming the device's quota, with `Retry-After` when given (seconds).
+    case deviceQuotaExceeded(retryAfterSeconds: Int?)
     /// 500 INTERNAL.
     case internalError
     /// 503 UNAVAILABLE, with `Retry-After` when given (seconds).

@@ -21,6 +21,8 @@ extension MockFCMServer {
         var totalDelivered = 0
         var countsByStatus: [Int: Int] = [:]
         var scripts: [String: [MockFCMScriptedFault]] = [:]
+        /// Until when (wall clock, ms) each project's quota is spent: every send answers 429.
+        var quotaExhaustedUntil: [String: Int64] = [:]
         var unregisteredTokens: Set<String>
         var faults: MockFCMFaults
         var generator: SeededRandomNumberGenerator
@@ -123,13 +125,17 @@ extension MockFCMServer {
             return first
         }
         switch script {
-        case .quotaExceeded(let seconds)?: return Self.quotaExceeded(retryAfterSeconds: seconds)
+        case .quotaExceeded(let seconds)?: return Self.quotaExceeded(retryAfterSeconds: seconds, projectID: projectID)
+        case .deviceQuotaExceeded(let seconds)?: return Self.quotaExceeded(retryAfterSeconds: seconds, device: true)
         case .internalError?: return Self.internalError
         case .unavailable(let seconds)?: return Self.unavailable(retryAfterSeconds: seconds)
         case .expiredAccessToken?:
             _ = ledger.withLock { $0.accessTokens.removeValue(forKey: bearer ?? "") }
             return .unauthenticated
         case nil: break
+        }
+        if let until = ledger.withLock({ $0.quotaExhaustedUntil[projectID] }), now < until {
+            return Self.quotaExceeded(retryAfterSeconds: Int((until - now + 999) / 1000), projectID: projectID)
         }
         if let fault = randomFault() { return fault }
         if configuration.invalidTokens.contains(target) { return Self.invalidToken }
@@ -177,9 +183,20 @@ extension MockFCMServer {
     /// Source: https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto (UNKNOWN, HTTP mapping 500).
     static let unknownError = MockFCMAnswer.rpcError(500, canonical: "UNKNOWN", message: "Unknown Error.")
 
-    /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (QUOTA_EXCEEDED, HTTP 429).
-    static func quotaExceeded(retryAfterSeconds: Int?) -> MockFCMAnswer {
-        .rpcError(429, canonical: "RESOURCE_EXHAUSTED", message: "Quota exceeded.", errorCode: "QUOTA_EXCEEDED", retryAfterSeconds: retryAfterSeconds)
+    /// 429 QUOTA_EXCEEDED with a QuotaFailure naming the project's quota or the device's.
+    /// Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (QUOTA_EXCEEDED,
+    /// HTTP 429: the message rate quota of the project, or the device message rate quota);
+    /// https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas (per-project
+    /// per-minute quota, per-device limits); https://github.com/googleapis/googleapis/blob/master/google/rpc/error_details.proto
+    /// (QuotaFailure: `violations[{subject, description}]`, subject such as "project:<id>").
+    static func quotaExceeded(retryAfterSeconds: Int?, device: Bool = false, projectID: String = "") -> MockFCMAnswer {
+        .rpcError(
+            429, canonical: "RESOURCE_EXHAUSTED", message: "Quota exceeded.", errorCode: "QUOTA_EXCEEDED",
+            quotaViolations: device
+                ? [("device", "Device message rate exceeded.")]
+                : [("project:\(projectID)", "Message rate quota of the project exceeded.")],
+            retryAfterSeconds: retryAfterSeconds
+        )
     }
 
     /// Source: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode (INTERNAL, HTTP 500).

@@ -1,4 +1,6 @@
+import MockAPNS
 import Synchronization
+
 extension MockFCMServer {
     /// Messages delivered (200, not validate-only) to a registration token or FID.
     public func deliveredCount(token: String) -> Int {
@@ -49,6 +51,14 @@ extension MockFCMServer {
     /// The next messages to `token` get `faults`, one each, before it is answered normally again.
     public func script(token: String, _ faults: [MockFCMScriptedFault]) {
         ledger.withLock { $0.scripts[token, default: []] += faults }
+    }
+
+    /// Spends `projectID`'s quota for `duration` from now: every send to the project is answered
+    /// 429 QUOTA_EXCEEDED with a QuotaFailure naming the project's quota and `Retry-After` the
+    /// seconds left, as Google answers until the quota's minute rolls.
+    public func exhaustQuota(ofProject projectID: String, for duration: Duration) {
+        let until = MockWallClock.millisecondsSince1970() + duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        ledger.withLock { $0.quotaExhaustedUntil[projectID] = until }
     }
 
     /// Every access token issued so far expires now: the next send with one answers 401.

@@ -133,13 +133,17 @@ struct SenderAgainstMockTests {
         }
     }
 
-    @Test func quotaExceededWaitsAtLeastSixtySecondsWhateverRetryAfterSays() async throws {
+    /// QUOTA_EXCEEDED in Google's shape, with a QuotaFailure naming the project's quota or a
+    /// device's: the answer says whose, and passes Retry-After on.
+    @Test func quotaExceededSaysWhoseQuotaRanOut() async throws {
         try await FCMHarness.run { harness in
-            harness.server.script(token: "busy", [.quotaExceeded(retryAfterSeconds: 2)])
-            let response = try await harness.send(try FCMHarness.request("busy"))
-            #expect(response.status == 429)
-            #expect(response.retryAfter == .seconds(2))
-            #expect(response.decision == .retry(FCMRetry(notBefore: .seconds(60), serverTrouble: false)))
+            harness.server.script(token: "busy", [.quotaExceeded(retryAfterSeconds: 2), .deviceQuotaExceeded(retryAfterSeconds: nil)])
+            let project = try await harness.send(try FCMHarness.request("busy"))
+            #expect(project.status == 429)
+            #expect(project.retryAfter == .seconds(2))
+            #expect(project.decision == .retry(FCMRetry(notBefore: .seconds(2), serverTrouble: false, quota: .project)))
+            let device = try await harness.send(try FCMHarness.request("busy"))
+            #expect(device.decision == .retry(FCMRetry(notBefore: nil, serverTrouble: false, quota: .device)))
         }
     }
 

@@ -9,7 +9,10 @@ public import FCMCore
 ///   (dated when the request was sent: FCM gives no timestamp); every other refusal `rejected`,
 ///   the token left alone.
 /// - 429 and 5xx are retried with the same exponential backoff and jitter as APNs, and never
-///   sooner than FCM's `Retry-After`; QUOTA_EXCEEDED waits at least 60 s before its retry.
+///   sooner than FCM's `Retry-After`. QUOTA_EXCEEDED waits at least
+///   ``RetryPolicy/quotaExceededWait`` (a minute), doubled for each further one, plus a uniform
+///   0 to 50 %; when it names the project's quota, every new attempt to that project pauses too,
+///   and 500/503 slow the project's sends down (``FCMProjectGates``).
 /// - An expired access token is refreshed by the client, which sends once more.
 /// - A package no credential serves (or no FCM client at all) is `rejected`,
 ///   `NoCredentialForPackage`, unsent.
@@ -40,12 +43,19 @@ extension NotificationSender {
         fence: @escaping @Sendable (Int) -> SendFence,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
-        guard let fcmClient else {
+        guard fcmClient != nil else {
             for index in requests.indices { report(index, .success(FCMAttempts().outcome(.rejected, reason: FCMNoCredentialError.resultReason))) }
             return
         }
         let deadline = consumedAt + policy.deliveryDeadline
+        let retries = RetriesAfterFirstAnswers<FCMAttempts>()
+        var generator = SystemRandomNumberGenerator()
         let first = requests.indices.filter { index in
+            // A first attempt to a paused project waits in a task of its own, like a retry.
+            guard fcmProjects.pause(project(of: requests[index]), until: deadline, using: &generator) == .zero else {
+                retries.append(index, FCMAttempts())
+                return false
+            }
             do throws(DeliveryStopped) {
                 guard let stop = try stopBeforeAttempt(requests[index], history: FCMAttempts(), deadline: deadline, fence: fence(index)) else {
                     return true
@@ -56,8 +66,24 @@ extension NotificationSender {
             }
             return false
         }
-        guard !first.isEmpty else { return }
-        let retries = RetriesAfterFirstAnswers<FCMAttempts>()
+        if !first.isEmpty {
+            await sendFirstAttempts(first, of: requests, deadline: deadline, retries: retries, report: report)
+        }
+        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
+            try await attempt(requests[index], consumedAt: consumedAt, history: &history, fence: fence(index))
+        }
+    }
+
+    /// Sends the first attempts of `requests` at `indexes` as one batch; each answer is reported
+    /// or, to be retried, added to `retries`.
+    private func sendFirstAttempts(
+        _ first: [Int],
+        of requests: [FCMRequest],
+        deadline: ContinuousClock.Instant,
+        retries: RetriesAfterFirstAnswers<FCMAttempts>,
+        report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
+    ) async {
+        guard let fcmClient else { return }
         let sentAtMilliseconds = epochMilliseconds()
         let requestDeadline = min(ContinuousClock.now + policy.requestTimeout, deadline)
         await fcmClient.sendAll(first.map { requests[$0] }, deadline: requestDeadline) { position, answer in
@@ -65,7 +91,9 @@ extension NotificationSender {
             var history = FCMAttempts(attempts: 1)
             do throws(DeliveryStopped) {
                 let isCancelled = Self.isCancellation(answer)
-                if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled) {
+                if let outcome = try conclude(
+                    answer, of: requests[index], sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled)
+                {
                     report(index, .success(outcome))
                 } else {
                     retries.append(index, history)
@@ -74,9 +102,12 @@ extension NotificationSender {
                 report(index, .failure(error))
             }
         }
-        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
-            try await attempt(requests[index], consumedAt: consumedAt, history: &history, fence: fence(index))
-        }
+    }
+
+    /// The project whose gate `request`'s sends go through: its Firebase project, or its package
+    /// when the client cannot tell.
+    private func project(of request: FCMRequest) -> String {
+        fcmClient?.project(servingPackage: request.package) ?? request.package
     }
 
     /// Attempts `request` until a final outcome, after the attempts `history` holds (after an
@@ -89,6 +120,7 @@ extension NotificationSender {
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         guard let fcmClient else { return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason) }
         let deadline = consumedAt + policy.deliveryDeadline
+        var generator = SystemRandomNumberGenerator()
         while true {
             if history.attempts > 0 {
                 let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
@@ -100,6 +132,11 @@ extension NotificationSender {
                     do { try await fence.wait(wait, history.last.status != nil) } catch { throw .cancelled }
                 }
             }
+            // A paused project's attempt waits without a permit: nothing of it is in flight.
+            let paused = fcmProjects.pause(project(of: request), until: deadline, using: &generator)
+            if paused > .zero, !fence.isClosed() {
+                do { try await fence.wait(paused, true) } catch { throw .cancelled }
+            }
             if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, fence: fence) { return stop }
             history.attempts += 1
             let sentAtMilliseconds = epochMilliseconds()
@@ -109,7 +146,7 @@ extension NotificationSender {
             } catch {
                 answer = .failure(error)
             }
-            if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Task.isCancelled) {
+            if let outcome = try conclude(answer, of: request, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Task.isCancelled) {
                 return outcome
             }
         }
@@ -132,6 +169,7 @@ extension NotificationSender {
     /// sending task was cancelled before a final answer.
     private func conclude(
         _ answer: Result<FCMResponse, any Error>,
+        of request: FCMRequest,
         sentAtMilliseconds: Int64,
         history: inout FCMAttempts,
         isCancelled: Bool
@@ -152,6 +190,14 @@ extension NotificationSender {
                 return history.outcome(.rejected)
             case .retry(let retry):
                 history.notBefore = retry.notBefore
+                if let quota = retry.quota {
+                    history.quotaAnswers += 1
+                    let wait = max(retry.notBefore ?? .zero, policy.quotaExceededWait)
+                    history.notBefore = wait * Double(1 << min(history.quotaAnswers - 1, 10)) * Double.random(in: 1...1.5)
+                    if quota == .project { fcmProjects.closeForQuota(project(of: request), until: .now + wait) }
+                } else if retry.serverTrouble {
+                    fcmProjects.recordOverload(project(of: request))
+                }
             }
         case .failure(is FCMNoCredentialError):
             history.attempts -= 1
@@ -183,6 +229,8 @@ struct FCMAttempts: Sendable {
     var retries = RetryAttempts()
     /// The least wait before the next attempt that FCM's last answer asked for.
     var notBefore: Duration?
+    /// How many of FCM's answers were QUOTA_EXCEEDED.
+    var quotaAnswers = 0
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
     func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {

@@ -75,6 +75,8 @@ public struct NotificationSender: Sendable {
     let policy: RetryPolicy
     let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
+    /// Each Firebase project's pause after its quota ran out or FCM struggled.
+    let fcmProjects: FCMProjectGates
     let metrics: SenderMetrics
 
     /// `broadcastClient` sends broadcasts to channels; by default `client` does. `fcmClient`
@@ -94,6 +96,7 @@ public struct NotificationSender: Sendable {
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds
         self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: ContinuousClock())
+        self.fcmProjects = FCMProjectGates(policy: policy.loadShedding)
     }
 
     /// The pause every new attempt currently waits because APNs sheds load (zero when healthy).

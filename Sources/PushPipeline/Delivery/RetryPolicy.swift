@@ -10,8 +10,12 @@ public struct RetryPolicy: Sendable, Hashable {
     public var requestTimeout: Duration
     /// The wait between attempts.
     public var backoff: Backoff
-    /// How the whole sender slows down while APNs answers 500/503 or connections fail.
+    /// How the whole sender slows down while APNs answers 500/503 or connections fail (and
+    /// each Firebase project's sends while FCM does).
     public var loadShedding: LoadSheddingPolicy
+    /// The least wait after FCM's QUOTA_EXCEEDED before the next attempt (Google asks for a
+    /// minute); it doubles with each further QUOTA_EXCEEDED of the notification.
+    public var quotaExceededWait: Duration = .seconds(60)
 
     public init(
         maxAttempts: Int = 12,
