@@ -13,8 +13,12 @@ public struct FCMServiceAccount: Sendable, Hashable, CustomStringConvertible {
     public var privateKeyPEM: String
     /// `client_email`: the assertion's `iss`.
     public var clientEmail: String
-    /// `token_uri`: where the assertion is exchanged for an access token (and its `aud`).
+    /// `token_uri`: where the assertion is exchanged for an access token (and its `aud`); for
+    /// ``usesMetadataServer``, the metadata server's token URL.
     public var tokenURI: String
+    /// The access tokens come from the metadata server of the machine Herald runs on (GKE
+    /// Workload Identity, a GCE VM's service account): no key, no assertion.
+    public var usesMetadataServer = false
 
     /// Google's token endpoint, for a key file that names none.
     public static let defaultTokenURI = "https://oauth2.googleapis.com/token"
@@ -25,6 +29,29 @@ public struct FCMServiceAccount: Sendable, Hashable, CustomStringConvertible {
         self.privateKeyPEM = privateKeyPEM
         self.clientEmail = clientEmail
         self.tokenURI = tokenURI
+    }
+
+    /// The metadata server's default service account, for `projectID`: its tokens come from
+    /// `GET <metadataURL>/computeMetadata/v1/instance/service-accounts/default/token` with
+    /// `Metadata-Flavor: Google`.
+    public static func metadataServer(projectID: String, metadataURL: String) -> FCMServiceAccount {
+        var account = FCMServiceAccount(
+            projectID: projectID,
+            privateKeyID: "",
+            privateKeyPEM: "",
+            clientEmail: "default",
+            tokenURI: metadataURL + "/computeMetadata/v1/instance/service-accounts/default/token"
+        )
+        account.usesMetadataServer = true
+        return account
+    }
+
+    /// Google's metadata server, as GKE and GCE serve it.
+    public static let defaultMetadataURL = "http://metadata.google.internal"
+
+    /// Whether `text` can be a Firebase project id.
+    public static func isProjectID(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { isProjectIDByte($0) }
     }
 
     /// Parses a key file's JSON. `type`, when present, must be `service_account`; `token_uri`
@@ -74,7 +101,11 @@ public struct FCMServiceAccount: Sendable, Hashable, CustomStringConvertible {
         ]).serialized()
     }
 
-    public var description: String { "service account \(clientEmail) of project \(projectID) (key \(privateKeyID.prefix(8))…)" }
+    public var description: String {
+        usesMetadataServer
+            ? "the metadata server's service account for project \(projectID)"
+            : "service account \(clientEmail) of project \(projectID) (key \(privateKeyID.prefix(8))…)"
+    }
 
     private static func isProjectIDByte(_ byte: UInt8) -> Bool {
         switch byte {

@@ -27,8 +27,26 @@ public final class FCMAccessTokenSource: Service, Sendable {
         public var description: String { "access token \(value.prefix(6))… expiring at \(expiresAt)" }
     }
 
+    /// How a project's tokens are had: a signed assertion exchanged at the key's `token_uri`,
+    /// or the metadata server's.
+    private enum Grant: Sendable {
+        case assertion(OAuthAssertionSigner)
+        case metadataServer(FCMServiceAccount)
+
+        init(_ account: FCMServiceAccount) throws(FCMServiceAccountError) {
+            self = account.usesMetadataServer ? .metadataServer(account) : .assertion(try OAuthAssertionSigner(account: account))
+        }
+
+        var account: FCMServiceAccount {
+            switch self {
+            case .assertion(let signer): signer.account
+            case .metadataServer(let account): account
+            }
+        }
+    }
+
     private struct Project {
-        var signer: OAuthAssertionSigner
+        var grant: Grant
         var token: AccessToken?
         var refreshAt: ContinuousClock.Instant?
         var fetching = false
@@ -65,7 +83,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
         self.logger = logger
         var projects: [String: Project] = [:]
         for (projectID, account) in configuration.credentials.accountsByProject {
-            projects[projectID] = Project(signer: try OAuthAssertionSigner(account: account))
+            projects[projectID] = Project(grant: try Grant(account))
         }
         self.state = Mutex(State(projects: projects))
         metrics.prepare(projectIDs: projects.keys)
@@ -131,20 +149,20 @@ public final class FCMAccessTokenSource: Service, Sendable {
     /// exchange succeeds or that token expires: a key Google refuses (counted and alerted as a
     /// failed refresh) never takes a working token away early.
     func update(_ credentials: FCMCredentials) throws(FCMServiceAccountError) {
-        var signers: [String: OAuthAssertionSigner] = [:]
+        var grants: [String: Grant] = [:]
         for (projectID, account) in credentials.accountsByProject {
-            signers[projectID] = try OAuthAssertionSigner(account: account)
+            grants[projectID] = try Grant(account)
         }
-        metrics.prepare(projectIDs: signers.keys)
+        metrics.prepare(projectIDs: grants.keys)
         let dropped = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
             var dropped: [CheckedContinuation<AccessToken, any Error>] = []
-            for (projectID, project) in state.projects where signers[projectID] == nil {
+            for (projectID, project) in state.projects where grants[projectID] == nil {
                 dropped += project.waiters.values
                 state.projects[projectID] = nil
             }
-            for (projectID, signer) in signers where state.projects[projectID]?.signer.account != signer.account {
+            for (projectID, grant) in grants where state.projects[projectID]?.grant.account != grant.account {
                 let previous = state.projects[projectID]
-                state.projects[projectID] = Project(signer: signer, token: previous?.token, waiters: previous?.waiters ?? [:])
+                state.projects[projectID] = Project(grant: grant, token: previous?.token, waiters: previous?.waiters ?? [:])
             }
             return dropped
         }
@@ -235,10 +253,10 @@ public final class FCMAccessTokenSource: Service, Sendable {
 
     /// One exchange for `projectID`; stores the token or the failure and answers the waiters.
     private func exchange(projectID: String) async {
-        guard let signer = state.withLock({ $0.projects[projectID]?.signer }) else { return }
+        guard let grant = state.withLock({ $0.projects[projectID]?.grant }) else { return }
         let result: Result<(token: AccessToken, lifetime: Duration), FCMTransportError>
         do {
-            result = .success(try await requestToken(signer))
+            result = .success(try await requestToken(grant))
         } catch let error as FCMTransportError {
             result = .failure(error)
         } catch {
@@ -246,7 +264,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
         }
         let now = ContinuousClock.now
         let waiters = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
-            guard var project = state.projects[projectID], project.signer.account == signer.account else { return [] }
+            guard var project = state.projects[projectID], project.grant.account == grant.account else { return [] }
             project.fetching = false
             switch result {
             case .success(let fetched):
@@ -279,14 +297,23 @@ public final class FCMAccessTokenSource: Service, Sendable {
         wakeup.signal()
     }
 
-    /// POSTs the assertion to `token_uri` and reads `access_token` and `expires_in`.
-    private func requestToken(_ signer: OAuthAssertionSigner) async throws -> (token: AccessToken, lifetime: Duration) {
-        let assertion = try signer.assertion(issuedAt: WallClock.secondsSince1970())
-        var request = HTTPClientRequest(url: signer.account.tokenURI)
-        request.method = .POST
-        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
-        let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"
-        request.body = .bytes(ByteBuffer(string: form))
+    /// POSTs the assertion to `token_uri` (or asks the metadata server) and reads
+    /// `access_token` and `expires_in`.
+    private func requestToken(_ grant: Grant) async throws -> (token: AccessToken, lifetime: Duration) {
+        var request = HTTPClientRequest(url: grant.account.tokenURI)
+        switch grant {
+        case .assertion(let signer):
+            let assertion = try signer.assertion(issuedAt: WallClock.secondsSince1970())
+            request.method = .POST
+            request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+            let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"
+            request.body = .bytes(ByteBuffer(string: form))
+        case .metadataServer:
+            // https://cloud.google.com/compute/docs/access/authenticate-workloads: the header
+            // proves the request is not a forwarded browser request.
+            request.method = .GET
+            request.headers.add(name: "metadata-flavor", value: "Google")
+        }
         let sentAt = ContinuousClock.now
         let response: HTTPClientResponse
         let body: ByteBuffer

@@ -30,6 +30,9 @@ public struct MockFCMConfiguration: Sendable {
     public var serviceAccounts: [MockFCMServiceAccount]
     /// `expires_in` of the access tokens issued, in whole seconds (Google's: 3599).
     public var accessTokenLifetimeSeconds: Int = 3599
+    /// The project whose access tokens the metadata server's token endpoint issues (the
+    /// service account GKE's Workload Identity binds to the pod); nil: that endpoint answers 404.
+    public var metadataServerProjectID: String?
     /// Registration tokens (or FIDs) that answer 404 UNREGISTERED.
     public var unregisteredTokens: Set<String> = []
     /// Registration tokens (or FIDs) that answer 400 INVALID_ARGUMENT as Google does today: an

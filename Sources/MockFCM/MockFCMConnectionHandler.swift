@@ -165,6 +165,7 @@ final class MockFCMConnectionHandler: ChannelInboundHandler {
             path: headers.first(name: ":path") ?? "",
             authority: headers.first(name: ":authority") ?? headers.first(name: "host"),
             authorization: headers.first(name: "authorization"),
+            metadataFlavor: headers.first(name: "metadata-flavor"),
             body: stream.body
         )
         let body = context.channel.allocator.buffer(string: answer.body)

@@ -21,6 +21,8 @@ extension MockFCMServer {
         var totalDelivered = 0
         var countsByStatus: [Int: Int] = [:]
         var scripts: [String: [MockFCMScriptedFault]] = [:]
+        /// Access tokens the metadata server's endpoint issued.
+        var metadataTokensIssued = 0
         /// Until when (wall clock, ms) each project's quota is spent: every send answers 429.
         var quotaExhaustedUntil: [String: Int64] = [:]
         var unregisteredTokens: Set<String>
@@ -38,6 +40,26 @@ extension MockFCMServer {
     }
 
     static let tokenPath = "/token"
+    static let metadataTokenPath = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+    /// `GET /computeMetadata/v1/instance/service-accounts/default/token`: the metadata server's
+    /// access token for the pod's service account, as GKE's Workload Identity serves it.
+    /// Sources: https://cloud.google.com/compute/docs/access/authenticate-workloads (the
+    /// `Metadata-Flavor: Google` header is required, else 403; the answer is `access_token`,
+    /// `expires_in`, `token_type`); https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity.
+    func metadataTokenAnswer(metadataFlavor: String?) -> MockFCMAnswer {
+        guard let projectID = configuration.metadataServerProjectID else { return .htmlNotFound }
+        guard metadataFlavor == "Google" else {
+            return MockFCMAnswer(status: 403, body: "Missing required header: Metadata-Flavor", contentType: "text/plain", reason: "MissingMetadataFlavor")
+        }
+        let token = "ya29.metadata-" + UUID().uuidString
+        let lifetime = configuration.accessTokenLifetimeSeconds
+        ledger.withLock { ledger in
+            ledger.metadataTokensIssued += 1
+            ledger.accessTokens[token] = (projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000, nil)
+        }
+        return .success([.init("access_token", .string(token)), .init("expires_in", .number(String(lifetime))), .init("token_type", .string("Bearer"))])
+    }
     static let fcmScope = "https://www.googleapis.com/auth/firebase.messaging"
 
     /// `POST /token`: verifies the RS256 assertion of a known service account and issues an

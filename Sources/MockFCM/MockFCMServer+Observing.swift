@@ -61,6 +61,9 @@ extension MockFCMServer {
         ledger.withLock { $0.quotaExhaustedUntil[projectID] = until }
     }
 
+    /// Access tokens the metadata server's endpoint issued so far.
+    public var metadataTokensIssued: Int { ledger.withLock { $0.metadataTokensIssued } }
+
     /// Every access token issued so far expires now: the next send with one answers 401.
     public func expireAccessTokens() {
         ledger.withLock { ledger in

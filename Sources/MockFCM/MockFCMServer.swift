@@ -188,13 +188,15 @@ public final class MockFCMServer: Service, Sendable {
     }
 
     /// Decides the answer to one complete request and counts it.
-    func answer(method: String, path: String, authority: String?, authorization: String?, body: [UInt8]) -> MockFCMAnswer {
+    func answer(method: String, path: String, authority: String?, authorization: String?, metadataFlavor: String? = nil, body: [UInt8]) -> MockFCMAnswer {
         let sendPrefix = "/v1/projects/"
         let sendSuffix = "/messages:send"
         var answer: MockFCMAnswer
         var logged: ReceivedMessage?
         if method == "POST", path == Self.tokenPath {
             answer = tokenAnswer(body: body, authority: authority)
+        } else if method == "GET", path == Self.metadataTokenPath {
+            answer = metadataTokenAnswer(metadataFlavor: metadataFlavor)
         } else if method == "POST", path.hasPrefix(sendPrefix), path.hasSuffix(sendSuffix),
             case let project = path.dropFirst(sendPrefix.count).dropLast(sendSuffix.count), !project.isEmpty, !project.contains("/")
         {

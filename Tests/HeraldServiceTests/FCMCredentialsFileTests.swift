@@ -79,6 +79,22 @@ import _CryptoExtras
         #expect(OperatorCommands.describe(configuration, report: report).contains { $0.hasPrefix("fcm: no credential") })
     }
 
+    /// With HERALD_FCM_PROJECT_ID alone the metadata server serves the project's tokens; with
+    /// a key file too, the key's project must be the one named.
+    @Test func aProjectIDAloneUsesTheMetadataServer() async throws {
+        let configuration = try await HeraldConfiguration(environment: ["HERALD_FCM_PROJECT_ID": "shop-prod"])
+        let account = try #require(configuration.fcm?.credentials.serviceAccount(for: "com.example.any"))
+        #expect(account.usesMetadataServer && account.projectID == "shop-prod")
+        #expect(account.tokenURI == "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token")
+        #expect(configuration.fcm?.fallbackPath == nil, "nothing to read again on SIGHUP")
+        await #expect {
+            _ = try await HeraldConfiguration(environment: ["HERALD_FCM_PROJECT_ID": "shop prod"])
+        } throws: { "\($0)".contains("HERALD_FCM_PROJECT_ID is not a project id") }
+        await #expect {
+            _ = try await HeraldConfiguration(environment: ["HERALD_FCM_PROJECT_ID": "shop-prod", "HERALD_FCM_METADATA_URL": "ftp://metadata"])
+        } throws: { "\($0)".contains("HERALD_FCM_METADATA_URL must be http[s]://host[:port]") }
+    }
+
     @Test(arguments: ["0", "65", "many"])
     func aConnectionCountOutOfRangeIsRefused(value: String) async throws {
         await #expect {

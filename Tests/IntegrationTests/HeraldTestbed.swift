@@ -49,7 +49,8 @@ final class HeraldTestbed: Sendable {
         sandboxUniqueIDs: Bool = false,
         fcmInvalidTokens: Set<String> = [],
         fcmDisabled: Bool = false,
-        fcmRotatedKey: Bool = false
+        fcmRotatedKey: Bool = false,
+        fcmMetadataServer: Bool = false
     ) throws {
         let directory = try TestEnvironment.temporaryDirectory()
         let key = try TestProviderKey(directory: directory)
@@ -83,6 +84,7 @@ final class HeraldTestbed: Sendable {
         )
         fcmConfiguration.invalidTokens = fcmInvalidTokens
         if fcmDisabled { fcmConfiguration.disabledProjects = [fcmProjectID] }
+        if fcmMetadataServer { fcmConfiguration.metadataServerProjectID = fcmProjectID }
         fcm = MockFCMServer(configuration: fcmConfiguration, logger: logger)
         producer = try KafkaProducer(configuration: try TestEnvironment.kafka, logger: logger)
     }

@@ -82,6 +82,10 @@ package struct HeraldConfiguration: Sendable {
         ].joined().map(\.environmentName)
     )
 
+    /// The keys Herald reads that other software defines (Google's Application Default
+    /// Credentials), documented beside the HERALD_* ones.
+    package static let foreignKeys: Set<String> = [FCMClientConfiguration.applicationCredentialsVariable]
+
     /// Reads the configuration. A value in `environment` wins over the same key in the YAML or
     /// JSON file named by HERALD_CONFIG_FILE.
     package init(environment: [String: String]) async throws {
@@ -139,7 +143,7 @@ package struct HeraldConfiguration: Sendable {
         apnsCredentialsFile = apnsSettings.credentialsFile
         apnsCredentialsCheckInterval = apnsSettings.credentialsCheckInterval
         let fcmEntries = try apnsSettings.credentialsFile.map(APNSCredentialsFile.fcmEntries(path:)) ?? []
-        fcm = try FCMClientConfiguration(reading: config, entries: fcmEntries)
+        fcm = try FCMClientConfiguration(reading: config, applicationDefault: source.unscoped, entries: fcmEntries)
         shutdownGracePeriod = try config.duration(
             forKey: ["shutdown_grace_s"],
             unit: .seconds(1),

@@ -19,6 +19,9 @@ struct HeraldConfigurationSource {
 
     /// The reader scoped to `herald`, for components' typed reads of their own scoped keys.
     let herald: ConfigReader
+    /// The same reader unscoped, for the few keys other software defines
+    /// (GOOGLE_APPLICATION_CREDENTIALS).
+    let unscoped: ConfigReader
     /// Every key given, in the environment or the file (HERALD_* and others).
     let givenKeys: Set<String>
     /// What the reads resolved, by key.
@@ -33,7 +36,8 @@ struct HeraldConfigurationSource {
             providers.append(Self.provider(values))
             givenKeys.formUnion(values.keys)
         }
-        self.herald = ConfigReader(providers: providers, accessReporter: reads).scoped(to: "herald")
+        self.unscoped = ConfigReader(providers: providers, accessReporter: reads)
+        self.herald = unscoped.scoped(to: "herald")
         self.givenKeys = givenKeys
         self.reads = reads
     }
