@@ -403,6 +403,7 @@ let package = Package(
                 "FCMCore",
                 "FCMHTTP",
                 "MockFCM",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -175,7 +175,7 @@ package struct APNSConnectionPoolStateMachine<Connection: APNSPooledConnection, 
 
     /// Connections open (not draining) to `environment`'s endpoint, the most streams one carried
     /// at once, and the streams in use now.
-    func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
+    package func snapshot(_ environment: APNSEnvironment) -> (liveConnections: Int, peakStreamsPerConnection: Int, streamsInUse: Int) {
         let pool = pools[Self.poolIndex(environment)]
         return (pool.liveSlots, pool.slots.map(\.peakInUse).max() ?? 0, pool.slots.reduce(0) { $0 + $1.inUse })
     }

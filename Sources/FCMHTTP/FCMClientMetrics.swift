@@ -8,15 +8,29 @@ import Metrics
 ///   valid token cannot send; see the HeraldFCMTokenRefreshFailing alert).
 /// - `herald_fcm_request_duration_seconds{outcome}`: one send request, from the POST to its
 ///   answer; `outcome` is `answered` (any HTTP status) or `transport_error`.
+/// - `herald_fcm_connections` and `herald_fcm_streams_in_use` (gauges, refreshed by
+///   ``FCMHTTPClient/recordPoolState()``), `herald_fcm_goaways_total`: FCM's one endpoint.
 final class FCMClientMetrics: Sendable {
     private let factory: any MetricsFactory
     private let answered: Timer
     private let transportError: Timer
+    private let connections: Gauge
+    private let streamsInUse: Gauge
+    let goAways: Counter
 
     init(factory: any MetricsFactory) {
         self.factory = factory
         answered = Timer(label: "herald_fcm_request_duration_seconds", dimensions: [("outcome", "answered")], factory: factory)
         transportError = Timer(label: "herald_fcm_request_duration_seconds", dimensions: [("outcome", "transport_error")], factory: factory)
+        connections = Gauge(label: "herald_fcm_connections", factory: factory)
+        streamsInUse = Gauge(label: "herald_fcm_streams_in_use", factory: factory)
+        goAways = Counter(label: "herald_fcm_goaways_total", factory: factory)
+    }
+
+    /// Records the connections open to FCM and the streams in use on them.
+    func recordUsage(connections open: Int, streamsInUse streams: Int) {
+        connections.record(open)
+        streamsInUse.record(streams)
     }
 
     /// Makes the counters of `projectIDs` exist at 0, so a first failure is a rise an alert sees.

@@ -3,6 +3,7 @@ import APNSHTTP2
 import APNSWire
 import Foundation
 import Logging
+import Metrics
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -30,6 +31,7 @@ final class FCMHTTP2Transport: Sendable {
 
     private let factory: FCMConnection.Factory
     private let shutdownGracePeriod: Duration
+    private let goAways: Counter
     private let logger: Logger
     private let pool: Mutex<Pool>
     private let connectionPlans: AsyncStream<APNSConnectionPlan>
@@ -40,7 +42,7 @@ final class FCMHTTP2Transport: Sendable {
     let pathPrefix: String
 
     /// Reads the base URL and the trust roots; throws NIOSSL's error when the roots cannot be read.
-    init(configuration: FCMClientConfiguration, eventLoopGroup: any EventLoopGroup, logger: Logger) throws {
+    init(configuration: FCMClientConfiguration, eventLoopGroup: any EventLoopGroup, countingGoAwaysIn goAways: Counter, logger: Logger) throws {
         guard let url = URL(string: configuration.baseURL), url.scheme == "https", let host = url.host, !host.isEmpty else {
             throw FCMConfigurationError("the FCM base URL must be https://host[:port][/path]")
         }
@@ -61,6 +63,7 @@ final class FCMHTTP2Transport: Sendable {
         )
         pathPrefix = url.path == "/" ? "" : url.path
         shutdownGracePeriod = configuration.shutdownGracePeriod
+        self.goAways = goAways
         self.logger = logger
         pool = Mutex(
             Pool(
@@ -139,9 +142,16 @@ final class FCMHTTP2Transport: Sendable {
             }
         }
         if case .goingAway(let code, let reason) = event {
+            goAways.increment()
             logger.info("FCM sent GOAWAY; draining the connection", metadata: ["fcm.goaway_code": "\(code)", "fcm.goaway_reason": "\(reason ?? "none")"])
         }
         perform(actions)
+    }
+
+    /// Connections open (not draining) and the streams in use on them now.
+    var usage: (connections: Int, streamsInUse: Int) {
+        let snapshot = pool.withLock { $0.snapshot(.production) }
+        return (snapshot.liveConnections, snapshot.streamsInUse)
     }
 
     // MARK: Sending

@@ -33,7 +33,9 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
     /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
     public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
-        let transport = try FCMHTTP2Transport(configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: logger)
+        let metrics = FCMClientMetrics(factory: metricsFactory)
+        let transport = try FCMHTTP2Transport(
+            configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, countingGoAwaysIn: metrics.goAways, logger: logger)
         var tls = TLSConfiguration.makeClientConfiguration()
         if let path = configuration.additionalTrustRootsPEMPath {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
@@ -47,7 +49,6 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
                 decompression: .disabled
             )
         )
-        let metrics = FCMClientMetrics(factory: metricsFactory)
         do {
             self.tokens = try FCMAccessTokenSource(configuration: configuration, httpClient: httpClient, metrics: metrics, logger: logger)
         } catch {
@@ -87,6 +88,13 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
 
     public func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
         try await send(request, deadline: deadline, refreshed: false)
+    }
+
+    /// Records the connections open to FCM and the streams in use (`herald_fcm_connections`,
+    /// `herald_fcm_streams_in_use`).
+    public func recordPoolState() {
+        let usage = transport.usage
+        metrics.recordUsage(connections: usage.connections, streamsInUse: usage.streamsInUse)
     }
 
     public func project(servingPackage package: String) -> String? {

@@ -215,6 +215,7 @@ package enum HeraldApplication {
                 // The device client's; the channel clients' gauges would share its `host` labels
                 // when their hosts are the same (a mock, or HERALD_APNS_BROADCAST_* unchanged).
                 apns.recordPoolState()
+                fcm?.recordPoolState()
                 kafkaMetrics.refresh(
                     producerQueue: producer.queuedRecords,
                     committed: pipeline.committedOffsets,

@@ -1,10 +1,11 @@
+import _CryptoExtras
 import FCMCore
 import FCMHTTP
 import Foundation
 import Logging
 import MockFCM
+import Prometheus
 import Testing
-import _CryptoExtras
 
 /// A mock FCM and an ``FCMHTTPClient`` pointed at it over real TLS and HTTP/2.
 struct FCMHarness: Sendable {
@@ -26,6 +27,7 @@ struct FCMHarness: Sendable {
         signingKey: _RSA.Signing.PrivateKey = key,
         configure: @Sendable (inout MockFCMConfiguration) -> Void = { _ in },
         configureClient: @Sendable (inout FCMClientConfiguration) -> Void = { _ in },
+        metrics: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
         _ body: @Sendable (FCMHarness) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcm-tests-\(UUID().uuidString)")
@@ -55,7 +57,7 @@ struct FCMHarness: Sendable {
                     additionalTrustRootsPEMPath: caPath
                 )
                 configureClient(&configuration)
-                let client = try FCMHTTPClient(configuration: configuration, logger: logger)
+                let client = try FCMHTTPClient(configuration: configuration, metricsFactory: PrometheusMetricsFactory(registry: metrics), logger: logger)
                 group.addTask { try await client.run() }
                 try await body(FCMHarness(server: server, client: client, account: account, caPath: caPath, port: port))
             } catch {

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import _CryptoExtras
 import FCMCore
 import FCMHTTP
 import Foundation
@@ -6,8 +7,8 @@ import MockFCM
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Prometheus
 import Testing
-import _CryptoExtras
 
 /// ``FCMHTTPClient`` against the mock FCM over real TLS and HTTP/2: answers as FCM gives them,
 /// classified as DESIGN section 6b says, and the OAuth token's life.
@@ -281,13 +282,21 @@ struct SenderAgainstMockTests {
     }
 
     @Test func goAwayLosesNothingAndRepeatsNothing() async throws {
-        try await FCMHarness.run(configure: { $0.faults = MockFCMFaults(goAwayAfterRequests: 7) }) { harness in
+        let metrics = PrometheusCollectorRegistry()
+        try await FCMHarness.run(configure: { $0.faults = MockFCMFaults(goAwayAfterRequests: 7) }, metrics: metrics) { harness in
             try await withThrowingTaskGroup(of: FCMResponse.self) { group in
                 for index in 0..<40 { group.addTask { try await harness.deliver(try FCMHarness.request("device-\(index)")).response } }
                 for try await response in group { #expect(response.decision == .delivered) }
             }
             for index in 0..<40 { #expect(harness.server.deliveredCount(token: "device-\(index)") == 1) }
+            // Each GOAWAY is counted; the pool's gauges read what is open and in flight now.
+            harness.client.recordPoolState()
         }
+        let text = metrics.emitToString()
+        let goAways = text.split(separator: "\n").first { $0.hasPrefix("herald_fcm_goaways_total ") }.flatMap { Int($0.split(separator: " ")[1]) }
+        #expect((goAways ?? 0) >= 40 / 7, "\(text)")
+        #expect(text.contains("herald_fcm_streams_in_use 0"), "nothing in flight after the answers")
+        #expect(text.contains("herald_fcm_connections "))
     }
 
     @Test func aStaticAccessTokenIsAcceptedForItsProjectOnly() async throws {
