@@ -503,6 +503,22 @@ let package = Package(
             ],
             swiftSettings: testSwiftSettings
         ),
+        .target(
+            name: "WebPushCore",
+            dependencies: [
+                "JSONCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "WebPushCoreTests",
+            dependencies: [
+                "WebPushCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: testSwiftSettings
+        ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
