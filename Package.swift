@@ -374,6 +374,7 @@ let package = Package(
                 "KafkaMessages",
                 "KafkaTransport",
                 "PushPipeline",
+                "WebPushCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),

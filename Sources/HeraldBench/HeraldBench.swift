@@ -6,7 +6,7 @@ import ArgumentParser
 struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
-        abstract: "Benchmarks Herald's APNs and FCM senders against h2load, its token lookups against PostgreSQL and the whole pipeline.",
-        subcommands: [SenderBenchmark.self, FCMSenderBenchmark.self, LookupBenchmark.self, PipelineBenchmark.self]
+        abstract: "Benchmarks Herald's APNs and FCM senders against h2load, its token lookups against PostgreSQL, Web Push encryption and the whole pipeline.",
+        subcommands: [SenderBenchmark.self, FCMSenderBenchmark.self, LookupBenchmark.self, PipelineBenchmark.self, WebPushEncryptionBenchmark.self]
     )
 }

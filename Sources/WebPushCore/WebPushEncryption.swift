@@ -29,9 +29,10 @@ public enum WebPushEncryption {
         // IKM = HKDF(salt: auth, ikm: ECDH, info: "WebPush: info" 0x00 ua_public as_public, 32)
         let keyInfo = Array("WebPush: info".utf8) + [0] + keys.p256dh + senderPublic
         let inputKey = shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: keys.auth, sharedInfo: keyInfo, outputByteCount: 32)
-        let contentKey = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: inputKey, salt: salt, info: Array("Content-Encoding: aes128gcm".utf8) + [0], outputByteCount: 16)
-        let nonce = HKDF<SHA256>.deriveKey(inputKeyMaterial: inputKey, salt: salt, info: Array("Content-Encoding: nonce".utf8) + [0], outputByteCount: 12)
+        // CEK and NONCE expand one pseudo-random key extracted with the message's salt.
+        let pseudoRandomKey = HKDF<SHA256>.extract(inputKeyMaterial: inputKey, salt: salt)
+        let contentKey = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("Content-Encoding: aes128gcm".utf8) + [0], outputByteCount: 16)
+        let nonce = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("Content-Encoding: nonce".utf8) + [0], outputByteCount: 12)
         let sealed = try AES.GCM.seal(
             Array(plaintext) + [2], using: contentKey, nonce: try AES.GCM.Nonce(data: nonce.withUnsafeBytes { Array($0) }))
         var body = salt
