@@ -59,7 +59,7 @@ else
     # they used about a third of the two cores. SHARD_2 holds about half of their time (suites'
     # times in docs/testing.md). The shards run the test bundle itself: two `swift test` at once
     # take turns on the build folder's lock.
-    SHARD_2='^IntegrationTests\.(ChaosTests|FCMQuotaDrillTests|RolloutDrillTests|BulkLaneTests|ReadinessTests|AndroidDeliveryIntegrationTests|ContractDetailsTests|CredentialsReloadTests|KafkaOverTLSTests|TracingTests)/'
+    SHARD_2='^IntegrationTests\.(ChaosTests|FCMQuotaDrillTests|CampaignRolloutTests|RolloutDrillTests|BulkLaneTests|ReadinessTests|AndroidDeliveryIntegrationTests|ContractDetailsTests|CredentialsReloadTests|KafkaOverTLSTests|TracingTests)/'
     TESTS=(env NO_COLOR=1 TMPDIR="$ROOT/.local/test-tmp" "$BIN/heraldPackageTests.xctest" --testing-library swift-testing --no-parallel)
     start_second_services
     (

@@ -3,6 +3,7 @@ import Foundation
 import KafkaMessages
 import KafkaTransport
 import MockAPNS
+import PostgresNIO
 import Synchronization
 import Testing
 
@@ -161,8 +162,24 @@ extension HeraldTestbed {
         }
     }
 
-    /// Publishes one event per (id, user) on `topic`, all at once, and waits for the broker's acks.
-    func publishEvents(topic: String, ids: [String], users: [String], priority: Int) async throws {
+    /// Android devices of `users` (one each, `tokens` in order) written straight into the registry.
+    func insertAndroidDevices(users: [String], tokens: [String]) async throws {
+        guard !users.isEmpty else { return }
+        _ = try await RegistryDatabase.withStore { _, client in
+            try await client.query(
+                """
+                INSERT INTO push.device_tokens (topic, token, user_id, environment, platform, fcm_target, registered_at, updated_at)
+                SELECT \(fcmPackage), r.token, r.user_id, 'production', 'fcm', 'token', now() - interval '2 hours', now()
+                FROM unnest(\(tokens), \(users)) AS r(token, user_id)
+                """,
+                logger: client.sqlLogger
+            )
+        }
+    }
+
+    /// Publishes one event per (id, user) on `topic`, all at once, and waits for the broker's acks;
+    /// with `fcmPackage`, each event also carries an `fcm` part for the users' Android devices.
+    func publishEvents(topic: String, ids: [String], users: [String], priority: Int, fcmPackage: String? = nil) async throws {
         for start in stride(from: 0, to: ids.count, by: 5_000) {
             let messages = (start..<min(start + 5_000, ids.count)).map { index in
                 KafkaOutgoingMessage(
@@ -171,7 +188,7 @@ extension HeraldTestbed {
                     value: Array(
                         """
                         {"id":"\(ids[index])","user_ids":["\(users[index])"],"topic":"\(bundleID)","priority":\(priority),
-                         "payload":{"aps":{"alert":{"title":"Hello","body":"\(ids[index])"}}}}
+                         "payload":{"aps":{"alert":{"title":"Hello","body":"\(ids[index])"}}}\(fcmPackage.map { #","fcm":{"package":"\#($0)","message":{"notification":{"title":"Hello"}}}"# } ?? "")}
                         """.utf8
                     )
                 )

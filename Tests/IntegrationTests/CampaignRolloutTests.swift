@@ -2,6 +2,7 @@ import APNSCore
 import Foundation
 import KafkaMessages
 import MockAPNS
+import MockFCM
 import Synchronization
 import Testing
 
@@ -17,13 +18,20 @@ struct CampaignRolloutTests {
     /// (TestEnvironment.kafkaProperties) for the first join of a group generation.
     static let joinDelay: Int64 = 1_500
 
-    @Test func aRolloutDuringAPacedCampaignDeliversEverythingOnceAndHoldsNoUrgentAlert() async throws {
+    /// `halfOnAndroid`: every other campaign user and alert user has an Android phone (through
+    /// the mock FCM) instead of an iPhone, and every event carries both platforms' parts.
+    @Test(arguments: [false, true])
+    func aRolloutDuringAPacedCampaignDeliversEverythingOnceAndHoldsNoUrgentAlert(halfOnAndroid: Bool) async throws {
         let campaign = 6_000
         let rate = 300
         let testbed = try HeraldTestbed(partitions: 6, bulkLane: true)
         let campaignUsers = (0..<campaign).map { "campaign-\($0)" }
         let urgentUsers = (0..<120).map { "alert-\($0)" }
-        try await testbed.insertDevices(users: campaignUsers + urgentUsers)
+        let users = campaignUsers + urgentUsers
+        let androidUsers = halfOnAndroid ? users.enumerated().filter { $0.offset % 2 == 1 }.map(\.element) : []
+        let androidTokens = androidUsers.map { AndroidDeliveryIntegrationTests.pixel($0) }
+        try await testbed.insertDevices(users: users.filter { !Set(androidUsers).contains($0) })
+        try await testbed.insertAndroidDevices(users: androidUsers, tokens: androidTokens)
         try await testbed.withMocks {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             environment["HERALD_BULK_MAX_RATE"] = String(rate)
@@ -42,7 +50,8 @@ struct CampaignRolloutTests {
                 topic: testbed.topics.bulkRequests,
                 ids: campaignUsers.indices.map { "bulk-\($0)" },
                 users: campaignUsers,
-                priority: 5
+                priority: 5,
+                fcmPackage: halfOnAndroid ? testbed.fcmPackage : nil
             )
             // An urgent alert every 200 ms throughout.
             let producedAt = ProducedAt()
@@ -52,7 +61,9 @@ struct CampaignRolloutTests {
                 for index in urgentUsers.indices {
                     try await clock.sleep(until: start + .milliseconds(200 * index))
                     producedAt.record("alert-\(index)")
-                    try await testbed.publishEvents(topic: testbed.topics.requests, ids: ["alert-\(index)"], users: [urgentUsers[index]], priority: 10)
+                    try await testbed.publishEvents(
+                        topic: testbed.topics.requests, ids: ["alert-\(index)"], users: [urgentUsers[index]], priority: 10,
+                        fcmPackage: halfOnAndroid ? testbed.fcmPackage : nil)
                 }
             }
             try await Task.sleep(for: .seconds(5))
@@ -73,8 +84,10 @@ struct CampaignRolloutTests {
             let results = records.compactMap { record in ResultRecord(record).map { ($0, record.timestampMilliseconds ?? 0) } }
             #expect(Set(results.map(\.0.key)).count == expected, "every notification has its result")
             #expect(results.allSatisfy { $0.0.status == "delivered" })
-            #expect(testbed.production.totalAcceptedPushes == expected, "every notification pushed once")
+            #expect(testbed.production.totalAcceptedPushes == expected - androidUsers.count, "every iPhone notification pushed once")
             #expect(testbed.production.repeatedAPNSIDCount == 0, "none pushed twice")
+            #expect(testbed.fcm.totalDelivered == androidUsers.count, "every Android notification pushed once")
+            #expect(androidTokens.allSatisfy { testbed.fcm.deliveredCount(token: $0) == 1 }, "none pushed twice")
 
             // The urgent alerts around each rebalance: the second instance joining, the first leaving.
             var firstResult: [String: Int64] = [:]
@@ -85,7 +98,7 @@ struct CampaignRolloutTests {
             let worstAroundJoin = producedAt.worst(firstResult, producedBetween: secondJoined - 1_000, and: secondJoined + 6_000)
             let worstAroundLeave = producedAt.worst(firstResult, producedBetween: sigterm - 1_000, and: sigterm + 6_000)
             print(
-                "campaign rollout: \(campaign) paced at \(rate)/s, \(urgentUsers.count) alerts; produce -> result p50 \(latencies.isEmpty ? 0 : latencies[latencies.count / 2]) ms,",
+                "campaign rollout\(halfOnAndroid ? ", half on Android" : ""): \(campaign) paced at \(rate)/s, \(urgentUsers.count) alerts; produce -> result p50 \(latencies.isEmpty ? 0 : latencies[latencies.count / 2]) ms,",
                 "max \(latencies.last ?? 0) ms; worst around the join \(worstAroundJoin) ms, around the SIGTERM \(worstAroundLeave) ms;",
                 "first instance exit \(firstExit.map(String.init) ?? "none within 30 s")"
             )
