@@ -18,13 +18,23 @@ struct CampaignRolloutTests {
     /// (TestEnvironment.kafkaProperties) for the first join of a group generation.
     static let joinDelay: Int64 = 1_500
 
-    /// `halfOnAndroid`: every other campaign user and alert user has an Android phone (through
-    /// the mock FCM) instead of an iPhone, and every event carries both platforms' parts.
-    @Test(arguments: [false, true])
-    func aRolloutDuringAPacedCampaignDeliversEverythingOnceAndHoldsNoUrgentAlert(halfOnAndroid: Bool) async throws {
+    enum Variant: CaseIterable, Sendable {
+        case apnsOnly
+        /// Every other campaign user and alert user has an Android phone (through the mock FCM)
+        /// instead of an iPhone, and every event carries both platforms' parts.
+        case halfOnAndroid
+        /// APNs answers 429 to a fifth of the requests all along, so the SIGTERM lands while
+        /// sends sleep in their backoff.
+        case during429s
+    }
+
+    @Test(arguments: Variant.allCases)
+    func aRolloutDuringAPacedCampaignDeliversEverythingOnceAndHoldsNoUrgentAlert(variant: Variant) async throws {
         let campaign = 6_000
         let rate = 300
-        let testbed = try HeraldTestbed(partitions: 6, bulkLane: true)
+        let halfOnAndroid = variant == .halfOnAndroid
+        let faults = variant == .during429s ? MockAPNSFaults(tooManyRequestsFraction: 0.2, seed: 48) : .none
+        let testbed = try HeraldTestbed(partitions: 6, bulkLane: true, faults: faults)
         let campaignUsers = (0..<campaign).map { "campaign-\($0)" }
         let urgentUsers = (0..<120).map { "alert-\($0)" }
         let users = campaignUsers + urgentUsers
@@ -98,7 +108,7 @@ struct CampaignRolloutTests {
             let worstAroundJoin = producedAt.worst(firstResult, producedBetween: secondJoined - 1_000, and: secondJoined + 6_000)
             let worstAroundLeave = producedAt.worst(firstResult, producedBetween: sigterm - 1_000, and: sigterm + 6_000)
             print(
-                "campaign rollout\(halfOnAndroid ? ", half on Android" : ""): \(campaign) paced at \(rate)/s, \(urgentUsers.count) alerts; produce -> result p50 \(latencies.isEmpty ? 0 : latencies[latencies.count / 2]) ms,",
+                "campaign rollout (\(variant)): \(campaign) paced at \(rate)/s, \(urgentUsers.count) alerts; produce -> result p50 \(latencies.isEmpty ? 0 : latencies[latencies.count / 2]) ms,",
                 "max \(latencies.last ?? 0) ms; worst around the join \(worstAroundJoin) ms, around the SIGTERM \(worstAroundLeave) ms;",
                 "first instance exit \(firstExit.map(String.init) ?? "none within 30 s")"
             )
