@@ -13,10 +13,15 @@ import Synchronization
 package final class IdleConnectionCheck: Sendable {
     let idlePeriod: Duration
     let bound: Duration
-    /// Each connection seen, by id, and when it was last leased or found alive.
-    /// The connections this check closed whose closing the pool may not have seen yet.
-    private let closing = Mutex<Set<PostgresConnection.ID>>([])
-    private let seen = Mutex<[PostgresConnection.ID: (connection: PostgresConnection, lastUse: ContinuousClock.Instant)]>([:])
+    private struct State {
+        /// Each connection seen, by id, and when it was last leased or found alive.
+        var seen: [PostgresConnection.ID: (connection: PostgresConnection, lastUse: ContinuousClock.Instant)] = [:]
+        /// The connections this check closed whose closing the pool may not have seen yet.
+        var closing: Set<PostgresConnection.ID> = []
+    }
+
+    /// One lock per statement: the lease's check and its use are one step.
+    private let state = Mutex(State())
 
     /// - Parameters:
     ///   - idlePeriod: how long a connection may sit idle before its next lease checks it.
@@ -55,13 +60,14 @@ package final class IdleConnectionCheck: Sendable {
 
     /// Whether `connection` answers, asking only when it has been idle for the idle period.
     private func liveness(of connection: PostgresConnection, logger: Logger) async -> Liveness {
-        guard !connection.isClosed, !closing.withLock({ $0.contains(connection.id) }) else { return .closing }
+        guard !connection.isClosed else { return .closing }
         let now = ContinuousClock.now
-        let lastUse = seen.withLock { seen in
-            let lastUse = seen[connection.id]?.lastUse
-            seen[connection.id] = (connection, now)
-            return lastUse
+        let lastUse = state.withLock { state -> ContinuousClock.Instant?? in
+            guard !state.closing.contains(connection.id) else { return nil }
+            defer { state.seen[connection.id] = (connection, now) }
+            return .some(state.seen[connection.id]?.lastUse)
         }
+        guard let lastUse else { return .closing }
         // A connection seen for the first time was opened at most one idle period ago, or sat
         // in the pool since before anything leased it: the latter is checked.
         guard lastUse.map({ now - $0 >= idlePeriod }) ?? (now - created >= idlePeriod) else { return .alive }
@@ -84,15 +90,17 @@ package final class IdleConnectionCheck: Sendable {
     /// Closes `dead` and every connection whose last use was before `cutOff` (idle in the pool
     /// since a time the dead one was), and forgets closed ones.
     private func closeIdle(before cutOff: ContinuousClock.Instant, besides dead: PostgresConnection) {
-        let stale = seen.withLock { seen in
-            seen[dead.id] = nil
-            let stale = seen.values.filter { $0.lastUse < cutOff || $0.connection.isClosed }.map(\.connection)
-            for connection in stale { seen[connection.id] = nil }
+        let stale = state.withLock { state in
+            state.seen[dead.id] = nil
+            let stale = state.seen.values.filter { $0.lastUse < cutOff || $0.connection.isClosed }.map(\.connection) + [dead]
+            for connection in stale {
+                state.seen[connection.id] = nil
+                state.closing.insert(connection.id)
+            }
             return stale
         }
-        for connection in stale + [dead] {
-            closing.withLock { _ = $0.insert(connection.id) }
-            connection.closeFuture.whenComplete { _ in self.closing.withLock { _ = $0.remove(connection.id) } }
+        for connection in stale {
+            connection.closeFuture.whenComplete { _ in self.state.withLock { _ = $0.closing.remove(connection.id) } }
             connection.closeNow()
         }
     }

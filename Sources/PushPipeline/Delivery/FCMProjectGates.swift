@@ -19,6 +19,11 @@ final class FCMProjectGates: Sendable {
 
     private let policy: LoadSheddingPolicy
     private let gates = Mutex<[String: Gate]>([:])
+    /// Set once any project had trouble: until then a send asks nothing (not even its project).
+    private let engaged = Atomic(false)
+
+    /// Whether any project has had trouble since the sender started.
+    var isEngaged: Bool { engaged.load(ordering: .relaxed) }
 
     init(policy: LoadSheddingPolicy) {
         self.policy = policy
@@ -31,6 +36,7 @@ final class FCMProjectGates: Sendable {
             gate.closedUntil = max(gate.closedUntil ?? until, until)
             gates[project] = gate
         }
+        engaged.store(true, ordering: .relaxed)
     }
 
     /// FCM answered 500 or 503 for `project`, or its connection failed.
@@ -41,6 +47,7 @@ final class FCMProjectGates: Sendable {
             gates[project] = gate
             return gate.overload
         }
+        engaged.store(true, ordering: .relaxed)
         gate.recordOverload()
     }
 

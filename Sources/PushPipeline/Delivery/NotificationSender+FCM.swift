@@ -52,7 +52,7 @@ extension NotificationSender {
         var generator = SystemRandomNumberGenerator()
         let first = requests.indices.filter { index in
             // A first attempt to a paused project waits in a task of its own, like a retry.
-            guard fcmProjects.pause(project(of: requests[index]), until: deadline, using: &generator) == .zero else {
+            guard !fcmProjects.isEngaged || fcmProjects.pause(project(of: requests[index]), until: deadline, using: &generator) == .zero else {
                 retries.append(index, FCMAttempts())
                 return false
             }
@@ -133,7 +133,7 @@ extension NotificationSender {
                 }
             }
             // A paused project's attempt waits without a permit: nothing of it is in flight.
-            let paused = fcmProjects.pause(project(of: request), until: deadline, using: &generator)
+            let paused = fcmProjects.isEngaged ? fcmProjects.pause(project(of: request), until: deadline, using: &generator) : .zero
             if paused > .zero, !fence.isClosed() {
                 do { try await fence.wait(paused, true) } catch { throw .cancelled }
             }
