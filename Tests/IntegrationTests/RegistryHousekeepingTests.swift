@@ -144,6 +144,35 @@ extension TokenRegistryTests {
         }
     }
 
+    /// A pass that fails midway (here the default partition's rebuild, whose temporary name is
+    /// taken) releases the maintenance lock: its pooled connection would otherwise keep it, and
+    /// every instance would skip maintenance from then on. The next pass does the work.
+    @Test func aMaintenancePassThatFailsReleasesItsLockForTheNextPass() async throws {
+        try await RegistryDatabase.withScratchDatabase { store, database in
+            let waiting = Self.ledgerOutcome("waiting", day: 10_000)
+            _ = try await store.record([(waiting, nil)])
+            try await database.query("CREATE TABLE push.delivery_ledger_rebuilt_default (taken integer)", logger: database.sqlLogger)
+            let window = LedgerWindow(oldestDay: 10_000, newestDay: 10_000)
+            await #expect(throws: (any Error).self) {
+                try await store.maintainLedger(window: window, unpartitionedBefore: 0)
+            }
+            // Any session's hold of lock 7215300412 (classid its high 32 bits, objid its low ones),
+            // whichever pooled connection keeps it.
+            let holders = try await database.query(
+                """
+                SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1 AND objid = 2920333116
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                """,
+                logger: database.sqlLogger
+            ).decode(Int.self).first(where: { _ in true })
+            #expect(holders == 0, "the failed pass left the maintenance lock held")
+            try await database.query("DROP TABLE push.delivery_ledger_rebuilt_default", logger: database.sqlLogger)
+            let report = try await store.maintainLedger(window: window, unpartitionedBefore: 0)
+            #expect(!report.skipped && report.defaultRebuilt)
+            #expect(try await database.partitions(of: [waiting]) == ["push.delivery_ledger_19970519"])
+        }
+    }
+
     /// The ledger before migration 5 is read until its newest row is older than the retention,
     /// then dropped; an instance that finds it gone reads the partitioned ledger alone.
     @Test func theUnpartitionedLedgerIsReadUntilItExpiresAndThenDropped() async throws {
