@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Embeds the SQL migrations of schemas/migrations/ in the herald binary: writes
-# Sources/PostgresTokenStore/Migrations+SQL.swift, one raw string literal per file, so
+# Sources/PostgresStores/Migrations+SQL.swift, one raw string literal per file, so
 # `herald migrate` needs no files next to the binary. Run it after adding a migration;
 # MigrationsTests fails while the Swift file and schemas/ differ.
 #   scripts/generate-migrations.sh          regenerate
@@ -10,7 +10,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SOURCE_DIR="$ROOT/schemas/migrations"
-OUTPUT="$ROOT/Sources/PostgresTokenStore/Migrations+SQL.swift"
+OUTPUT="$ROOT/Sources/PostgresStores/Migrations+SQL.swift"
 
 fail() { echo "generate-migrations: $*" >&2; exit 1; }
 

@@ -18,7 +18,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/release-build.sh"
 
 # The connection handler's fuzz target, built apart (.build-fuzz): every module is instrumented
-# for libFuzzer, and the target depends on APNSWire alone, without swift-crypto or swift-nio-ssl
+# for libFuzzer, and the target depends on APNSWire and HTTP2Transport alone, without swift-crypto or swift-nio-ssl
 # (77 s from nothing; 197 to 208 s with them). It builds after the release build, not beside it:
 # beside it at the lowest priority it saved nothing (a fresh clone's release build took 833 s
 # instead of 589 s), and while the tests run, even at the idle scheduling class, a busy neighbour

@@ -1,8 +1,10 @@
+import PushCore
+
 /// Sends requests to APNs. The pipeline depends on this protocol only, not on a transport.
 public protocol APNSClientProtocol: Sendable {
     /// Sends one request to the environment's host and returns APNs' answer.
     ///
-    /// Throws ``APNSTransportError`` when no answer arrived (deadline, connection loss, reset
+    /// Throws ``TransportError`` when no answer arrived (deadline, connection loss, reset
     /// stream), ``APNSNoCredentialError`` when no credential serves the request's topic.
     func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws
         -> APNSResponse
@@ -31,27 +33,6 @@ extension APNSClientProtocol {
     ) async {
         await sendEachInATask(requests.count, answered: answered) { index in
             try await send(requests[index], environment: environment, deadline: deadline)
-        }
-    }
-}
-
-/// A batch sent the default way (``APNSClientProtocol/sendAll(_:environment:deadline:answered:)``,
-/// FCM's too): `send(index)` for each index below `count`, each from its own child task, its
-/// answer or error handed to `answered`.
-package func sendEachInATask<Answer: Sendable>(
-    _ count: Int,
-    answered: @escaping @Sendable (Int, Result<Answer, any Error>) -> Void,
-    send: @escaping @Sendable (Int) async throws -> Answer
-) async {
-    await withDiscardingTaskGroup { group in
-        for index in 0..<count {
-            group.addTask {
-                do {
-                    answered(index, .success(try await send(index)))
-                } catch {
-                    answered(index, .failure(error))
-                }
-            }
         }
     }
 }

@@ -1,3 +1,5 @@
+public import PushCore
+
 /// Where a request goes: one device, every subscriber of a Live Activity broadcast channel,
 /// or Apple's channel management API.
 public enum APNSDestination: Sendable, Hashable {
@@ -57,7 +59,7 @@ public struct APNSRequest: Sendable, Hashable {
     /// The JSON body, sent as is.
     public var payload: [UInt8]
     /// Whether the request waits behind others for a free HTTP/2 stream (not sent to APNs).
-    public var precedence: APNSStreamPrecedence = .urgent
+    public var precedence: StreamPrecedence = .urgent
 
     /// A notification for one device.
     public init(
@@ -164,12 +166,4 @@ public struct APNSRequest: Sendable, Hashable {
         }
         return topic.dropLast(suffix.count)
     }
-}
-
-/// Which requests get a free HTTP/2 stream first when the connection pool has none to spare:
-/// every `.urgent` request waiting goes ahead of every `.bulk` one, which wait first-in
-/// first-out among themselves. Herald's bulk lane sends `.bulk`; everything else is `.urgent`.
-public enum APNSStreamPrecedence: Sendable, Hashable {
-    case urgent
-    case bulk
 }

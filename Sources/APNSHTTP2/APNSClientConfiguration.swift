@@ -1,4 +1,5 @@
 public import APNSCore
+package import HTTP2Transport
 import NIOCore
 
 /// How ``APNSHTTP2Client`` reaches APNs: endpoints, credentials, trust and connection tuning.
@@ -34,15 +35,13 @@ public struct APNSClientConfiguration: Sendable {
 
         /// True when `host` is an IPv4 or IPv6 literal (no SNI is sent then; the certificate must
         /// name the address).
-        public var isIPAddress: Bool {
-            (try? SocketAddress(ipAddress: host, port: 0)) != nil
-        }
+        public var isIPAddress: Bool { serverAddress.isIPAddress }
 
         /// The `:authority` value: the host, bracketed when IPv6, plus the port when not 443.
-        public var authority: String {
-            let hostPart = host.contains(":") ? "[\(host)]" : host
-            return port == 443 ? hostPart : "\(hostPart):\(port)"
-        }
+        public var authority: String { serverAddress.authority }
+
+        /// The same host and port as the transport takes them.
+        package var serverAddress: HTTP2ServerAddress { HTTP2ServerAddress(host: host, port: port) }
 
         public var description: String { "https://\(authority)" }
     }
@@ -112,7 +111,7 @@ public struct APNSClientConfiguration: Sendable {
     public var pingInterval: Duration
     /// A PING not acknowledged within this time closes the connection; default 20 s.
     public var pingTimeout: Duration
-    /// Callers waiting for a free stream beyond this many get ``APNSTransportError/overloaded(_:)``;
+    /// Callers waiting for a free stream beyond this many get ``TransportError/overloaded(_:)``;
     /// default 10,000.
     public var maximumQueuedRequests: Int
     /// On graceful shutdown, in-flight requests get this long to finish before connections close;

@@ -1,3 +1,4 @@
+import HTTP2Transport
 import APNSCore
 import Metrics
 import Synchronization

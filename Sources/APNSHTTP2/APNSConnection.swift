@@ -1,10 +1,12 @@
 import APNSCore
-import APNSWire
 import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
 import Synchronization
+import APNSWire
+import HTTP2TLS
+import HTTP2Transport
 
 /// Where a connection gets its provider tokens; ``ProviderTokenManager`` in production, a scripted
 /// source in tests.
@@ -27,6 +29,8 @@ final class APNSConnection: HTTP2StreamConnection {
 
     let id: Int
     let environment: APNSEnvironment
+    /// The pool keeps APNs' connections by environment.
+    var endpoint: APNSEnvironment { environment }
     let tokenManager: (any APNSProviderTokenSource)?
     private let channel: any Channel
     let handler: NIOLoopBound<APNSConnectionHandler>
@@ -51,13 +55,9 @@ final class APNSConnection: HTTP2StreamConnection {
 
     /// Everything needed to open connections; built once per client.
     struct Factory: Sendable {
-        var eventLoopGroup: any EventLoopGroup
-        var sslContext: NIOSSLContext
+        var connector: HTTP2TLSConnector
         /// Makes a connection's token source: one per connection, so each keeps its own token.
         var makeTokenSource: (@Sendable () -> any APNSProviderTokenSource)?
-        var connectTimeout: Duration
-        var pingInterval: Duration
-        var pingTimeout: Duration
 
         /// Connects, completes TLS (ALPN h2) and waits for the server's first SETTINGS frame.
         /// Returns the connection and the server's stream limit.
@@ -66,53 +66,18 @@ final class APNSConnection: HTTP2StreamConnection {
             environment: APNSEnvironment,
             endpoint: APNSClientConfiguration.Endpoint,
             logger: Logger,
-            onEvent: @escaping @Sendable (APNSConnectionEvent) -> Void
+            onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
         ) async throws -> (APNSConnection, streamLimit: Int) {
             let tokenManager = makeTokenSource?()
             let providerToken = try await tokenManager?.currentToken()
-
-            let handlerConfiguration = APNSConnectionHandler.Configuration(
-                authority: endpoint.authority,
-                handshakeTimeout: TimeAmount(connectTimeout),
-                pingInterval: TimeAmount(pingInterval),
-                pingTimeout: TimeAmount(pingTimeout),
-                isTLSFailure: { $0 is NIOSSLError || $0 is BoringSSLError }
-            )
-            let sniHostname = endpoint.isIPAddress ? nil : endpoint.host
-            let sslContext = self.sslContext
-
-            let (channel, handler, ready) = try await ClientBootstrap(group: eventLoopGroup)
-                .connectTimeout(TimeAmount(connectTimeout))
-                // TCP_NODELAY is ClientBootstrap's default. Not `.socketOption(.tcp_nodelay)`: at
-                // SOL_SOCKET that number is SO_DEBUG, refused without CAP_NET_ADMIN, so every
-                // connect failed in a container (scripts/check-containers.sh found it).
-                .connect(host: endpoint.host, port: endpoint.port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let ready = channel.eventLoop.makePromise(of: Int.self)
-                        let handler = APNSConnectionHandler(
-                            configuration: handlerConfiguration,
-                            providerToken: providerToken,
-                            readyPromise: ready,
-                            logger: logger,
-                            onEvent: onEvent
-                        )
-                        let pipeline = channel.pipeline.syncOperations
-                        try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniHostname))
-                        try pipeline.addHandler(handler)
-                        return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), ready.futureResult)
-                    }
-                }
-
-            let streamLimit: Int
-            do {
-                streamLimit = try await withTaskCancellationHandler {
-                    try await ready.get()
-                } onCancel: {
-                    channel.close(promise: nil)
-                }
-            } catch {
-                channel.close(promise: nil)
-                throw error
+            let (channel, handler, streamLimit) = try await connector.connect(to: endpoint.serverAddress) { configuration, ready in
+                APNSConnectionHandler(
+                    configuration: configuration,
+                    providerToken: providerToken,
+                    readyPromise: ready,
+                    logger: logger,
+                    onEvent: onEvent
+                )
             }
             let connection = APNSConnection(
                 id: id,
@@ -143,7 +108,7 @@ final class APNSConnection: HTTP2StreamConnection {
         channel.eventLoop.execute { handler.value.closeGracefully(within: TimeAmount(timeout)) }
     }
 
-    /// Closes at once; in-flight streams fail with ``APNSTransportError/connectionFailed(_:)``.
+    /// Closes at once; in-flight streams fail with ``TransportError/connectionFailed(_:)``.
     func close() {
         channel.close(promise: nil)
     }

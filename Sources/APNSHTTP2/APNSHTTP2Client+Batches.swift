@@ -1,7 +1,9 @@
 public import APNSCore
-import APNSWire
+import PushCore
 import NIOConcurrencyHelpers
 import NIOCore
+import APNSWire
+import HTTP2Transport
 
 /// A batch of requests started as one ``HTTP2StreamBatch``: the streams free now are leased in
 /// one lock section per credential, each connection gets its share in one hop to its event loop,
@@ -41,7 +43,7 @@ extension APNSHTTP2Client {
             switch result {
             case .success(let outcome) where Self.tokenExpired(outcome, on: stream.connection):
                 return SecondTry(index: stream.index, expired: (outcome, stream.connection))
-            case .failure(is APNSStreamNotOpened):
+            case .failure(is HTTP2StreamNotOpened):
                 return SecondTry(index: stream.index, expired: nil)
             default:
                 answered(stream.index, result.map(\.response))

@@ -1,31 +1,26 @@
-package import APNSCore
-import APNSWire
+import APNSCore
+import PushCore
 import Logging
 import NIOCore
 import NIOConcurrencyHelpers
 import NIOSSL
 import ServiceLifecycle
-
-/// A connection the pool asks `run()` to open, after `delay` (exponential backoff after failures).
-package struct APNSConnectionPlan: Sendable, Hashable {
-    package var connectionID: Int
-    package var environment: APNSEnvironment
-    package var delay: Duration
-}
+import APNSWire
+import HTTP2Transport
 
 /// The client's connections: opening them as the pool plans, running each until it closes,
 /// turning their events into pool actions, and the TLS contexts they are made with.
 extension APNSHTTP2Client {
     // MARK: Connections
 
-    func requestConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) {
+    func requestConnection(_ plan: HTTP2ConnectionPlan<APNSEnvironment>, pool: CredentialPool) {
         if case .terminated = connectionPlanSink.yield(PlannedConnection(pool: pool, plan: plan)) {
             // run() has ended: the pool is shut down, so report the plan as failed to keep it consistent.
             perform(
                 pool.state.withLockedValue {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
-                        environment: plan.environment,
+                        endpoint: plan.endpoint,
                         failure: .shuttingDown("client stopped")
                     )
                 },
@@ -35,8 +30,8 @@ extension APNSHTTP2Client {
     }
 
     /// One connection's life: backoff, connect, serve until closed, report.
-    func runConnection(_ plan: APNSConnectionPlan, pool: CredentialPool) async {
-        let endpoint = configuration.endpoint(for: plan.environment)
+    func runConnection(_ plan: HTTP2ConnectionPlan<APNSEnvironment>, pool: CredentialPool) async {
+        let endpoint = configuration.endpoint(for: plan.endpoint)
         var logger = self.logger
         logger[metadataKey: APNSLoggingKeys.connectionID] = "\(plan.connectionID)"
         logger[metadataKey: APNSLoggingKeys.endpoint] = "\(endpoint)"
@@ -50,18 +45,18 @@ extension APNSHTTP2Client {
             (connection, streamLimit) = try await cancelWhenGracefulShutdown {
                 if plan.delay > .zero {
                     var generator = SystemRandomNumberGenerator()
-                    try await Task.sleep(for: Backoff.apnsReconnection.jittered(plan.delay, using: &generator))
+                    try await Task.sleep(for: Backoff.reconnection.jittered(plan.delay, using: &generator))
                 }
                 return try await factory.connect(
                     id: plan.connectionID,
-                    environment: plan.environment,
+                    environment: plan.endpoint,
                     endpoint: endpoint,
                     logger: loggerForConnection,
                     onEvent: { [weak self] event in
                         self?.connectionEvent(
                             event,
                             connectionID: plan.connectionID,
-                            environment: plan.environment,
+                            environment: plan.endpoint,
                             pool: pool
                         )
                     }
@@ -70,14 +65,14 @@ extension APNSHTTP2Client {
         } catch {
             if !(error is CancellationError) {
                 logger.warning("Connecting to APNs failed", metadata: [APNSLoggingKeys.error: "\(error)"])
-                metrics.recordConnectionFailure(plan.environment)
+                metrics.recordConnectionFailure(plan.endpoint)
             }
             perform(
                 pool.state.withLockedValue {
                     $0.connectionClosed(
                         connectionID: plan.connectionID,
-                        environment: plan.environment,
-                        failure: error as? APNSTransportError ?? .connectionFailed("\(error)")
+                        endpoint: plan.endpoint,
+                        failure: error as? TransportError ?? .connectionFailed("\(error)")
                     )
                 },
                 pool: pool
@@ -93,7 +88,7 @@ extension APNSHTTP2Client {
         await connection.runUntilClosed()
         perform(
             pool.state.withLockedValue {
-                $0.connectionClosed(connectionID: plan.connectionID, environment: plan.environment, failure: nil)
+                $0.connectionClosed(connectionID: plan.connectionID, endpoint: plan.endpoint, failure: nil)
             },
             pool: pool
         )
@@ -101,7 +96,7 @@ extension APNSHTTP2Client {
     }
 
     func connectionEvent(
-        _ event: APNSConnectionEvent,
+        _ event: HTTP2ConnectionEvent,
         connectionID: Int,
         environment: APNSEnvironment,
         pool: CredentialPool
@@ -117,7 +112,7 @@ extension APNSHTTP2Client {
                 ]
             )
             actions = pool.state.withLockedValue {
-                $0.streamLimitChanged(connectionID: connectionID, environment: environment, limit: limit)
+                $0.streamLimitChanged(connectionID: connectionID, endpoint: environment, limit: limit)
             }
         case .goingAway(let errorCode, let reason):
             metrics.recordGoAway(environment)
@@ -130,11 +125,11 @@ extension APNSHTTP2Client {
                 ]
             )
             actions = pool.state.withLockedValue {
-                $0.connectionGoingAway(connectionID: connectionID, environment: environment)
+                $0.connectionGoingAway(connectionID: connectionID, endpoint: environment)
             }
         case .closed(let failure):
             actions = pool.state.withLockedValue {
-                $0.connectionClosed(connectionID: connectionID, environment: environment, failure: failure)
+                $0.connectionClosed(connectionID: connectionID, endpoint: environment, failure: failure)
             }
         }
         perform(actions, pool: pool)

@@ -1,11 +1,14 @@
 import APNSCore
-import APNSWire
+import PushCore
 import Crypto
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
+import APNSWire
+import HTTP2TLS
+import HTTP2Transport
 
 /// Credentials: one pool per distinct credential, the identity that tells two credentials
 /// apart, and replacing them while running (a reloaded credentials file).
@@ -40,17 +43,20 @@ extension APNSHTTP2Client {
                 }
             }
             let factory = APNSConnection.Factory(
-                eventLoopGroup: eventLoopGroup,
-                sslContext: try makeSSLContext(configuration, authentication: authentication),
-                makeTokenSource: tokenSource,
-                connectTimeout: configuration.connectTimeout,
-                pingInterval: configuration.pingInterval,
-                pingTimeout: configuration.pingTimeout
+                connector: HTTP2TLSConnector(
+                    eventLoopGroup: eventLoopGroup,
+                    sslContext: try makeSSLContext(configuration, authentication: authentication),
+                    connectTimeout: configuration.connectTimeout,
+                    pingInterval: configuration.pingInterval,
+                    pingTimeout: configuration.pingTimeout
+                ),
+                makeTokenSource: tokenSource
             )
             let state = PoolStateMachine(
                 connectionsPerEndpoint: configuration.connectionsPerEndpoint,
                 maximumWaiters: configuration.maximumQueuedRequests,
-                requiresVerification: authentication.usesProviderTokens
+                requiresVerification: authentication.usesProviderTokens,
+                peerName: "APNs"
             )
             let pool = CredentialPool(factory: factory, state: state, name: isDefault ? "default" : authentication.description)
             routing.poolsByIdentity[identity] = pool
@@ -145,7 +151,7 @@ extension APNSHTTP2Client {
         let (waiters, connections, timer) = pool.state.withLockedValue { $0.shutDown() }
         timer?.cancel()
         for waiter in waiters {
-            waiter.recipient.resume(throwing: APNSTransportError.shuttingDown(reason))
+            waiter.recipient.resume(throwing: TransportError.shuttingDown(reason))
         }
         for connection in connections {
             connection.closeGracefully(within: configuration.shutdownGracePeriod)

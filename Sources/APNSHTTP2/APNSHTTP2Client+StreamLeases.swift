@@ -1,4 +1,6 @@
+import HTTP2Transport
 import APNSCore
+import PushCore
 import Synchronization
 import NIOConcurrencyHelpers
 import NIOCore
@@ -9,7 +11,7 @@ extension APNSHTTP2Client {
     func leaseStream(
         environment: APNSEnvironment,
         deadline: NIODeadline,
-        precedence: APNSStreamPrecedence,
+        precedence: StreamPrecedence,
         pool: CredentialPool
     ) async throws -> APNSConnection {
         switch pool.state.withLockedValue({ $0.leaseIfAvailable(environment, precedence: precedence) }) {
@@ -46,7 +48,7 @@ extension APNSHTTP2Client {
         _ waiters: [(context: CredentialPool, waiter: PooledStreamWaiter<APNSConnection>)],
         environment: APNSEnvironment,
         deadline: NIODeadline,
-        precedence: APNSStreamPrecedence
+        precedence: StreamPrecedence
     ) -> [UInt64] {
         let queued = waiters.map { pool, waiter in
             let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
@@ -70,7 +72,7 @@ extension APNSHTTP2Client {
 
     func releaseStream(on connection: APNSConnection, status: Int?, pool: CredentialPool) {
         let actions = pool.state.withLockedValue {
-            $0.release(connectionID: connection.id, environment: connection.environment, status: status)
+            $0.release(connectionID: connection.id, endpoint: connection.environment, status: status)
         }
         perform(actions, pool: pool)
     }
@@ -127,7 +129,7 @@ extension APNSHTTP2Client {
     }
 
     /// Whether Herald can reach APNs as far as its own connections tell
-    /// (``APNSEndpointReachability/isReachable(_:now:)``). It opens nothing: readiness probes and
+    /// (``HTTP2EndpointReachability/isReachable(_:now:)``). It opens nothing: readiness probes and
     /// scrapes must never connect to APNs (Apple treats rapid connect and disconnect as an
     /// attack), so an endpoint Herald has not needed yet counts as reachable until a real request
     /// fails to connect.
@@ -135,6 +137,6 @@ extension APNSHTTP2Client {
         let states = currentPools.flatMap { pool in
             [APNSEnvironment.production, .sandbox].map { environment in pool.state.withLockedValue { $0.reachability(environment) } }
         }
-        return APNSEndpointReachability.isReachable(states, now: .now())
+        return HTTP2EndpointReachability.isReachable(states, now: .now())
     }
 }

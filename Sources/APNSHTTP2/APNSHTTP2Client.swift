@@ -1,5 +1,5 @@
 public import APNSCore
-import APNSWire
+import PushCore
 import Crypto
 import Foundation
 public import Logging
@@ -10,6 +10,8 @@ public import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
+import APNSWire
+import HTTP2Transport
 
 /// Sends APNs requests over pooled HTTP/2 connections (``APNSConnectionHandler`` over swift-nio-ssl).
 ///
@@ -27,7 +29,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     let configuration: APNSClientConfiguration
     let logger: Logger
     let eventLoopGroup: any EventLoopGroup
-    typealias PoolStateMachine = APNSConnectionPoolStateMachine<APNSConnection, PooledStreamWaiter<APNSConnection>>
+    typealias PoolStateMachine = HTTP2ConnectionPoolStateMachine<APNSConnection, PooledStreamWaiter<APNSConnection>>
 
     /// The connections of one credential: its TLS identity or token source and its pool state.
     final class CredentialPool: Sendable {
@@ -53,7 +55,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
     /// A connection the pool of `credential` asked for.
     struct PlannedConnection: Sendable {
         var pool: CredentialPool
-        var plan: APNSConnectionPlan
+        var plan: HTTP2ConnectionPlan<APNSEnvironment>
     }
 
     /// Which pool serves which request, replaced as a whole when credentials change.
@@ -178,7 +180,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
 
     /// Sends one request and returns APNs' answer.
     ///
-    /// Throws ``APNSTransportError`` when no answer arrived: `deadlineExceeded` when `deadline`
+    /// Throws ``TransportError`` when no answer arrived: `deadlineExceeded` when `deadline`
     /// passed (the stream is reset), `streamReset` when APNs reset or refused the stream (for
     /// example above a GOAWAY's last stream ID), `connectionFailed`, `overloaded` when too many
     /// requests wait for a stream, `shuttingDown`. A 403 ExpiredProviderToken is retried once with
@@ -250,7 +252,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
         deadline: ContinuousClock.Instant
     ) async throws -> (outcome: APNSStreamOutcome, connection: APNSConnection) {
         guard let nioDeadline = NIODeadline.fromContinuousClock(deadline) else {
-            throw APNSTransportError.deadlineExceeded("the deadline passed before the request was sent")
+            throw TransportError.deadlineExceeded("the deadline passed before the request was sent")
         }
         var pool = try pool(for: request)
         var unopenedStreams = 0
@@ -258,7 +260,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             let connection: APNSConnection
             do {
                 connection = try await leaseStream(environment: environment, deadline: nioDeadline, precedence: request.precedence, pool: pool)
-            } catch let error as APNSTransportError where error.isShuttingDown && pool.isRetired {
+            } catch let error as TransportError where error.isShuttingDown && pool.isRetired {
                 // The credential was replaced before this request got a stream: nothing was
                 // sent, so it moves to the current credential without counting an attempt.
                 pool = try self.pool(for: request)
@@ -267,7 +269,7 @@ public final class APNSHTTP2Client: APNSClientProtocol, Service, Sendable {
             let outcome: APNSStreamOutcome
             do {
                 outcome = try await connection.execute(request, deadline: nioDeadline)
-            } catch let notOpened as APNSStreamNotOpened {
+            } catch let notOpened as HTTP2StreamNotOpened {
                 // Never written (the connection closed or started draining after the lease): the
                 // pool already knows, so the next lease picks another connection.
                 releaseStream(on: connection, status: nil, pool: pool)

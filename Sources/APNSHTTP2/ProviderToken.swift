@@ -1,5 +1,7 @@
+import HTTP2Transport
 import JSONCore
-public import APNSCore
+public import PushCore
+import APNSCore
 public import Crypto
 import Foundation
 

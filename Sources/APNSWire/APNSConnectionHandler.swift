@@ -1,23 +1,7 @@
 package import APNSCore
 package import Logging
 package import NIOCore
-
-/// What a connection tells the pool about itself.
-package enum APNSConnectionEvent: Sendable {
-    /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
-    case streamLimitChanged(Int)
-    /// A GOAWAY arrived (or stream IDs ran out): the connection takes no new streams.
-    case goingAway(errorCode: HTTP2Wire.ErrorCode, reason: String?)
-    /// The connection closed; `failure` says why when it never finished its handshake.
-    case closed(failure: APNSTransportError?)
-}
-
-/// A request that was never written because its connection closed or began draining first
-/// (for FCM also one above a GOAWAY's last stream ID: ``FCMExchange``); the client retries it
-/// on another connection without counting an attempt.
-package struct APNSStreamNotOpened: Error {
-    package var transportError: APNSTransportError
-}
+package import HTTP2Transport
 
 /// APNs' answer on one stream and the provider token the request carried.
 package struct APNSStreamOutcome: Sendable {
@@ -25,39 +9,8 @@ package struct APNSStreamOutcome: Sendable {
     package var providerToken: String?
 }
 
-/// Whoever waits for one stream's outcome: a task's continuation, or a callback that a batch of
-/// requests shares (``APNSConnectionHandler/startStream(requestID:request:deadline:waiter:)``).
-/// Resumed exactly once, on the connection's event loop.
-package enum HTTP2StreamWaiter<Outcome: Sendable>: Sendable {
-    case continuation(CheckedContinuation<Outcome, any Error>)
-    case callback(@Sendable (Result<Outcome, any Error>) -> Void)
-
-    func resume(with result: Result<Outcome, any Error>) {
-        switch self {
-        case .continuation(let continuation): continuation.resume(with: result)
-        case .callback(let answer): answer(result)
-        }
-    }
-
-    func resume(throwing error: any Error) { resume(with: .failure(error)) }
-}
-
 /// An APNs stream's waiter.
 package typealias StreamWaiter = HTTP2StreamWaiter<APNSStreamOutcome>
-
-/// A connection's handler as its pooled connection reaches it, on the event loop: streams
-/// started with a waiter each and reset by request ID (APNs' and FCM's handlers).
-package protocol HTTP2StreamHandler: AnyObject {
-    associatedtype Request: Sendable
-    associatedtype Outcome: Sendable
-
-    /// Opens a stream for `request`; `waiter` is called exactly once, on the event loop, with the
-    /// answer or an error.
-    func startStream(requestID: UInt64, request: Request, deadline: NIODeadline, waiter: HTTP2StreamWaiter<Outcome>)
-
-    /// The caller gave up: reset its stream (its waiter gets a `CancellationError`).
-    func cancelStream(requestID: UInt64)
-}
 
 /// The HTTP/2 client of one APNs connection: ``HTTP2ConnectionCore`` with ``APNSExchange``
 /// (``APNSHeaderEncoder``'s header blocks, the connection's provider token, answers read as
@@ -79,7 +32,7 @@ package final class APNSConnectionHandler: ChannelInboundHandler, HTTP2StreamHan
         providerToken: String?,
         readyPromise: EventLoopPromise<Int>,
         logger: Logger,
-        onEvent: @escaping @Sendable (APNSConnectionEvent) -> Void
+        onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
     ) {
         core = HTTP2ConnectionCore(
             configuration: configuration,

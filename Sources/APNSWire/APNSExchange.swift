@@ -1,5 +1,7 @@
 package import APNSCore
+package import PushCore
 package import NIOCore
+package import HTTP2Transport
 
 /// APNs' requests on a connection: header blocks from ``APNSHeaderEncoder`` with the connection's
 /// provider token, and answers read as ``APNSStreamOutcome`` (the apns-id, unique ID and channel
@@ -29,7 +31,10 @@ package struct APNSExchange: HTTP2Exchange {
     package static var peerName: String { "APNs" }
 
     /// The stream's `streamReset` error: the caller's retry policy decides.
-    package static func unprocessedStreamError(_ error: APNSTransportError) -> any Error { error }
+    package static func unprocessedStreamError(_ error: TransportError) -> any Error { error }
+
+    /// APNs' GOAWAY debug data is a JSON body like its answers' (`{"reason":"Shutdown"}`).
+    package static func goAwayReason(debugData: ByteBuffer) -> String? { APNSResponseBody(parsing: debugData).reason }
 
     let authority: String
     var encoder = APNSHeaderEncoder()
@@ -82,5 +87,12 @@ package struct APNSExchange: HTTP2Exchange {
             }
         }
         return APNSStreamOutcome(response: response, providerToken: answer.providerToken)
+    }
+}
+
+extension HTTP2ConnectionCore.StateMachine where Exchange == APNSExchange {
+    /// An APNs connection's machine whose streams carry `providerToken` until another is installed.
+    package init(authority: String, providerToken: String?) {
+        self.init(exchange: APNSExchange(authority: authority, providerToken: providerToken))
     }
 }

@@ -1,14 +1,15 @@
 import APNSCore
 import NIOCore
+import HTTP2Transport
 
 /// Encodes the HEADERS block of the APNs requests of one connection (HPACK, RFC 7541), keeping
 /// its own copy of the dynamic table the peer's decoder builds.
 ///
-/// Hand-written because of a measurement: in `herald-bench sender` (BENCHMARKS.md) NIOHPACK's
-/// general encoder, with the `HPACKHeaders` list built for it, took about 10 % of the sender's
-/// samples, most of it hashing every name case-insensitively to search the static and dynamic
-/// tables. An APNs request has a fixed set of fields whose names and static indices are known
-/// here, so this encoder searches only for the values that repeat.
+/// Hand-written because of a measurement: in `herald-bench sender` (BENCHMARKS.md, "What each
+/// change bought") NIOHPACK's general encoder, with the `HPACKHeaders` list built for it, was a
+/// large share of the sender's samples, most of it hashing every name case-insensitively to
+/// search the static and dynamic tables. An APNs request has a fixed set of fields whose names
+/// and static indices are known here, so this encoder searches only for the values that repeat.
 ///
 /// HPACK choices follow Apple's provider API guide; no value is Huffman coded:
 /// - `:path` (it carries the device token) and `authorization` (the JWT) are literals without
@@ -24,7 +25,7 @@ import NIOCore
 /// `apns-request-id` and, to read or delete, `apns-channel-id`. Both are literals without indexing.
 struct APNSHeaderEncoder: Sendable {
     /// The table size this encoder uses at most (the HTTP/2 default of SETTINGS_HEADER_TABLE_SIZE).
-    static let maxTableSize = 4_096
+    static let maxTableSize = HPACKTable.defaultSize
 
     /// The fields that may enter the dynamic table.
     enum Field: Int, CaseIterable, Sendable {
@@ -219,29 +220,5 @@ struct APNSHeaderEncoder: Sendable {
         case .conserveEnergy: "5"
         case .prioritizePower: "1"
         }
-    }
-}
-
-extension ByteBuffer {
-    /// An integer with an N-bit prefix (RFC 7541 section 5.1); `flags` fills the first byte's other bits.
-    mutating func writeHPACKInteger(_ value: Int, prefixBits: Int, flags: UInt8) {
-        let limit = (1 << prefixBits) - 1
-        guard value >= limit else {
-            writeInteger(flags | UInt8(value))
-            return
-        }
-        writeInteger(flags | UInt8(limit))
-        var rest = value - limit
-        while rest >= 128 {
-            writeInteger(UInt8(truncatingIfNeeded: rest) | 0b1000_0000)
-            rest >>= 7
-        }
-        writeInteger(UInt8(rest))
-    }
-
-    /// A string literal without Huffman coding (section 5.2).
-    mutating func writeHPACKString(_ string: String) {
-        writeHPACKInteger(string.utf8.count, prefixBits: 7, flags: 0)
-        writeString(string)
     }
 }

@@ -1,3 +1,4 @@
+import HTTP2Transport
 /// Logger metadata keys used by the APNs connection handler and the client.
 package enum APNSLoggingKeys {
     package static let connectionID = "apns.connection.id"

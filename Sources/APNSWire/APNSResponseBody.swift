@@ -1,5 +1,6 @@
 import JSONCore
 import NIOCore
+import HTTP2Transport
 
 /// APNs' error body `{"reason":"BadDeviceToken","timestamp":1700000000000}` (and the JSON in a
 /// GOAWAY's debug data), read with the package's one JSON parser. Only error answers carry a

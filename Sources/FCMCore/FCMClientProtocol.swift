@@ -1,4 +1,4 @@
-import APNSCore
+import PushCore
 
 /// Sends messages to FCM. The pipeline depends on this protocol only, not on a transport.
 public protocol FCMClientProtocol: Sendable {
@@ -6,7 +6,7 @@ public protocol FCMClientProtocol: Sendable {
     /// answer. The client adds the access token and, after a 401 UNAUTHENTICATED, refreshes it
     /// and sends once more (``FCMResponse/accessTokenRefreshed`` is then true).
     ///
-    /// Throws ``FCMTransportError`` when no answer arrived (deadline, connection loss, reset
+    /// Throws ``TransportError`` when no answer arrived (deadline, connection loss, reset
     /// stream, no access token to be had) and ``FCMNoCredentialError`` when no credential
     /// serves the package.
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse
@@ -57,74 +57,4 @@ public struct FCMNoCredentialError: Error, Sendable, Hashable, CustomStringConve
     public static let resultReason = "NoCredentialForPackage"
 
     public var description: String { "no FCM credential serves the package \(package)" }
-}
-
-/// A request that got no answer from FCM. Every case is safe to retry.
-public struct FCMTransportError: Error, Sendable, Hashable, CustomStringConvertible {
-    private enum Code: Hashable, Sendable {
-        case deadlineExceeded
-        case connectionFailed
-        case tlsHandshakeFailed
-        case streamReset
-        case shuttingDown
-        case accessTokenUnavailable
-    }
-    private let code: Code
-    /// Non-sensitive detail for logs (never a token or a key).
-    public let detail: String
-
-    private init(_ code: Code, _ detail: String) {
-        self.code = code
-        self.detail = detail
-    }
-
-    /// The request's deadline passed before FCM answered.
-    public static func deadlineExceeded(_ detail: String = "") -> Self { .init(.deadlineExceeded, detail) }
-    /// No connection could be made or it was lost before the answer.
-    public static func connectionFailed(_ detail: String = "") -> Self { .init(.connectionFailed, detail) }
-    /// The TLS handshake failed (an untrusted or expired certificate, for example).
-    public static func tlsHandshakeFailed(_ detail: String = "") -> Self { .init(.tlsHandshakeFailed, detail) }
-    /// The stream was reset or refused (for example above a GOAWAY's last stream id).
-    public static func streamReset(_ detail: String = "") -> Self { .init(.streamReset, detail) }
-    /// The client is shutting down and takes no new requests.
-    public static func shuttingDown(_ detail: String = "") -> Self { .init(.shuttingDown, detail) }
-    /// No access token could be had for the package's project (the token endpoint refused the
-    /// assertion or could not be reached); nothing was sent to FCM.
-    public static func accessTokenUnavailable(_ detail: String = "") -> Self { .init(.accessTokenUnavailable, detail) }
-
-    /// True when the deadline ran out.
-    public var isDeadlineExceeded: Bool { code == .deadlineExceeded }
-    /// True when no connection could be made (a failed TLS handshake included) or it was lost.
-    public var isConnectionFailure: Bool { code == .connectionFailed || code == .tlsHandshakeFailed }
-    /// True when the stream was reset or refused.
-    public var isStreamReset: Bool { code == .streamReset }
-    /// True when the client is shutting down.
-    public var isShuttingDown: Bool { code == .shuttingDown }
-    /// True when no access token could be had.
-    public var isAccessTokenUnavailable: Bool { code == .accessTokenUnavailable }
-
-    /// The result's `reason` when the last attempt got no FCM answer: `ConnectionFailed`,
-    /// `TLSHandshakeFailed`, `Timeout`, `StreamReset` (as for APNs) or `AccessTokenUnavailable`.
-    public var resultReason: String {
-        switch code {
-        case .connectionFailed, .shuttingDown: "ConnectionFailed"
-        case .tlsHandshakeFailed: "TLSHandshakeFailed"
-        case .deadlineExceeded: "Timeout"
-        case .streamReset: "StreamReset"
-        case .accessTokenUnavailable: "AccessTokenUnavailable"
-        }
-    }
-
-    public var description: String {
-        let name =
-            switch code {
-            case .deadlineExceeded: "deadline exceeded"
-            case .connectionFailed: "connection failed"
-            case .tlsHandshakeFailed: "TLS handshake failed"
-            case .streamReset: "stream reset"
-            case .shuttingDown: "shutting down"
-            case .accessTokenUnavailable: "no access token"
-            }
-        return detail.isEmpty ? name : "\(name): \(detail)"
-    }
 }

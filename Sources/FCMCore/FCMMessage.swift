@@ -1,4 +1,4 @@
-public import APNSCore
+public import PushCore
 public import JSONCore
 
 /// An event's `fcm` part, validated: the Android package and the message to send to each of its
@@ -177,14 +177,14 @@ public struct FCMRequest: Sendable, Hashable {
     /// Sends with `"validate_only": true`: FCM checks the message and delivers nothing.
     public var validateOnly: Bool
     /// Where the request queues for an HTTP/2 stream: urgent ones before every bulk one waiting.
-    public var precedence: APNSStreamPrecedence
+    public var precedence: StreamPrecedence
 
     public init(
         package: String,
         target: FCMTarget,
         message: FCMMessage,
         validateOnly: Bool = false,
-        precedence: APNSStreamPrecedence = .urgent
+        precedence: StreamPrecedence = .urgent
     ) {
         self.package = package
         self.target = target

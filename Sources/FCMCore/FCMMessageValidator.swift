@@ -1,6 +1,6 @@
 public import JSONCore
 
-/// The contract's rules for an event's `fcm.message` (docs/design.md, "Android devices"), checked
+/// The contract's rules for an event's `fcm.message` (docs/design.md, "Talking to FCM"), checked
 /// at intake so that a message FCM would refuse becomes a dead letter, not a result per device.
 ///
 /// - Members: `notification`, `data`, `android`, `apns`, `webpush` and `fcm_options`; `token`,

@@ -1,5 +1,5 @@
 import JSONCore
-import APNSCore
+import PushCore
 import AsyncHTTPClient
 import FCMCore
 import Foundation
@@ -111,7 +111,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
             group.addTask { try await self.waitForToken(projectID: projectID) }
             group.addTask {
                 try await Task.sleep(until: deadline, clock: .continuous)
-                throw FCMTransportError.deadlineExceeded("waiting for an access token")
+                throw TransportError.deadlineExceeded("waiting for an access token")
             }
             defer { group.cancelAll() }
             return try await group.next()!
@@ -166,7 +166,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
             }
             return dropped
         }
-        for waiter in dropped { waiter.resume(throwing: FCMTransportError.accessTokenUnavailable("the project's credential was removed")) }
+        for waiter in dropped { waiter.resume(throwing: TransportError.accessTokenUnavailable("the project's credential was removed")) }
         wakeup.signal()
     }
 
@@ -195,7 +195,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
                 return Array(state.projects[projectID]!.waiters.values)
             }
         }
-        for waiter in waiters { waiter.resume(throwing: FCMTransportError.shuttingDown("the token source stopped")) }
+        for waiter in waiters { waiter.resume(throwing: TransportError.shuttingDown("the token source stopped")) }
     }
 
     /// Marks the projects whose exchange is due as fetching; returns them and when the loop
@@ -226,15 +226,15 @@ public final class FCMAccessTokenSource: Service, Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AccessToken, any Error>) in
                 let outcome = state.withLock { state -> Result<AccessToken, any Error>? in
-                    guard !state.isStopped else { return .failure(FCMTransportError.shuttingDown("the token source stopped")) }
+                    guard !state.isStopped else { return .failure(TransportError.shuttingDown("the token source stopped")) }
                     guard let project = state.projects[projectID] else {
-                        return .failure(FCMTransportError.accessTokenUnavailable("no credential for the project"))
+                        return .failure(TransportError.accessTokenUnavailable("no credential for the project"))
                     }
                     if let token = project.token, token.expiresAt > .now { return .success(token) }
                     if Task.isCancelled { return .failure(CancellationError()) }
                     // No token and an exchange failed lately: fail now rather than wait the backoff.
                     if let failure = project.lastFailure, !project.fetching, project.retryAt.map({ $0 > .now }) ?? false {
-                        return .failure(FCMTransportError.accessTokenUnavailable(failure))
+                        return .failure(TransportError.accessTokenUnavailable(failure))
                     }
                     state.projects[projectID]?.waiters[id] = continuation
                     return nil
@@ -254,10 +254,10 @@ public final class FCMAccessTokenSource: Service, Sendable {
     /// One exchange for `projectID`; stores the token or the failure and answers the waiters.
     private func exchange(projectID: String) async {
         guard let grant = state.withLock({ $0.projects[projectID]?.grant }) else { return }
-        let result: Result<(token: AccessToken, lifetime: Duration), FCMTransportError>
+        let result: Result<(token: AccessToken, lifetime: Duration), TransportError>
         do {
             result = .success(try await requestToken(grant))
-        } catch let error as FCMTransportError {
+        } catch let error as TransportError {
             result = .failure(error)
         } catch {
             result = .failure(.accessTokenUnavailable("\(type(of: error))"))
@@ -322,14 +322,14 @@ public final class FCMAccessTokenSource: Service, Sendable {
             response = try await httpClient.execute(request, deadline: deadline, logger: logger)
             body = try await response.body.collect(upTo: configuration.maximumResponseBytes)
         } catch {
-            throw FCMTransportError.accessTokenUnavailable("token endpoint: \(FCMTransportErrors.map(error, deadlinePassed: false))")
+            throw TransportError.accessTokenUnavailable("token endpoint: \(TransportError.reading(error, deadlinePassed: false))")
         }
         let document = try? JSONValue(parsing: body.readableBytesView)
         guard response.status == .ok, let value = document?["access_token"]?.stringValue, !value.isEmpty,
             case .number(let expiresText)? = document?["expires_in"], let seconds = Int64(expiresText), seconds > 0
         else {
             let code = document?["error"]?.stringValue ?? "no token in the answer"
-            throw FCMTransportError.accessTokenUnavailable("token endpoint answered \(response.status.code) (\(code))")
+            throw TransportError.accessTokenUnavailable("token endpoint answered \(response.status.code) (\(code))")
         }
         let lifetime = Duration.seconds(seconds)
         return (AccessToken(value: value, expiresAt: sentAt + lifetime), lifetime)

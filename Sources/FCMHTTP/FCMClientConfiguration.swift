@@ -1,5 +1,5 @@
-public import APNSCore
 public import FCMCore
+public import PushCore
 
 /// Which service account serves which Android packages.
 ///

@@ -1,23 +1,22 @@
-import APNSCore
-import APNSHTTP2
-import APNSWire
 import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
 import Synchronization
+import HTTP2TLS
+import HTTP2Transport
 
 /// One HTTP/2 connection to FCM: a `Sendable` face for the loop-bound ``FCMConnectionHandler``
-/// (the frame code APNs' connections use), pooled by ``FCMHTTP2Transport``; its streams start as
-/// APNs' do (``HTTP2StreamConnection``).
+/// (the transport's frame code), pooled by ``FCMHTTP2Transport``; its streams start as
+/// every platform's do (``HTTP2StreamConnection``).
 final class FCMConnection: HTTP2StreamConnection {
     let id: Int
     private let channel: any Channel
     let handler: NIOLoopBound<FCMConnectionHandler>
     private let requestIDs = Atomic<UInt64>(0)
 
-    /// The pool keeps FCM's connections as those of one environment.
-    var environment: APNSEnvironment { .production }
+    /// FCM's client has one endpoint.
+    var endpoint: HTTP2SoleEndpoint { .sole }
 
     private init(id: Int, channel: any Channel, handler: NIOLoopBound<FCMConnectionHandler>) {
         self.id = id
@@ -27,12 +26,8 @@ final class FCMConnection: HTTP2StreamConnection {
 
     /// Everything needed to open connections to FCM; built once per client.
     struct Factory: Sendable {
-        var eventLoopGroup: any EventLoopGroup
-        var sslContext: NIOSSLContext
-        var endpoint: APNSClientConfiguration.Endpoint
-        var connectTimeout: Duration
-        var pingInterval: Duration
-        var pingTimeout: Duration
+        var connector: HTTP2TLSConnector
+        var endpoint: HTTP2ServerAddress
         var maximumAnswerBytes: Int
 
         /// Connects, completes TLS (ALPN h2) and waits for the server's first SETTINGS frame.
@@ -40,46 +35,17 @@ final class FCMConnection: HTTP2StreamConnection {
         func connect(
             id: Int,
             logger: Logger,
-            onEvent: @escaping @Sendable (APNSConnectionEvent) -> Void
+            onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
         ) async throws -> (FCMConnection, streamLimit: Int) {
-            let configuration = HTTP2ConnectionConfiguration(
-                authority: endpoint.authority,
-                handshakeTimeout: TimeAmount(connectTimeout),
-                pingInterval: TimeAmount(pingInterval),
-                pingTimeout: TimeAmount(pingTimeout),
-                isTLSFailure: { $0 is NIOSSLError || $0 is BoringSSLError }
-            )
-            let sniHostname = endpoint.isIPAddress ? nil : endpoint.host
-            let (sslContext, maximumAnswerBytes) = (self.sslContext, self.maximumAnswerBytes)
-            // TCP_NODELAY is ClientBootstrap's default (see APNSConnection).
-            let (channel, handler, ready) = try await ClientBootstrap(group: eventLoopGroup)
-                .connectTimeout(TimeAmount(connectTimeout))
-                .connect(host: endpoint.host, port: endpoint.port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let ready = channel.eventLoop.makePromise(of: Int.self)
-                        let handler = FCMConnectionHandler(
-                            configuration: configuration,
-                            maximumAnswerBytes: maximumAnswerBytes,
-                            readyPromise: ready,
-                            logger: logger,
-                            onEvent: onEvent
-                        )
-                        let pipeline = channel.pipeline.syncOperations
-                        try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniHostname))
-                        try pipeline.addHandler(handler)
-                        return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), ready.futureResult)
-                    }
-                }
-            let streamLimit: Int
-            do {
-                streamLimit = try await withTaskCancellationHandler {
-                    try await ready.get()
-                } onCancel: {
-                    channel.close(promise: nil)
-                }
-            } catch {
-                channel.close(promise: nil)
-                throw error
+            let maximumAnswerBytes = self.maximumAnswerBytes
+            let (channel, handler, streamLimit) = try await connector.connect(to: endpoint) { configuration, ready in
+                FCMConnectionHandler(
+                    configuration: configuration,
+                    maximumAnswerBytes: maximumAnswerBytes,
+                    readyPromise: ready,
+                    logger: logger,
+                    onEvent: onEvent
+                )
             }
             return (FCMConnection(id: id, channel: channel, handler: handler), streamLimit)
         }

@@ -1,6 +1,4 @@
-import APNSCore
-import APNSHTTP2
-import APNSWire
+import PushCore
 import Foundation
 import Logging
 import Metrics
@@ -9,22 +7,27 @@ import NIOPosix
 import NIOSSL
 import ServiceLifecycle
 import Synchronization
+import HTTP2TLS
+import HTTP2Transport
 
-/// FCM's HTTP/2 connections: the frame code of APNs' connections (``FCMConnectionHandler``, an
-/// ``HTTP2ConnectionCore`` with ``FCMExchange``) and APNs' pool state machine, for one endpoint.
+/// FCM's HTTP/2 connections on the shared transport: ``FCMConnectionHandler`` (an
+/// `HTTP2ConnectionCore` with ``FCMExchange``) and the transport's pool state machine, for one
+/// endpoint.
 ///
-/// Hand-written only as far as a measurement justified it: `herald-bench fcm-sender` measured
-/// AsyncHTTPClient at 108 µs of CPU per request, 93 % of the sender's 116 µs and 7.3 times
-/// h2load's whole cost on the same mock (BENCHMARKS.md, "The FCM sender"), while APNs' sender
-/// over this frame code costs 2 times h2load's. Nothing new was written for the wire but FCM's
-/// header block and answer (``FCMExchange``); BENCHMARKS.md has the figures after the change.
+/// Hand-written only as far as a measurement justified it: `herald-bench fcm-sender` found
+/// AsyncHTTPClient to be most of the sender's CPU per request, far above h2load's whole cost on
+/// the same mock, while APNs' sender over this frame code stays within a small multiple of
+/// h2load's (BENCHMARKS.md, "The FCM sender"). Nothing new was written for the wire but FCM's
+/// header block and answer (``FCMExchange``); BENCHMARKS.md, "FCM over Herald's own HTTP/2
+/// client", has what it bought.
 ///
 /// Connections open lazily, up to ``FCMClientConfiguration/connections``, each carrying as many
 /// streams as FCM's SETTINGS_MAX_CONCURRENT_STREAMS allows; requests beyond wait until their
-/// deadline, urgent ones before every bulk one, each kind first in first out. A stream above a GOAWAY's last stream ID, or one never written because
-/// its connection closed or began draining, is sent again on another connection.
+/// deadline, urgent ones before every bulk one, each kind first in first out. A stream above a
+/// GOAWAY's last stream ID, or one never written because its connection closed or began
+/// draining, is sent again on another connection.
 final class FCMHTTP2Transport: Sendable {
-    private typealias Pool = APNSConnectionPoolStateMachine<FCMConnection, PooledStreamWaiter<FCMConnection>>
+    private typealias Pool = HTTP2ConnectionPoolStateMachine<FCMConnection, PooledStreamWaiter<FCMConnection>>
 
     /// How often a request whose stream was not processed moves to another connection.
     private static let maximumUnprocessedRetries = 3
@@ -34,8 +37,8 @@ final class FCMHTTP2Transport: Sendable {
     private let goAways: Counter
     private let logger: Logger
     private let pool: Mutex<Pool>
-    private let connectionPlans: AsyncStream<APNSConnectionPlan>
-    private let connectionPlanSink: AsyncStream<APNSConnectionPlan>.Continuation
+    private let connectionPlans: AsyncStream<HTTP2ConnectionPlan<HTTP2SoleEndpoint>>
+    private let connectionPlanSink: AsyncStream<HTTP2ConnectionPlan<HTTP2SoleEndpoint>>.Continuation
     private let waiterIDs = Atomic<UInt64>(0)
 
     /// The path every send's path starts with: the base URL's own path, if any.
@@ -53,12 +56,14 @@ final class FCMHTTP2Transport: Sendable {
         }
         let hostWithoutBrackets = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         factory = FCMConnection.Factory(
-            eventLoopGroup: eventLoopGroup,
-            sslContext: try NIOSSLContext(configuration: tls),
-            endpoint: APNSClientConfiguration.Endpoint(host: hostWithoutBrackets, port: url.port ?? 443),
-            connectTimeout: configuration.connectTimeout,
-            pingInterval: configuration.pingInterval,
-            pingTimeout: configuration.pingTimeout,
+            connector: HTTP2TLSConnector(
+                eventLoopGroup: eventLoopGroup,
+                sslContext: try NIOSSLContext(configuration: tls),
+                connectTimeout: configuration.connectTimeout,
+                pingInterval: configuration.pingInterval,
+                pingTimeout: configuration.pingTimeout
+            ),
+            endpoint: HTTP2ServerAddress(host: hostWithoutBrackets, port: url.port ?? 443),
             maximumAnswerBytes: configuration.maximumResponseBytes
         )
         pathPrefix = url.path == "/" ? "" : url.path
@@ -73,7 +78,7 @@ final class FCMHTTP2Transport: Sendable {
                 peerName: "FCM"
             )
         )
-        (connectionPlans, connectionPlanSink) = AsyncStream.makeStream(of: APNSConnectionPlan.self)
+        (connectionPlans, connectionPlanSink) = AsyncStream.makeStream(of: HTTP2ConnectionPlan<HTTP2SoleEndpoint>.self)
     }
 
     // MARK: Running
@@ -97,11 +102,11 @@ final class FCMHTTP2Transport: Sendable {
         connectionPlanSink.finish()
         let (waiters, connections, timer) = pool.withLock { $0.shutDown() }
         timer?.cancel()
-        for waiter in waiters { waiter.recipient.resume(throwing: APNSTransportError.shuttingDown("FCM client is shutting down")) }
+        for waiter in waiters { waiter.recipient.resume(throwing: TransportError.shuttingDown("FCM client is shutting down")) }
         for connection in connections { connection.closeGracefully(within: shutdownGracePeriod) }
     }
 
-    private func runConnection(_ plan: APNSConnectionPlan) async {
+    private func runConnection(_ plan: HTTP2ConnectionPlan<HTTP2SoleEndpoint>) async {
         var logger = self.logger
         logger[metadataKey: "fcm.connection_id"] = "\(plan.connectionID)"
         let connection: FCMConnection
@@ -111,7 +116,7 @@ final class FCMHTTP2Transport: Sendable {
             (connection, streamLimit) = try await cancelWhenGracefulShutdown {
                 if plan.delay > .zero {
                     var generator = SystemRandomNumberGenerator()
-                    try await Task.sleep(for: Backoff.apnsReconnection.jittered(plan.delay, using: &generator))
+                    try await Task.sleep(for: Backoff.reconnection.jittered(plan.delay, using: &generator))
                 }
                 return try await factory.connect(id: plan.connectionID, logger: connectionLogger) { [weak self] event in
                     self?.connectionEvent(event, connectionID: plan.connectionID)
@@ -119,26 +124,26 @@ final class FCMHTTP2Transport: Sendable {
             }
         } catch {
             if !(error is CancellationError) { logger.warning("Connecting to FCM failed", metadata: ["error": "\(error)"]) }
-            let failure = error as? APNSTransportError ?? .connectionFailed("\(error)")
-            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: failure) })
+            let failure = error as? TransportError ?? .connectionFailed("\(error)")
+            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, endpoint: .sole, failure: failure) })
             return
         }
         logger.debug("Connected to FCM", metadata: ["fcm.max_concurrent_streams": "\(streamLimit)"])
         perform(pool.withLock { $0.connectionReady(connection, streamLimit: streamLimit) })
         await connection.runUntilClosed()
-        perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: nil) })
+        perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, endpoint: .sole, failure: nil) })
         logger.debug("FCM connection closed")
     }
 
-    private func connectionEvent(_ event: APNSConnectionEvent, connectionID: Int) {
+    private func connectionEvent(_ event: HTTP2ConnectionEvent, connectionID: Int) {
         let actions = pool.withLock { pool in
             switch event {
             case .streamLimitChanged(let limit):
-                return pool.streamLimitChanged(connectionID: connectionID, environment: .production, limit: limit)
+                return pool.streamLimitChanged(connectionID: connectionID, endpoint: .sole, limit: limit)
             case .goingAway:
-                return pool.connectionGoingAway(connectionID: connectionID, environment: .production)
+                return pool.connectionGoingAway(connectionID: connectionID, endpoint: .sole)
             case .closed(let failure):
-                return pool.connectionClosed(connectionID: connectionID, environment: .production, failure: failure)
+                return pool.connectionClosed(connectionID: connectionID, endpoint: .sole, failure: failure)
             }
         }
         if case .goingAway(let code, let reason) = event {
@@ -150,17 +155,17 @@ final class FCMHTTP2Transport: Sendable {
 
     /// Connections open (not draining) and the streams in use on them now.
     var usage: (connections: Int, streamsInUse: Int) {
-        let snapshot = pool.withLock { $0.snapshot(.production) }
+        let snapshot = pool.withLock { $0.snapshot(.sole) }
         return (snapshot.liveConnections, snapshot.streamsInUse)
     }
 
     // MARK: Sending
 
-    /// Sends `request` and returns FCM's answer. Throws ``APNSTransportError`` when no answer
-    /// arrived (``FCMTransportErrors`` reads it), or `CancellationError`.
-    func send(_ request: FCMSendRequest, deadline: ContinuousClock.Instant, precedence: APNSStreamPrecedence) async throws -> FCMSendAnswer {
+    /// Sends `request` and returns FCM's answer. Throws ``TransportError`` when no answer
+    /// arrived (``TransportError/reading(_:deadlinePassed:)`` reads it), or `CancellationError`.
+    func send(_ request: FCMSendRequest, deadline: ContinuousClock.Instant, precedence: StreamPrecedence) async throws -> FCMSendAnswer {
         let remaining = ContinuousClock.now.duration(to: deadline)
-        guard remaining > .zero else { throw APNSTransportError.deadlineExceeded("the deadline passed before the request") }
+        guard remaining > .zero else { throw TransportError.deadlineExceeded("the deadline passed before the request") }
         let nioDeadline = NIODeadline.now() + TimeAmount(remaining)
         var unprocessed = 0
         while true {
@@ -169,7 +174,7 @@ final class FCMHTTP2Transport: Sendable {
                 let answer = try await connection.execute(request, deadline: nioDeadline)
                 release(connection, status: answer.status)
                 return answer
-            } catch let notProcessed as APNSStreamNotOpened {
+            } catch let notProcessed as HTTP2StreamNotOpened {
                 // Never written, or above a GOAWAY's last stream ID: the pool already knows the
                 // connection takes no new streams, so the next lease picks another one.
                 release(connection, status: nil)
@@ -184,12 +189,12 @@ final class FCMHTTP2Transport: Sendable {
 
     /// A stream for each of up to `count` requests of `precedence`, as many as are free now (none
     /// while requests it must wait behind wait for one); each goes back with ``release(_:status:)``.
-    func leaseFreeStreams(upTo count: Int, precedence: APNSStreamPrecedence) -> [FCMConnection] {
-        pool.withLock { $0.leaseFreeStreams(.production, upTo: count, precedence: precedence, preferring: \.isOnCurrentEventLoop) }
+    func leaseFreeStreams(upTo count: Int, precedence: StreamPrecedence) -> [FCMConnection] {
+        pool.withLock { $0.leaseFreeStreams(.sole, upTo: count, precedence: precedence, preferring: \.isOnCurrentEventLoop) }
     }
 
-    private func leaseStream(deadline: NIODeadline, precedence: APNSStreamPrecedence) async throws -> FCMConnection {
-        switch pool.withLock({ $0.leaseIfAvailable(.production, precedence: precedence) }) {
+    private func leaseStream(deadline: NIODeadline, precedence: StreamPrecedence) async throws -> FCMConnection {
+        switch pool.withLock({ $0.leaseIfAvailable(.sole, precedence: precedence) }) {
         case .leased(let connection): return connection
         case .failed(let error): throw error
         case .mustWait: break
@@ -198,7 +203,7 @@ final class FCMHTTP2Transport: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let waiter = Pool.Waiter(id: waiterID, recipient: .continuation(continuation), deadline: deadline, precedence: precedence)
-                switch pool.withLock({ $0.enqueue(waiter, for: .production) }) {
+                switch pool.withLock({ $0.enqueue(waiter, for: .sole) }) {
                 case .leased(let connection):
                     continuation.resume(returning: connection)
                 case .failed(let error):
@@ -216,11 +221,11 @@ final class FCMHTTP2Transport: Sendable {
 
     /// Queues the requests of a batch that found no free stream (``leaseFreeStreams(upTo:precedence:)``),
     /// in one lock section; returns their waiter IDs (for ``stopWaiting(_:)``).
-    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline, precedence: APNSStreamPrecedence) -> [UInt64] {
+    func wait(_ waiters: [PooledStreamWaiter<FCMConnection>], deadline: NIODeadline, precedence: StreamPrecedence) -> [UInt64] {
         let queued = waiters.map { waiter in
             Pool.Waiter(id: waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue, recipient: waiter, deadline: deadline, precedence: precedence)
         }
-        perform(pool.withLock { $0.enqueue(queued, for: .production) })
+        perform(pool.withLock { $0.enqueue(queued, for: .sole) })
         return queued.map(\.id)
     }
 
@@ -230,12 +235,12 @@ final class FCMHTTP2Transport: Sendable {
     }
 
     private func cancelWaiter(_ id: UInt64) {
-        pool.withLock { $0.removeWaiter(id, for: .production) }?.recipient.resume(throwing: CancellationError())
+        pool.withLock { $0.removeWaiter(id, for: .sole) }?.recipient.resume(throwing: CancellationError())
     }
 
     /// Gives a leased stream back; `status` is FCM's answer, nil when there was none.
     func release(_ connection: FCMConnection, status: Int?) {
-        perform(pool.withLock { $0.release(connectionID: connection.id, environment: .production, status: status) })
+        perform(pool.withLock { $0.release(connectionID: connection.id, endpoint: .sole, status: status) })
     }
 
     private func perform(_ actions: Pool.Actions) {
@@ -243,13 +248,13 @@ final class FCMHTTP2Transport: Sendable {
         for (waiter, error) in actions.failures { waiter.recipient.resume(throwing: error) }
         if let plan = actions.open, case .terminated = connectionPlanSink.yield(plan) {
             // run() has ended: report the plan as failed to keep the pool consistent.
-            let failure = APNSTransportError.shuttingDown("FCM client stopped")
-            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, environment: .production, failure: failure) })
+            let failure = TransportError.shuttingDown("FCM client stopped")
+            perform(pool.withLock { $0.connectionClosed(connectionID: plan.connectionID, endpoint: .sole, failure: failure) })
         }
         for connection in actions.close { connection.close() }
         actions.cancelWaiterTimer?.cancel()
         if let deadline = actions.armWaiterTimer {
-            let timer = factory.eventLoopGroup.any().scheduleTask(deadline: deadline) {
+            let timer = factory.connector.eventLoopGroup.any().scheduleTask(deadline: deadline) {
                 self.perform(self.pool.withLock { $0.waiterTimerFired(timerDeadline: deadline, now: .now()) })
             }
             if !pool.withLock({ $0.attachWaiterTimer(timer, deadline: deadline) }) { timer.cancel() }

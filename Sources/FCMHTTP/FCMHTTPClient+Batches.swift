@@ -1,9 +1,8 @@
-import APNSCore
-import APNSHTTP2
-import APNSWire
+import PushCore
 public import FCMCore
 import NIOCore
 import Synchronization
+import HTTP2Transport
 
 /// A batch of messages started as one ``HTTP2StreamBatch``, as APNs' are: the streams free now
 /// are leased in one lock section, each connection gets its share in one hop to its event loop,
@@ -45,7 +44,7 @@ extension FCMHTTPClient {
                 if response.decision == .refreshAccessToken { return SecondTry(index: stream.index, refused: stream.context) }
                 self.logAnswer(response, to: requests[stream.index])
                 answered(stream.index, .success(response))
-            case .failure(is APNSStreamNotOpened):
+            case .failure(is HTTP2StreamNotOpened):
                 return SecondTry(index: stream.index, refused: nil)
             case .failure(let error):
                 let failure = self.failure(error, sentAt: sentAt, deadline: deadline)

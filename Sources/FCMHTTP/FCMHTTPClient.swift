@@ -1,5 +1,4 @@
-import APNSCore
-import APNSWire
+import PushCore
 import AsyncHTTPClient
 public import FCMCore
 import Foundation
@@ -10,6 +9,7 @@ import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
+import HTTP2Transport
 
 /// Sends FCM HTTP v1 messages over HTTP/2 (``FCMHTTP2Transport``: APNs' frame code and pool,
 /// one connection by default carrying as many streams as FCM allows), with an OAuth access token
@@ -75,7 +75,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
 
     /// Runs the connections and the token refresh until cancelled or gracefully shut down, then
     /// stops both: requests still waiting for a stream fail with
-    /// ``FCMTransportError/shuttingDown(_:)``, those in flight get up to
+    /// ``TransportError/shuttingDown(_:)``, those in flight get up to
     /// ``FCMClientConfiguration/shutdownGracePeriod`` to finish and fail with a connection error after.
     public func run() async throws {
         await withDiscardingTaskGroup { group in
@@ -153,9 +153,9 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     }
 
     /// The error of a request sent at `sentAt` that got no answer, its duration recorded.
-    func failure(_ error: any Error, sentAt: ContinuousClock.Instant, deadline: ContinuousClock.Instant) -> FCMTransportError {
+    func failure(_ error: any Error, sentAt: ContinuousClock.Instant, deadline: ContinuousClock.Instant) -> TransportError {
         metrics.request(duration: sentAt.duration(to: .now), answered: false)
-        return FCMTransportErrors.map(error, deadlinePassed: ContinuousClock.now >= deadline)
+        return TransportError.reading(error, deadlinePassed: ContinuousClock.now >= deadline)
     }
 
     /// Logs FCM's answer to `request` (trace level).

@@ -1,5 +1,4 @@
 import JSONCore
-import APNSCore
 import Crypto
 import FCMCore
 import Foundation

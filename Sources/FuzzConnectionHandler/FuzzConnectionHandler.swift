@@ -14,6 +14,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Synchronization
+@testable import HTTP2Transport
 
 #if FUZZING
 /// libFuzzer's callback: one input.

@@ -1,4 +1,4 @@
-import PostgresTokenStore
+import PostgresStores
 import APNSCore
 import ArgumentParser
 import PushStores

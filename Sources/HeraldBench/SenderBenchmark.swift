@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import APNSHTTP2
 import ArgumentParser
 import Crypto

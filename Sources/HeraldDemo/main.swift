@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import KafkaMessages
 import ArgumentParser
 import Crypto

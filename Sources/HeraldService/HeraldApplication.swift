@@ -1,6 +1,6 @@
 package import APNSHTTP2
 import FCMHTTP
-package import PostgresTokenStore
+package import PostgresStores
 import Foundation
 import KafkaMessages
 import KafkaTransport
@@ -89,11 +89,11 @@ package enum HeraldApplication {
         }
         // The pipeline's tasks and its PostgreSQL connections share one event loop: a query is
         // written from the thread that owns its socket, and its answer resumes the task on that
-        // thread, with no wake-up of another. At a steady 1,000 notifications/s that halved the
-        // context switches per poll batch and took a fifth of its CPU. The APNs and FCM
-        // connections stay spread over NIO's group (this loop is one of its loops), and a small
-        // batch goes to a connection on its caller's loop: all of them on this one, the burst lost
-        // 8 % of its throughput (BENCHMARKS.md, "What each change bought").
+        // thread, with no wake-up of another. At a steady load that cut both the context switches
+        // and the CPU of a poll batch. The APNs and FCM connections stay spread over NIO's group
+        // (this loop is one of its loops), and a small batch goes to a connection on its caller's
+        // loop: with all of them on this one, the burst lost throughput (BENCHMARKS.md, "What each
+        // change bought").
         let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
         // The pipeline's queries are equality lookups and batched writes, planned generically so
         // their plans do not depend on statistics; housekeeping deletes by age, which needs

@@ -1,5 +1,6 @@
 import JSONCore
-import PostgresTokenStore
+import PushCore
+import PostgresStores
 import KafkaMessages
 import APNSCore
 import APNSHTTP2

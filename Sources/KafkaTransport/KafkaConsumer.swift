@@ -1,4 +1,4 @@
-import ExactTime
+import PushCore
 import CRdKafka
 package import KafkaMessages
 import Synchronization
@@ -33,8 +33,8 @@ package final class KafkaConsumer: Service, Sendable {
                 "auto.offset.reset": "earliest",
                 // Prefetch at most 16 MB (librdkafka's default is 64 MB): tens of thousands of
                 // events, far more than Herald's window takes at once, while a backlog's
-                // prefetch no longer dominates RSS (1,000,000-notification burst: peak RSS
-                // 363 -> 320 MB at the same throughput; BENCHMARKS.md).
+                // prefetch no longer dominates RSS (a long burst's peak RSS fell at the same
+                // throughput; BENCHMARKS.md, "What each change bought").
                 "queued.max.messages.kbytes": "16384",
                 // A fetch is answered as soon as one byte is there (Apache Kafka), and an idle
                 // partition's fetch is held at most 500 ms: lower would only add idle fetches on

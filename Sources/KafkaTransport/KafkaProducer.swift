@@ -1,4 +1,4 @@
-import ExactTime
+import PushCore
 import CRdKafka
 package import KafkaMessages
 package import Logging

@@ -8,7 +8,7 @@ import NIOSSL
 /// and writes it back.
 ///
 /// Streams are handled here, as frames carrying their stream id, rather than as NIOHTTP2 child
-/// channels: a channel and pipeline per stream cost about a third of the mock's CPU per answer, and
+/// channels: a channel and pipeline per stream cost much of the mock's CPU per answer, and
 /// the mock shares the benchmarks' two cores with Herald (BENCHMARKS.md, "A mock that answers at
 /// once"). Answers written while a read is processed are flushed together when it ends. Without
 /// child channels nothing else returns the flow-control windows, so this handler does.

@@ -1,4 +1,5 @@
 public import APNSCore
+import PushCore
 public import PushStores
 public import FCMCore
 import Foundation
@@ -261,9 +262,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Waits, without polling, until the window has room for a refill or `windowFullPatience`
     /// passed; returns the room. Pausing at once would drop librdkafka's prefetched messages,
     /// and fetching them again after resuming costs a fetch round trip per window (measured:
-    /// the window was consumed in steps of its size, about one a second; BENCHMARKS.md), so
-    /// partitions are paused only when the window stays full, when APNs or PostgreSQL is slow
-    /// or down and polling must go on for rebalances. The finish that makes the room wakes it.
+    /// the window was consumed in steps of its size), so partitions are paused only when the
+    /// window stays full, when APNs or PostgreSQL is slow or down and polling must go on for
+    /// rebalances. The finish that makes the room wakes it.
     private func waitForRoom(_ lane: InputLane) async -> Int {
         await coordinator.waitForRoom(
             lane.priority,

@@ -1,4 +1,5 @@
 public import APNSCore
+public import PushCore
 import Synchronization
 
 /// An ``APNSClientProtocol`` that answers each device token from a script and records every
@@ -10,7 +11,7 @@ public final class ScriptedAPNSClient: APNSClientProtocol {
         /// token is no longer valid, in milliseconds since 1970.
         case status(Int, APNSReason? = nil, timestamp: Int64? = nil)
         /// No answer arrives: the request fails with this error.
-        case transport(APNSTransportError)
+        case transport(TransportError)
     }
 
     /// What a token answers once its script has run out.

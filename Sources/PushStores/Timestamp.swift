@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 
 /// An instant as whole microseconds since 1970-01-01T00:00:00Z.
 ///

@@ -1,5 +1,5 @@
 import JSONCore
-import ExactTime
+import PushCore
 import APNSCore
 import Foundation
 import Testing

@@ -8,6 +8,7 @@ import Testing
 
 @testable import APNSHTTP2
 @testable import APNSWire
+@testable import HTTP2Transport
 
 /// The handler tests' harness: a handler on a `NIOAsyncTestingChannel`, inbound frames built
 /// here, and what the handler writes decoded (also used by the state machine's tests).
@@ -97,12 +98,12 @@ extension ConnectionHandlerTests {
         let channel: NIOAsyncTestingChannel
         let handler: NIOLoopBound<APNSConnectionHandler>
         let ready: EventLoopFuture<Int>
-        private let recordedEvents = NIOLockedValueBox<[APNSConnectionEvent]>([])
+        private let recordedEvents = NIOLockedValueBox<[HTTP2ConnectionEvent]>([])
         private let requestIDs = NIOLockedValueBox<UInt64>(0)
         private let outbound = NIOLockedValueBox(OutboundDecoder())
         private let responseEncoder = NIOLockedValueBox(HPACKEncoder(allocator: ByteBufferAllocator()))
 
-        var events: [APNSConnectionEvent] { recordedEvents.withLockedValue { $0 } }
+        var events: [HTTP2ConnectionEvent] { recordedEvents.withLockedValue { $0 } }
         var settingsWritten: [[UInt16: UInt32]?] { outbound.withLockedValue { $0.settings } }
 
         init(pingInterval: TimeAmount = .seconds(60), pingTimeout: TimeAmount = .seconds(20)) async throws {

@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -8,17 +9,18 @@ import Testing
 
 @testable import APNSHTTP2
 @testable import APNSWire
+@testable import HTTP2Transport
 
 /// Drives ``APNSConnectionHandler`` with HTTP/2 bytes on a `NIOAsyncTestingChannel`: no sockets,
 /// virtual time for deadlines and PINGs. Inbound frames are framed here and their headers
 /// HPACK-encoded with Huffman coding; what the handler writes is cut into frames and decoded.
 @Suite("Connection handler", .timeLimit(.minutes(1)))
 struct ConnectionHandlerTests {
-    private static func transportError(_ task: Task<APNSStreamOutcome, any Error>) async -> APNSTransportError? {
+    private static func transportError(_ task: Task<APNSStreamOutcome, any Error>) async -> TransportError? {
         do {
             _ = try await task.value
             return nil
-        } catch let error as APNSTransportError {
+        } catch let error as TransportError {
             return error
         } catch {
             Issue.record("unexpected error \(error)")
@@ -36,7 +38,7 @@ struct ConnectionHandlerTests {
         let harness = try await Harness()
         let error: any Error = isTLSFailure ? TLSFailureForTests() : ChannelError.ioOnClosedChannel
         try await harness.loop.executeInContext { harness.channel.pipeline.fireErrorCaught(error) }
-        let failure = await #expect(throws: APNSTransportError.self) { try await harness.ready.get() }
+        let failure = await #expect(throws: TransportError.self) { try await harness.ready.get() }
         #expect(failure?.resultReason == (isTLSFailure ? "TLSHandshakeFailed" : "ConnectionFailed"))
     }
 
@@ -326,7 +328,7 @@ struct ConnectionHandlerTests {
         do {
             _ = try await late.value
             Issue.record("a draining connection must not open streams")
-        } catch let error as APNSStreamNotOpened {
+        } catch let error as HTTP2StreamNotOpened {
             #expect(error.transportError.description.hasPrefix("stream reset"))
         }
 

@@ -1,9 +1,11 @@
 import APNSCore
+import PushCore
 import NIOCore
 import NIOHPACK
 import Testing
 
 @testable import APNSWire
+@testable import HTTP2Transport
 
 /// Drives ``APNSConnectionHandler/StateMachine`` directly: no channel, no event loop, no timers.
 /// Waiters are plain request numbers; inbound frames are built here and what the machine queues
@@ -120,8 +122,8 @@ struct ConnectionStateMachineTests {
         actions.compactMap { if case .finishStream(let finished) = $0 { finished } else { nil } }
     }
 
-    private static func transportError(_ result: Result<APNSStreamOutcome, any Error>) -> APNSTransportError? {
-        if case .failure(let error) = result { error as? APNSTransportError } else { nil }
+    private static func transportError(_ result: Result<APNSStreamOutcome, any Error>) -> TransportError? {
+        if case .failure(let error) = result { error as? TransportError } else { nil }
     }
 
     @Test func becomesReadyOnTheServersFirstSettingsAndAcknowledgesThem() throws {
@@ -130,7 +132,7 @@ struct ConnectionStateMachineTests {
         #expect(connection.machine.output.getBytes(at: 0, length: HTTP2Wire.clientPreface.count) == HTTP2Wire.clientPreface)
         if case .failed(let waiter, let error, _, _) = connection.start(1) {
             #expect(waiter == 1)
-            #expect(error is APNSStreamNotOpened, "a request before the handshake is not sent")
+            #expect(error is HTTP2StreamNotOpened, "a request before the handshake is not sent")
         } else {
             Issue.record("a stream started before the handshake")
         }
@@ -203,7 +205,7 @@ struct ConnectionStateMachineTests {
         #expect(goAway.refused.allSatisfy { Self.transportError($0.result).map { "\($0)" }?.contains("did not process") == true })
         #expect(!goAway.closeConnection, "stream 1 is still answered")
         if case .failed(_, let error, _, _) = connection.start(4) {
-            #expect((error as? APNSStreamNotOpened)?.transportError.description.contains("draining") == true)
+            #expect((error as? HTTP2StreamNotOpened)?.transportError.description.contains("draining") == true)
         } else {
             Issue.record("a draining connection opened a stream")
         }
@@ -342,7 +344,7 @@ struct ConnectionStateMachineTests {
             return
         }
         #expect(waiter == 1)
-        #expect(error is APNSStreamNotOpened)
+        #expect(error is HTTP2StreamNotOpened)
         #expect(close, "nothing else is open")
         guard case .goingAway(.noError, _)? = event else {
             Issue.record("expected goingAway, got \(String(describing: event))")

@@ -4,6 +4,7 @@ import NIOHPACK
 import Testing
 
 @testable import APNSWire
+@testable import HTTP2Transport
 
 /// ``APNSHeaderEncoder`` checked against NIOHPACK's decoder, which keeps the dynamic table a
 /// peer keeps: every block must decode to the request's headers, with the indexing chosen.

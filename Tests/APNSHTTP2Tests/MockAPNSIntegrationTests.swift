@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import Crypto
 import Foundation
 import Logging
@@ -153,7 +154,7 @@ struct MockAPNSIntegrationTests {
             do {
                 _ = try await fixture.client.send(Self.request(), environment: .production, deadline: Self.deadline())
                 Issue.record("a certificate from an unknown CA must be refused")
-            } catch let error as APNSTransportError {
+            } catch let error as TransportError {
                 #expect(error.resultReason == "TLSHandshakeFailed", "\(error)")
                 #expect(error.isConnectionFailure)
             }
@@ -328,7 +329,7 @@ struct MockAPNSIntegrationTests {
     @Test func nearlyPastDeadlineThrowsDeadlineExceeded() async throws {
         try await Self.withMockAndClient { fixture in
             let started = ContinuousClock.now
-            await #expect(throws: APNSTransportError.self) {
+            await #expect(throws: TransportError.self) {
                 _ = try await fixture.client.send(
                     Self.request(),
                     environment: .production,
@@ -342,7 +343,7 @@ struct MockAPNSIntegrationTests {
                     deadline: .now - .seconds(1)
                 )
                 Issue.record("a past deadline must throw")
-            } catch let error as APNSTransportError {
+            } catch let error as TransportError {
                 #expect(error.isDeadlineExceeded)
             }
             #expect(started.duration(to: .now) < .seconds(15))
@@ -365,7 +366,7 @@ struct MockAPNSIntegrationTests {
         do {
             _ = try await client.send(Self.request(), environment: .production, deadline: Self.deadline())
             Issue.record("expected shuttingDown")
-        } catch let error as APNSTransportError {
+        } catch let error as TransportError {
             #expect(error.description.hasPrefix("shutting down"))
         }
     }
@@ -403,7 +404,7 @@ struct MockAPNSIntegrationTests {
             do {
                 _ = try await client.send(Self.request(), environment: .production, deadline: Self.deadline())
                 Issue.record("expected shuttingDown")
-            } catch let error as APNSTransportError {
+            } catch let error as TransportError {
                 #expect(error.description.hasPrefix("shutting down"))
             }
             group.cancelAll()
@@ -462,7 +463,7 @@ struct ClientFailureModeTests {
                     deadline: .now + .milliseconds(300)
                 )
                 Issue.record("expected deadlineExceeded")
-            } catch let error as APNSTransportError {
+            } catch let error as TransportError {
                 #expect(error.isDeadlineExceeded)
             }
             #expect(started.duration(to: .now) < .seconds(15))
@@ -486,7 +487,7 @@ struct ClientFailureModeTests {
                     deadline: .now + .seconds(10)
                 )
                 Issue.record("expected connectionFailed")
-            } catch let error as APNSTransportError {
+            } catch let error as TransportError {
                 #expect(error.resultReason == "ConnectionFailed", "\(error)")
                 #expect(error.isConnectionFailure)
             }

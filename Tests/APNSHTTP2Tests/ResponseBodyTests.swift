@@ -2,6 +2,7 @@ import NIOCore
 import Testing
 
 @testable import APNSWire
+@testable import HTTP2Transport
 
 @Suite("Response body parsing")
 struct ResponseBodyTests {

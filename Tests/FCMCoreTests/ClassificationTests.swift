@@ -1,7 +1,7 @@
 import FCMCore
 import Testing
 
-/// Builds answers as FCM sends them (DESIGN section 6b) and checks their classification.
+/// Builds answers as FCM sends them (docs/design.md, "Talking to FCM") and checks their classification.
 enum Answers {
     static let now: Int64 = 1_790_000_000_000
 
@@ -35,7 +35,7 @@ enum Answers {
     static let htmlNotFound = "<!DOCTYPE html><html lang=en><title>Error 404 (Not Found)!!1</title></html>"
 }
 
-@Suite("FCM answers classified as DESIGN section 6b says")
+@Suite("FCM answers classified as docs/design.md says")
 struct ClassificationTests {
     @Test func successCarriesTheMessageName() {
         let response = Answers.raw(200, #"{"name":"projects/demo/messages/0:1234%abc"}"#)

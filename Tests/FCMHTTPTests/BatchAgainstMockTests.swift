@@ -1,4 +1,5 @@
 import FCMCore
+import PushCore
 import FCMHTTP
 import Foundation
 import MockFCM
@@ -124,7 +125,7 @@ struct BatchAgainstMockTests {
             #expect(started.duration(to: .now) < .milliseconds(600))
             #expect(answers.map(\.count) == Array(repeating: 1, count: 20))
             for answer in answers {
-                #expect { try answer[0].get() } throws: { ($0 as? FCMTransportError)?.isDeadlineExceeded == true }
+                #expect { try answer[0].get() } throws: { ($0 as? TransportError)?.isDeadlineExceeded == true }
             }
             try await harness.expectNeverProcessedAndServingOn((0..<20).map { "device-\($0)" })
         }

@@ -1,5 +1,6 @@
 import _CryptoExtras
 import FCMCore
+import PushCore
 import FCMHTTP
 import Foundation
 import Logging
@@ -93,7 +94,7 @@ struct FCMHarness: Sendable {
                 let response = try await send(request)
                 guard case .retry(let retry) = response.decision, attempt < attempts else { return (response, attempt) }
                 try await Task.sleep(for: retry.notBefore ?? .milliseconds(20))
-            } catch let error as FCMTransportError where attempt < attempts {
+            } catch let error as TransportError where attempt < attempts {
                 _ = error
                 try await Task.sleep(for: .milliseconds(20))
             }

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import PushCore
 import _CryptoExtras
 import FCMCore
 import FCMHTTP
@@ -11,7 +12,7 @@ import Prometheus
 import Testing
 
 /// ``FCMHTTPClient`` against the mock FCM over real TLS and HTTP/2: answers as FCM gives them,
-/// classified as DESIGN section 6b says, and the OAuth token's life.
+/// classified as docs/design.md ("Talking to FCM") says, and the OAuth token's life.
 @Suite("FCM sender against the mock FCM", .timeLimit(.minutes(3)))
 struct SenderAgainstMockTests {
     @Test func deliversWithOneTokenSharedByEveryRequest() async throws {
@@ -170,7 +171,7 @@ struct SenderAgainstMockTests {
             await #expect {
                 _ = try await harness.send(try FCMHarness.request("slow"), timeout: .milliseconds(300))
             } throws: { error in
-                (error as? FCMTransportError)?.isDeadlineExceeded == true
+                (error as? TransportError)?.isDeadlineExceeded == true
             }
             #expect(started.duration(to: .now) < .seconds(1))
         }
@@ -262,7 +263,7 @@ struct SenderAgainstMockTests {
             await #expect {
                 _ = try await harness.send(try FCMHarness.request("device"))
             } throws: { error in
-                (error as? FCMTransportError)?.isAccessTokenUnavailable == true
+                (error as? TransportError)?.isAccessTokenUnavailable == true
             }
             #expect(!harness.client.isReady)
             #expect(harness.server.refusedAssertionCount >= 1)

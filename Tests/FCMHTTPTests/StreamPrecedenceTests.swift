@@ -1,4 +1,4 @@
-import APNSCore
+import PushCore
 import FCMCore
 import FCMHTTP
 import MockFCM

@@ -1,4 +1,5 @@
 import FCMCore
+import PushCore
 import FCMHTTP
 import Foundation
 import MockFCM
@@ -33,7 +34,7 @@ struct TransportAgainstMockTests {
             await #expect {
                 _ = try await harness.send(try FCMHarness.request("slow"), timeout: .milliseconds(200))
             } throws: { error in
-                (error as? FCMTransportError)?.isDeadlineExceeded == true
+                (error as? TransportError)?.isDeadlineExceeded == true
             }
             #expect(started.duration(to: .now) < .milliseconds(600))
             try await Task.sleep(for: .milliseconds(900))
@@ -75,7 +76,7 @@ struct TransportAgainstMockTests {
             await #expect {
                 _ = try await harness.send(try FCMHarness.request("device"))
             } throws: { error in
-                (error as? FCMTransportError)?.isConnectionFailure == true
+                (error as? TransportError)?.isConnectionFailure == true
             }
             #expect(started.duration(to: .now) < .seconds(5))
         }
@@ -101,7 +102,7 @@ struct TransportAgainstMockTests {
             await #expect {
                 _ = try await client.send(try FCMHarness.request("after"), deadline: .now + .seconds(10))
             } throws: { error in
-                (error as? FCMTransportError)?.isShuttingDown == true
+                (error as? TransportError)?.isShuttingDown == true
             }
         }
     }

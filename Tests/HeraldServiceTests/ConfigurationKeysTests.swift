@@ -20,9 +20,9 @@ import Testing
         )
     }
 
-    /// The README's configuration table lists exactly the keys Herald reads.
-    @Test func theREADMEsTableListsEveryKeyAndNoOther() async throws {
-        let documented = Set(try Self.readmeRows().flatMap(\.keys))
+    /// The configuration reference's table (docs/configuration.md) lists exactly the keys Herald reads.
+    @Test func theConfigurationReferenceListsEveryKeyAndNoOther() async throws {
+        let documented = Set(try Self.configurationRows().flatMap(\.keys))
         #expect(
             documented == HeraldConfiguration.keys,
             "missing: \(HeraldConfiguration.keys.subtracting(documented).sorted()), extra: \(documented.subtracting(HeraldConfiguration.keys).sorted())")
@@ -33,8 +33,8 @@ import Testing
     /// credential (the hosts, the CA and the connections are read only with one), and
     /// swift-configuration's access reporter records each key looked up. A key read but not
     /// declared fails here even without a default, and `herald config check` lists (set or
-    /// default) only declared keys. With ``theREADMEsTableListsEveryKeyAndNoOther()``, the
-    /// declarations, the reads and the README's table agree.
+    /// default) only declared keys. With ``theConfigurationReferenceListsEveryKeyAndNoOther()``,
+    /// the declarations, the reads and the configuration reference's table agree.
     @Test func everyKeyReadIsDeclaredAndEveryDeclaredKeyIsRead() async throws {
         let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey-\(UUID().uuidString).p8").path
         try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
@@ -60,10 +60,10 @@ import Testing
         #expect(keysListed.count >= 30, "config check listed \(keysListed.sorted())")
     }
 
-    /// The README's default for a key is the one Herald applies when the key is unset, for
-    /// every key read with a default (with and without an APNs credential).
-    @Test func theREADMEsDefaultsAreTheOnesHeraldApplies() async throws {
-        let rows = try Self.readmeRows()
+    /// The configuration reference's default for a key is the one Herald applies when the key is
+    /// unset, for every key read with a default (with and without an APNs credential).
+    @Test func theConfigurationReferenceDefaultsAreTheOnesHeraldApplies() async throws {
+        let rows = try Self.configurationRows()
         let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey-\(UUID().uuidString).p8").path
         try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
@@ -75,21 +75,22 @@ import Testing
         #expect(applied.count >= 25, "the defaults checked: \(applied.keys.sorted())")
         for (key, value) in applied.sorted(by: { $0.key < $1.key }) {
             guard let row = rows.first(where: { $0.keys.contains(key) }) else {
-                Issue.record("\(key) has no row in the README's table")
+                Issue.record("\(key) has no row in docs/configuration.md's table")
                 continue
             }
-            #expect(row.defaults.contains(value), "\(key): the README says \(row.defaults), Herald applies \(value)")
+            #expect(row.defaults.contains(value), "\(key): docs/configuration.md says \(row.defaults), Herald applies \(value)")
         }
     }
 
-    /// The rows of the README's configuration table: the keys each names, and its default
-    /// column with the thousands separators of its numbers left out.
-    static func readmeRows() throws -> [(keys: [String], defaults: String)] {
-        let readme = try String(
-            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md"),
+    /// The rows of the configuration reference's table (docs/configuration.md, its section
+    /// "## Configuration"): the keys each names, and its default column with the thousands
+    /// separators of its numbers left out.
+    static func configurationRows() throws -> [(keys: [String], defaults: String)] {
+        let reference = try String(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/configuration.md"),
             encoding: .utf8
         )
-        let section = try #require(readme.components(separatedBy: "## Configuration").dropFirst().first?.components(separatedBy: "\n## ").first)
+        let section = try #require(reference.components(separatedBy: "## Configuration").dropFirst().first?.components(separatedBy: "\n## ").first)
         return section.split(separator: "\n").filter { $0.hasPrefix("| HERALD_") }.map { row in
             let columns = row.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
             var keys: [String] = []

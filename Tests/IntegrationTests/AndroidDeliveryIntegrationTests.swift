@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import PushStores
 import Foundation
 import HeraldService
@@ -6,7 +7,7 @@ import KafkaMessages
 import KafkaTransport
 import MockAPNS
 import MockFCM
-import PostgresTokenStore
+import PostgresStores
 import PushPipeline
 import Testing
 

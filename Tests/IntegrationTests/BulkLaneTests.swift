@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import Foundation
 import KafkaMessages
 import KafkaTransport

@@ -1,7 +1,7 @@
 import HeraldService
 import Logging
 import PostgresNIO
-import PostgresTokenStore
+import PostgresStores
 import PushStores
 import Testing
 

@@ -1,4 +1,4 @@
-import PostgresTokenStore
+import PostgresStores
 import KafkaMessages
 import Crypto
 import PushStores

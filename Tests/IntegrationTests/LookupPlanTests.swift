@@ -1,6 +1,7 @@
 import APNSCore
+import PushCore
 import PushStores
-@testable import PostgresTokenStore
+@testable import PostgresStores
 import HeraldService
 import Logging
 import PostgresNIO

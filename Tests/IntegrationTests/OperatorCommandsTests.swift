@@ -1,4 +1,4 @@
-import PostgresTokenStore
+import PostgresStores
 import PushStores
 import Foundation
 import HeraldService

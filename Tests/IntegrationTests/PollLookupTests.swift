@@ -1,5 +1,6 @@
 import APNSCore
-import PostgresTokenStore
+import PushCore
+import PostgresStores
 import PushStores
 import Foundation
 import Testing

@@ -1,5 +1,5 @@
 import APNSCore
-import PostgresTokenStore
+import PostgresStores
 import PushStores
 import Foundation
 import HeraldService

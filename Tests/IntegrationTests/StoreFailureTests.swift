@@ -1,9 +1,10 @@
 import APNSCore
+import PushCore
 import PushStores
 import Foundation
 import MockAPNS
 import PostgresNIO
-import PostgresTokenStore
+import PostgresStores
 import Testing
 
 /// A statement PostgreSQL refuses for good (here: the ledger table is gone, as after a botched

@@ -1,4 +1,5 @@
 import KafkaMessages
+import PushCore
 import APNSCore
 import PushStores
 import Foundation

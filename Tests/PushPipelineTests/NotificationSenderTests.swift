@@ -1,4 +1,5 @@
 import PushStores
+import PushCore
 import APNSCore
 import PushPipeline
 import PushPipelineTesting
@@ -103,7 +104,7 @@ struct NotificationSenderTests {
     }
 
     @Test func aFailureWithoutAnAPNsAnswerNamesTheTransportCause() async throws {
-        let causes: [(APNSTransportError, String)] = [
+        let causes: [(TransportError, String)] = [
             (.connectionFailed("refused"), "ConnectionFailed"),
             (.tlsHandshakeFailed("unknown CA"), "TLSHandshakeFailed"),
             (.deadlineExceeded(), "Timeout"),

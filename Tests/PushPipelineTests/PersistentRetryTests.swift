@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import Logging
 import Synchronization
 import Testing

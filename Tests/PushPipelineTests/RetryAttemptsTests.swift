@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import Testing
 
 @testable import PushPipeline

@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import FCMCore
 import PushStores
 import Dispatch
@@ -276,7 +277,7 @@ final class SimulatedAPNs: APNSClientProtocol {
         case 78..<86: return APNSResponse(status: 503, apnsID: request.apnsID, reason: .serviceUnavailable)
         // A final refusal; not 410, which would change the registry the expectations are built from.
         case 86..<91: return APNSResponse(status: 400, apnsID: request.apnsID, reason: .badDeviceToken)
-        default: throw APNSTransportError.deadlineExceeded("simulated time-out")
+        default: throw TransportError.deadlineExceeded("simulated time-out")
         }
     }
 
@@ -311,7 +312,7 @@ final class SimulatedFCM: FCMClientProtocol {
             var refused = error(400, "INVALID_ARGUMENT", .invalidArgument)
             refused.error?.fieldViolations = [.init(field: "message.data[0].value", description: "bad")]
             return refused
-        default: throw FCMTransportError.deadlineExceeded("simulated time-out")
+        default: throw TransportError.deadlineExceeded("simulated time-out")
         }
     }
 

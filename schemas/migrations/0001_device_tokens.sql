@@ -1,4 +1,4 @@
--- Migration 1: the device-token registry (DESIGN.md section 3). App APIs may write this table
+-- Migration 1: the device-token registry (docs/design.md, "Database"). App APIs may write this table
 -- directly; Herald applies push.tokens updates and APNs' 410 answers to it with the ordering rule.
 
 CREATE TABLE IF NOT EXISTS push.device_tokens (

@@ -2,7 +2,7 @@ package import APNSHTTP2
 import ConfigReading
 import Configuration
 package import FCMHTTP
-package import PostgresTokenStore
+package import PostgresStores
 import Foundation
 package import KafkaTransport
 package import Logging

@@ -127,21 +127,21 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     ///     - Its sessions plan generically (`plan_cache_mode = force_generic_plan`) and never
     ///       choose a sequential scan where an index serves (`enable_seqscan = off`). Statistics
     ///       gathered while a table was nearly empty, then a bulk load of tokens before the next
-    ///       auto-analyze, made even the generic token lookup a sequential scan: 692 ms for 400
-    ///       users among 100,000 tokens, 1.8 ms with `enable_seqscan = off` (psql, EXPLAIN
-    ///       ANALYZE; BENCHMARKS.md). So the pipeline's statements run prepared, each planned
-    ///       once per connection: a plan made while a table was nearly empty still probes its
-    ///       index, and the ledger's statements are not planned over every day partition at each
-    ///       execution (the lookup: 1.9 ms planning and 0.35 ms executing unnamed, 0.03 and
-    ///       0.06 ms prepared; EXPLAIN ANALYZE, BENCHMARKS.md).
+    ///       auto-analyze, made even the generic token lookup a sequential scan, far slower than
+    ///       with `enable_seqscan = off` (psql, EXPLAIN ANALYZE; BENCHMARKS.md, "What each change
+    ///       bought"). So the pipeline's statements run prepared, each planned once per
+    ///       connection: a plan made while a table was nearly empty still probes its index, and
+    ///       the ledger's statements are not planned over every day partition at each execution
+    ///       (unnamed, planning the ledger lookup cost more than executing it; EXPLAIN ANALYZE,
+    ///       BENCHMARKS.md, "What each change bought").
     ///     - Up to 4 connections (a poll batch's lookup and its ledger write, another batch's
     ///       lookup, a token update) stay open, with no idle time-out, and no connection runs
     ///       postgres-nio's keep-alive query. The pool starts both timers, each a task and a
     ///       dispatch timer, whenever a connection goes back idle, and cancels them at its next
-    ///       lease: at every statement. Without them a poll batch at a steady 1,000 notifications/s
-    ///       costs 1,337 µs of CPU instead of 1,528, 41 context switches instead of 48 and 23
-    ///       system calls instead of 30 (BENCHMARKS.md). A connection that died while idle is
-    ///       found by the store's `IdleConnectionCheck` (PostgresTokenStore) before a statement waits on it.
+    ///       lease: at every statement. Without them a poll batch at a steady load costs less CPU,
+    ///       fewer context switches and fewer system calls (BENCHMARKS.md, "What each change
+    ///       bought"). A connection that died while idle is found by the store's
+    ///       `IdleConnectionCheck` (PostgresStores) before a statement waits on it.
     package func clientConfiguration(maximumConnections: Int = PostgresURL.defaultPoolSize, pipeline: Bool = false) -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host,

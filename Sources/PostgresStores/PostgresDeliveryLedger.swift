@@ -1,0 +1,415 @@
+import APNSCore
+import Crypto
+package import PushStores
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+
+extension PostgresStore: DeliveryLedger {
+    /// One statement for the partitioned ledger (``RecordedDeliveriesStatement``); while
+    /// `push.deliveries` (before migration 5) exists, it is read too.
+    package func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]] {
+        guard !events.isEmpty else { return [:] }
+        var deliveries: [LedgerEvent: [LedgerTarget: RecordedDelivery]] = [:]
+        let lookup = RecordedDeliveriesStatement(events: events)
+        for delivery in try await rows(of: lookup) {
+            // A row of a day the batch spans but this event's record is not from is another record's.
+            if let delivery { deliveries[delivery.event, default: [:]][delivery.target] = delivery }
+        }
+        try await addUnpartitionedDeliveries(of: events, to: &deliveries)
+        return deliveries
+    }
+
+    /// Adds what the ledger table before migration 5 holds for `events`, where `deliveries` has
+    /// no outcome for the (event, target); no round trip once that table is gone.
+    func addUnpartitionedDeliveries(of events: [LedgerEvent], to deliveries: inout [LedgerEvent: [LedgerTarget: RecordedDelivery]]) async throws {
+        for delivery in try await unpartitionedLedger.recordedDeliveries(of: events, client: client, logger: logger) {
+            deliveries[delivery.event, default: [:]][delivery.target] = deliveries[delivery.event]?[delivery.target] ?? delivery
+        }
+    }
+
+    /// One statement records the whole batch, so without registry marks it is one round trip and
+    /// no transaction: the batch sits between APNs' answers and their results' publication, and
+    /// its latency is the window in which a crash repeats a push. With marks, the marks and the
+    /// statement share one transaction.
+    package func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        // One row per (event, target): the first outcome given for it stands for every copy.
+        var rows: [RecordedDelivery] = []
+        var rowOfKey: [DeliveryKey: Int] = [:]
+        let rowOfEntry = batch.map { entry in
+            if let row = rowOfKey[DeliveryKey(entry.delivery)] { return row }
+            var row = entry.delivery
+            // Kept only when a mark of this (event, target) changes the registry row (below).
+            row.unregisteredAtMilliseconds = nil
+            rows.append(row)
+            rowOfKey[DeliveryKey(row)] = rows.count - 1
+            return rows.count - 1
+        }
+        guard !rows.isEmpty else { return [] }
+        guard batch.contains(where: { $0.mark != nil }) else {
+            let standing = try Self.standing(rows, await self.rows(of: RecordDeliveriesStatement(rows)))
+            return rowOfEntry.map { standing[$0] }
+        }
+        let logger = self.logger
+        let standing = try await withTransaction { connection in
+            // Tokens are locked in one order, so two instances marking the same tokens cannot deadlock.
+            let marks = batch.indices.compactMap { index in batch[index].mark.map { (index, $0) } }
+                .sorted { ($0.1.topic, $0.1.token) < ($1.1.topic, $1.1.token) }
+            for (index, mark) in marks {
+                let marked = try await Self.markUnregistered(
+                    topic: mark.topic,
+                    token: mark.token,
+                    at: mark.at,
+                    on: connection,
+                    logger: logger
+                )
+                if marked {
+                    rows[rowOfEntry[index]].unregisteredAtMilliseconds = batch[index].delivery.unregisteredAtMilliseconds
+                }
+            }
+            return try Self.standing(rows, await connection.rows(of: RecordDeliveriesStatement(rows), logger: logger))
+        }
+        return rowOfEntry.map { standing[$0] }
+    }
+
+    /// The outcome that stands for each of `rows`, in order, from what ``RecordDeliveriesStatement``
+    /// returned for them.
+    ///
+    /// An outcome another transaction commits while the statement runs is neither inserted nor
+    /// seen by it: that throws, and the caller's retry finds the outcome. (Two targets of a batch
+    /// never share a key: ``LedgerRow/storedToken(_:)``.)
+    private static func standing(
+        _ rows: [RecordedDelivery],
+        _ returned: [RecordDeliveriesStatement.Row]
+    ) throws -> [RecordedDelivery] {
+        var inserted = Set<DeliveryKey>()
+        var recordedBefore: [DeliveryKey: RecordedDelivery] = [:]
+        for (key, earlier) in returned {
+            if let earlier {
+                recordedBefore[key] = earlier
+            } else {
+                inserted.insert(key)
+            }
+        }
+        return try rows.map { row in
+            if let earlier = recordedBefore[DeliveryKey(row)] { return earlier }
+            guard inserted.contains(DeliveryKey(row)) else {
+                throw PostgresLedgerError(detail: "no outcome for \(row.event.eventID) after recording it")
+            }
+            return row
+        }
+    }
+}
+
+/// How a row of `push.delivery_ledger` is written and read; the SQL of both statements shares it.
+enum LedgerRow {
+    /// The `status` codes, in order from 1 (migration 5).
+    static let statusCodes = "ARRAY['delivered', 'unregistered', 'rejected', 'failed', 'expired']"
+
+    /// The row's columns as the statements read them: event key, day, token as text, user,
+    /// status text, the outcome's fields, then the target's kind (``kindCode(_:)``).
+    static let selectedColumns = columns(tokenText: tokenText("l"), kindCode: kindCode("l"))
+
+    /// ``selectedColumns`` of the row `l`, with the token text and kind code given.
+    static func columns(tokenText: String, kindCode: String) -> String {
+        """
+        l.event_key, l.day, \(tokenText),
+        l.user_id, (\(statusCodes))[l.status], l.sandbox, l.apns_status, l.reason, l.attempts, l.latency_ms,
+        l.completed_at, l.apns_unique_id, l.unregistered_at, l.message, \(kindCode)
+        """
+    }
+
+    typealias Columns = (
+        UUID, Int32, String, String, String?, Bool, Int16?, String?, Int16, Int32, Int64, String?, Int64?, String?, Int16
+    )
+
+    /// The text of the token of `row` (an alias): after its tag byte (migration 7), its bytes in
+    /// hex when `device`, else its UTF-8; a row written before keeps no tag.
+    static func tokenText(_ row: String) -> String {
+        """
+        CASE WHEN \(row).device THEN encode(CASE WHEN \(row).target IS NULL THEN \(row).token ELSE substr(\(row).token, 2) END, 'hex') \
+        ELSE convert_from(CASE WHEN \(row).target IS NULL THEN \(row).token ELSE substr(\(row).token, 2) END, 'UTF8') END
+        """
+    }
+
+    /// The kind code (``kind(code:)``) of the target of `row` (an alias): from its tag, or for a
+    /// row written before migration 7, from `fcm` and `device`.
+    static func kindCode(_ row: String) -> String {
+        "coalesce(\(row).target / 2, CASE WHEN \(row).fcm THEN 2 WHEN \(row).device THEN 1 ELSE 3 END)::smallint"
+    }
+
+    /// The code of a target's kind in the ledger's `target` tag (twice it, plus one when the
+    /// token is kept as hex-decoded bytes).
+    static func code(of kind: LedgerTarget.Kind) -> Int16 {
+        switch kind {
+        case .apnsDevice: 1
+        case .fcmDevice: 2
+        case .other: 3
+        }
+    }
+
+    /// The kind a code of ``code(of:)`` stands for.
+    static func kind(code: Int16) throws -> LedgerTarget.Kind {
+        switch code {
+        case 1: .apnsDevice
+        case 2: .fcmDevice
+        case 3: .other
+        default: throw PostgresLedgerError(detail: "unknown target kind \(code)")
+        }
+    }
+
+    /// How `target` is kept: its tag, and whether its token is kept as the bytes its hex spells
+    /// (an APNs token, which is lowercase hex; one written into the registry otherwise is kept as
+    /// UTF-8, and its tag says so). The tag is also the token's first byte, so two rows share a
+    /// key only for the same kind, encoding and text.
+    static func storedToken(_ target: LedgerTarget) -> (tag: Int16, device: Bool) {
+        let device = target.kind == .apnsDevice && isLowercaseHex(target.token)
+        return (code(of: target.kind) * 2 + (device ? 1 : 0), device)
+    }
+
+    /// The key of an event's rows: the MD5 of "<bundle ID>/<event ID>" (a bundle ID has no `/`)
+    /// as a UUID, PostgreSQL's `md5('com.example.shop/order-42')::uuid`, so an operator can look
+    /// an event up by hand.
+    static func eventKey(_ event: LedgerEvent) -> UUID {
+        let digest = Array(Insecure.MD5.hash(data: Array("\(event.topic)/\(event.eventID)".utf8)))
+        return UUID(
+            uuid: (
+                digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7],
+                digest[8], digest[9], digest[10], digest[11], digest[12], digest[13], digest[14], digest[15]
+            )
+        )
+    }
+
+    /// Whether `token` is lowercase hex of even length, as an APNs device token is.
+    private static func isLowercaseHex(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.count.isMultiple(of: 2)
+            && token.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
+    /// The delivery a row read as ``selectedColumns`` holds, for `event`.
+    static func delivery(_ columns: Columns, of event: LedgerEvent) throws -> RecordedDelivery {
+        // An FCM row keeps FCM's status and message name in the provider's columns (migration 6).
+        let (_, _, token, userID, status, sandbox, providerStatus, reason, attempts, latency, completedAt, providerID, unregisteredAt, message, kindCode) =
+            columns
+        let eventID = event.eventID
+        let kind = try kind(code: kindCode)
+        let fcm = kind == .fcmDevice
+        let outcome: RecordedDelivery.Outcome
+        if let message {
+            outcome = .message(result: Array(message.utf8), unregisteredEvent: nil)
+        } else {
+            guard let status = status.flatMap(DeliveryStatus.init(rawValue:)) else {
+                throw PostgresLedgerError(detail: "unknown status code for \(eventID)")
+            }
+            outcome = .send(
+                RecordedDelivery.SendOutcome(
+                    status: status,
+                    environment: sandbox ? .sandbox : .production,
+                    apnsStatus: fcm ? nil : providerStatus.map(Int.init),
+                    reason: reason,
+                    attempts: Int(attempts),
+                    latencyMilliseconds: Int64(latency),
+                    completedAtMilliseconds: completedAt,
+                    apnsUniqueID: fcm ? nil : providerID,
+                    unregisteredAtMilliseconds: unregisteredAt,
+                    platform: fcm ? .fcm : .apns,
+                    fcmStatus: fcm ? providerStatus.map(Int.init) : nil,
+                    fcmMessageID: fcm ? providerID : nil
+                )
+            )
+        }
+        return RecordedDelivery(event: event, target: LedgerTarget(kind, token), userID: userID, outcome: outcome)
+    }
+}
+
+/// Every recorded outcome of a batch of events, in one round trip: the batch's days (usually one)
+/// bound `day`, which prunes the lookup to their partitions when it starts, generic plan
+/// included, and the events' keys make it one probe of that partition's primary key per event.
+/// No join: with one, the generic plan compared every found row with every key, several times
+/// slower (`EXPLAIN ANALYZE`; BENCHMARKS.md, "What each change bought").
+struct RecordedDeliveriesStatement: PostgresPreparedStatement {
+    /// Its name on each connection, stated: postgres-nio's default, `String(reflecting:)` of
+    /// the type, was computed at every execution (it showed in perf profiles at a steady load).
+    static let name = "herald_recorded_deliveries"
+    static let sql = "SELECT \(LedgerRow.selectedColumns) FROM push.delivery_ledger AS l WHERE \(condition(firstDay: "$1", eventKeys: "$2", lastDay: "$3"))"
+
+    /// Which rows are the events' outcomes: these parameters' numbers name the batch's first
+    /// day, its events' keys and its last day.
+    static func condition(firstDay: String, eventKeys: String, lastDay: String) -> String {
+        "l.day BETWEEN \(firstDay) AND \(lastDay) AND l.event_key = ANY(\(eventKeys))"
+    }
+    /// The delivery, or nil for a row of a day the batch spans that is not its event's.
+    typealias Row = RecordedDelivery?
+
+    var events: [LedgerRowKey: LedgerEvent]
+    var days: ClosedRange<Int32>
+
+    init(events: [LedgerEvent]) {
+        self.events = Dictionary(events.map { (LedgerRowKey($0), $0) }, uniquingKeysWith: { first, _ in first })
+        let days = events.map(\.day)
+        self.days = (days.min() ?? 0)...(days.max() ?? 0)
+    }
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 3)
+        appendBindings(to: &bindings)
+        return bindings
+    }
+
+    /// The first day, the events' keys and the last day, in the order ``condition(firstDay:eventKeys:lastDay:)`` numbers them.
+    func appendBindings(to bindings: inout PostgresBindings) {
+        bindings.append(days.lowerBound)
+        bindings.append(Array(Set(events.keys.map(\.eventKey))))
+        bindings.append(days.upperBound)
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        try delivery(try row.decode(LedgerRow.Columns.self))
+    }
+
+    /// The delivery a row holds, or nil for a row of a day the batch spans that is not its event's.
+    func delivery(_ columns: LedgerRow.Columns) throws -> RecordedDelivery? {
+        try events[LedgerRowKey(eventKey: columns.0, day: columns.1)].map { try LedgerRow.delivery(columns, of: $0) }
+    }
+}
+
+/// Inserts each outcome unless its (event, target) has one. Returns the key of each inserted row
+/// (with no outcome: the one given stands) and each outcome recorded earlier, in full, under the
+/// key it was given with. The
+/// statement's reads see the ledger as it was before its insert, so earlier outcomes are found
+/// by one probe per row (`LATERAL`, pruned to the row's day).
+///
+/// postgres-nio binds no arrays of optionals, so an absent value travels as a sentinel the
+/// statement turns into NULL: '' for text (none is empty when present), 0 for `apns_status`,
+/// `Int64.min` for `unregistered_at`.
+struct RecordDeliveriesStatement: PostgresPreparedStatement {
+    /// Its name on each connection, stated: postgres-nio's default, `String(reflecting:)` of
+    /// the type, was computed at every execution (it showed in perf profiles at a steady load).
+    static let name = "herald_record_deliveries"
+    static let sql = """
+        WITH batch AS (
+            SELECT b.*, b.target / 2 = 2 AS fcm, decode(lpad(to_hex(b.target::integer), 2, '0'), 'hex')
+                || CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
+            FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
+                        $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],
+                        $14::bigint[], $15::text[], $16::smallint[])
+                AS b(event_key, day, token_text, device, user_id, status, sandbox, apns_status, reason, attempts,
+                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, target)
+        ), inserted AS (
+            INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, apns_status,
+                reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm, target)
+            SELECT event_key, day, token, device, user_id,
+                coalesce(array_position(\(LedgerRow.statusCodes), status), 0), sandbox,
+                NULLIF(apns_status, 0), NULLIF(reason, ''), attempts, latency_ms, completed_at,
+                NULLIF(apns_unique_id, ''), NULLIF(unregistered_at, -9223372036854775808), NULLIF(message, ''), fcm, target
+            FROM batch
+            ON CONFLICT (event_key, token, day) DO NOTHING
+            RETURNING event_key, day, token, device, fcm, target
+        )
+        SELECT false, i.event_key, i.day, \(LedgerRow.tokenText("i")),
+            '', NULL, false, NULL::smallint, NULL, 0::smallint, 0, 0::bigint, NULL, NULL::bigint, NULL, \(LedgerRow.kindCode("i"))
+        FROM inserted AS i
+        UNION ALL
+        SELECT true, \(LedgerRow.columns(tokenText: "b.token_text", kindCode: "(b.target / 2)::smallint"))
+        FROM batch AS b CROSS JOIN LATERAL (
+            SELECT * FROM push.delivery_ledger AS l
+            WHERE l.event_key = b.event_key AND l.token = b.token AND l.day = b.day
+        ) AS l
+        """
+    /// The row's key, and the outcome recorded earlier (nil for a row this statement inserted).
+    typealias Row = (DeliveryKey, RecordedDelivery?)
+
+    var deliveries: [RecordedDelivery]
+    var events: [LedgerRowKey: LedgerEvent]
+
+    init(_ deliveries: [RecordedDelivery]) {
+        self.deliveries = deliveries
+        events = Dictionary(deliveries.map { (LedgerRowKey($0.event), $0.event) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    func makeBindings() throws -> PostgresBindings {
+        let outcomes = deliveries.map(\.sendOutcome)
+        var bindings = PostgresBindings(capacity: 16)
+        bindings.append(deliveries.map { LedgerRow.eventKey($0.event) })
+        bindings.append(deliveries.map(\.event.day))
+        let stored = deliveries.map { LedgerRow.storedToken($0.target) }
+        bindings.append(deliveries.map(\.token))
+        bindings.append(stored.map(\.device))
+        bindings.append(deliveries.map(\.userID))
+        bindings.append(outcomes.map { $0?.status.rawValue ?? "" })
+        bindings.append(outcomes.map { $0?.environment == .sandbox })
+        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? $0?.fcmStatus ?? 0) })
+        bindings.append(outcomes.map { $0?.reason ?? "" })
+        bindings.append(outcomes.map { Int16(clamping: $0?.attempts ?? 0) })
+        bindings.append(outcomes.map { Int32(clamping: $0?.latencyMilliseconds ?? 0) })
+        bindings.append(outcomes.map { $0?.completedAtMilliseconds ?? 0 })
+        bindings.append(outcomes.map { $0?.apnsUniqueID ?? $0?.fcmMessageID ?? "" })
+        bindings.append(outcomes.map { $0?.unregisteredAtMilliseconds ?? .min })
+        bindings.append(
+            deliveries.map {
+                if case .message(let result, _) = $0.outcome { String(decoding: result, as: UTF8.self) } else { "" }
+            }
+        )
+        bindings.append(stored.map(\.tag))
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        let random = row.makeRandomAccess()
+        let recordedEarlier = try random[0].decode(Bool.self)
+        let eventKey = try random[1].decode(UUID.self)
+        let day = try random[2].decode(Int32.self)
+        let token = try random[3].decode(String.self)
+        guard let event = events[LedgerRowKey(eventKey: eventKey, day: day)] else {
+            throw PostgresLedgerError(detail: "a row of an event not recorded here")
+        }
+        let kindCode = try random[15].decode(Int16.self)
+        let key = DeliveryKey(event: event, target: LedgerTarget(try LedgerRow.kind(code: kindCode), token))
+        guard recordedEarlier else { return (key, nil) }
+        let columns: LedgerRow.Columns = (
+            eventKey, day, token, try random[4].decode(String.self), try random[5].decode(String?.self), try random[6].decode(Bool.self),
+            try random[7].decode(Int16?.self), try random[8].decode(String?.self), try random[9].decode(Int16.self),
+            try random[10].decode(Int32.self), try random[11].decode(Int64.self), try random[12].decode(String?.self),
+            try random[13].decode(Int64?.self), try random[14].decode(String?.self), kindCode
+        )
+        return (key, try LedgerRow.delivery(columns, of: event))
+    }
+}
+
+/// A delivery-ledger row's primary key: its event and target.
+struct DeliveryKey: Hashable, Sendable {
+    var event: LedgerEvent
+    var target: LedgerTarget
+
+    init(event: LedgerEvent, target: LedgerTarget) {
+        self.event = event
+        self.target = target
+    }
+
+    init(_ delivery: RecordedDelivery) {
+        self.init(event: delivery.event, target: delivery.target)
+    }
+}
+
+/// The part of a row's primary key that names its event: `event_key` and `day`.
+struct LedgerRowKey: Hashable, Sendable {
+    var eventKey: UUID
+    var day: Int32
+
+    init(eventKey: UUID, day: Int32) {
+        self.eventKey = eventKey
+        self.day = day
+    }
+
+    init(_ event: LedgerEvent) {
+        self.init(eventKey: LedgerRow.eventKey(event), day: event.day)
+    }
+}
+
+/// The ledger statement did not return an outcome it was given (one that another transaction
+/// committed while it ran); a retry finds it.
+struct PostgresLedgerError: Error, CustomStringConvertible {
+    var detail: String
+    var description: String { "delivery ledger: \(detail)" }
+}

@@ -1,0 +1,160 @@
+import JSONCore
+public import PushCore
+public import APNSCore
+public import FCMCore
+
+/// A validated push.requests event.
+public struct NotificationEvent: Sendable, Hashable {
+    /// The idempotency key, 1..128 bytes.
+    public var id: String
+    /// Distinct user IDs in first-seen order; empty for an event to a broadcast channel.
+    public var userIDs: [String]
+    /// The Live Activity broadcast channel (base64, as APNs issued it) the event goes to instead
+    /// of users: one request to the broadcast endpoint, one result.
+    public var channelID: String?
+    /// The app's bundle ID; for an event with no APNs part (no `payload`), its Android package.
+    /// Its outcomes are kept in the ledger under it.
+    public var topic: String
+    public var pushType: APNSPushType
+    public var priority: APNSPriority
+    /// UNIX seconds; 0 means "try once, do not store"; nil sends no header.
+    public var expiration: Int64?
+    public var collapseID: String?
+    /// When set, only tokens of this environment.
+    public var environment: APNSEnvironment?
+    /// The APNs payload as Herald sends it (compact JSON); nil for an event to Android devices only.
+    public var payload: [UInt8]?
+    /// The Android part: the package and the FCM message for its devices; nil for APNs only.
+    public var fcm: FCMEventPart?
+
+    /// The bundle ID whose APNs devices the event goes to; nil when it has no APNs part.
+    public var apnsTopic: String? { payload == nil ? nil : topic }
+
+    /// Validates a push.requests value against the contract; `nowMilliseconds` dates the size
+    /// check of an FCM message's `ttl` (the time left until `expiration`).
+    public init(json value: [UInt8]?, nowMilliseconds: Int64 = WallClock.millisecondsSince1970()) throws(InputRejection) {
+        let fields = FieldReader(object: try JSONObjectDecoder.decode(value))
+        let object = fields.object
+        id = try fields.string("id", bytes: 1...128, required: true)!
+
+        channelID = try fields.string("channel_id", bytes: 1...256, required: false, headerValue: true)
+        let users = object["user_ids"].flatMap { $0 == .null ? nil : $0 }
+        if let channelID {
+            guard users == nil else {
+                throw InputRejection(.schemaViolation, "an event names user_ids or channel_id, not both")
+            }
+            guard Base64Text.isValid(channelID) else {
+                throw InputRejection(.schemaViolation, "channel_id must be base64, as APNs issued it")
+            }
+            userIDs = []
+        } else {
+            userIDs = try Self.userIDs(users)
+        }
+
+        let hasFCMPart = object["fcm"].map { $0 != .null } ?? false
+        let hasAPNsPart = object["payload"].map { $0 != .null } ?? false
+        guard hasAPNsPart || hasFCMPart else {
+            throw InputRejection(.schemaViolation, "an event needs payload (its APNs devices), fcm (its Android devices) or both")
+        }
+        if channelID != nil, hasFCMPart {
+            throw InputRejection(.schemaViolation, "an event to a channel has no fcm part")
+        }
+        let bundleID = try fields.string("topic", bytes: 1...255, required: hasAPNsPart, headerValue: true)
+
+        let pushTypeText = try fields.string("push_type", bytes: 1...32, required: false)
+        if let pushTypeText {
+            guard let pushType = APNSPushType(rawValue: pushTypeText) else {
+                throw InputRejection(.schemaViolation, "push_type \(pushTypeText) is not one of the supported types")
+            }
+            self.pushType = pushType
+        } else {
+            pushType = channelID == nil ? .alert : .liveactivity
+        }
+        if channelID != nil, pushType != .liveactivity {
+            throw InputRejection(.schemaViolation, "an event to a channel must have push_type liveactivity")
+        }
+
+        // FCM's priority when the event names none and its push type's is 10: FCMEventPart's
+        // default (`normal` for a data-only message).
+        var fcmPriority: Int?
+        if let priorityValue = try fields.integer("priority") {
+            guard let priority = APNSPriority(rawValue: Int(priorityValue)) else {
+                throw InputRejection(.schemaViolation, "priority must be 1, 5 or 10")
+            }
+            self.priority = priority
+            fcmPriority = priority.rawValue
+        } else {
+            priority = pushType.defaultPriority
+            fcmPriority = priority.rawValue == 10 ? nil : priority.rawValue
+        }
+
+        expiration = try fields.integer("expiration") ?? (channelID == nil ? nil : 0)
+        if let expiration, expiration < 0 {
+            throw InputRejection(.schemaViolation, "expiration must be >= 0")
+        }
+        collapseID = try fields.string("collapse_id", bytes: 1...64, required: false, headerValue: true)
+
+        environment = try fields.environment() ?? (channelID == nil ? nil : .production)
+
+        if hasFCMPart, let fcmObject = object["fcm"] {
+            do throws(FCMInputRejection) {
+                fcm = try FCMEventPart(
+                    json: fcmObject,
+                    priority: fcmPriority,
+                    expiration: expiration,
+                    collapseID: collapseID,
+                    nowMilliseconds: nowMilliseconds
+                )
+            } catch {
+                throw InputRejection(error)
+            }
+        } else {
+            fcm = nil
+        }
+        guard let topic = bundleID ?? fcm?.package else {
+            throw InputRejection(.schemaViolation, "topic is required")
+        }
+        self.topic = topic
+        guard hasAPNsPart else {
+            payload = nil
+            return
+        }
+        guard let payload = object["payload"], case .object = payload else {
+            throw InputRejection(.schemaViolation, "payload must be a JSON object")
+        }
+        guard case .object? = payload["aps"] else {
+            throw InputRejection(.schemaViolation, "payload.aps must be a JSON object")
+        }
+        // The payload is the app's: forwarded as given, `\u0000` escapes included.
+        let bytes = payload.serialized()
+        let limit = channelID == nil ? pushType.maximumPayloadSize : Self.broadcastPayloadLimit
+        guard bytes.count <= limit else {
+            let kind = channelID == nil ? pushType.rawValue : "a broadcast"
+            throw InputRejection(.payloadTooLarge, "payload is \(bytes.count) bytes; the limit for \(kind) is \(limit)")
+        }
+        self.payload = bytes
+    }
+
+    /// Apple's limit for a broadcast's payload.
+    static let broadcastPayloadLimit = 5120
+
+    /// `user_ids`: 1..1000 strings of 1..256 bytes, repeats counted once.
+    private static func userIDs(_ value: JSONValue?) throws(InputRejection) -> [String] {
+        guard case .array(let users)? = value else {
+            throw InputRejection(.schemaViolation, "user_ids must be an array of strings")
+        }
+        guard (1...1000).contains(users.count) else {
+            throw InputRejection(.schemaViolation, "user_ids must hold 1..1000 entries")
+        }
+        var seen = Set<String>()
+        var userIDs: [String] = []
+        for user in users {
+            guard case .string(let userID) = user else {
+                throw InputRejection(.schemaViolation, "user_ids must be an array of strings")
+            }
+            try FieldReader.check(userID, name: "user_ids[]", bytes: 1...256)
+            if seen.insert(userID).inserted { userIDs.append(userID) }
+        }
+        return userIDs
+    }
+}

@@ -1,0 +1,272 @@
+import Dispatch
+import PushCore
+import KafkaMessages
+import Synchronization
+
+/// ``StateMachine`` behind one lock, with the waiting done: each call takes one decision in one
+/// lock section and performs what it returns outside it (resuming waiters, signalling a drain).
+/// The pipeline's only owner of what a message goes through in this member: its offsets and
+/// fence, claims, send permits and batch progress.
+final class DeliveryCoordinator: Sendable {
+    typealias Lane = InputLane.Priority
+    typealias Machine = StateMachine<CheckedContinuation<Void, any Error>>
+
+    private let state: Mutex<Machine>
+    /// Identifies each wait for a permit or a claim, so a cancelled wait finds its own.
+    private let waitIDs = Atomic<UInt64>(0)
+    /// Per lane, signalled when the last message of the partitions being drained settles; waited
+    /// on by the lane's poll thread (the rebalance callback may block; it never runs on the
+    /// cooperative pool).
+    private let drained: [Lane: DispatchSemaphore] = [.urgent: DispatchSemaphore(value: 0), .bulk: DispatchSemaphore(value: 0)]
+
+    /// See ``StateMachine/init(permitLimit:bulkShare:recentCapacity:)``.
+    init(permitLimit: Int, bulkShare: Double = 1, recentCapacity: Int = 100_000) {
+        state = Mutex(Machine(permitLimit: permitLimit, bulkShare: bulkShare, recentCapacity: recentCapacity))
+    }
+
+    /// The claim key of (event, token): a 64-bit hash (``DeliveryClaimTable``).
+    static func claimKey(eventID: String, token: String) -> Int {
+        DeliveryClaimTable<Never>.key(eventID: eventID, token: token)
+    }
+
+    /// Reads the state in one lock section.
+    func read<Result: Sendable>(_ body: (Machine) -> Result) -> Result {
+        state.withLock { body($0) }
+    }
+
+    /// Send permits held now.
+    var permitsHeld: Int { read(\.permitsHeld) }
+
+    /// Senders waiting for a permit in `lane` now.
+    func waitingForPermit(_ lane: Lane) -> Int { read { $0.waitingForPermit(lane) } }
+
+    /// Batches with messages still to finish.
+    var openBatches: Int { read(\.openBatches) }
+
+    // MARK: Offsets
+
+    /// Starts a polled message of `lane` (``StateMachine/start(_:lane:)``); nil when its
+    /// partition is not this member's or is being drained: it must not start.
+    func start(_ message: KafkaMessage, lane: Lane, polledAtMilliseconds: Int64) -> StartedMessage? {
+        state.withLock { $0.start(message, lane: lane) }.map {
+            StartedMessage(message, lane: lane, generation: $0, polledAtMilliseconds: polledAtMilliseconds)
+        }
+    }
+
+    /// Whether message `message` of `batch` may no longer start a push attempt here.
+    func isFenced(batch: UInt64, message: Int) -> Bool { read { $0.isFenced(batch: batch, message: message) } }
+
+    /// See ``StateMachine/assign(_:lane:)``.
+    func assign(_ partitions: [KafkaTopicPartition], lane: Lane) {
+        state.withLock { $0.assign(partitions, lane: lane) }
+    }
+
+    /// See ``StateMachine/markCommitted(_:lane:)``.
+    func markCommitted(_ offsets: [KafkaTopicPartition: Int64], lane: Lane) {
+        state.withLock { $0.markCommitted(offsets, lane: lane) }
+    }
+
+    /// Forgets revoked partitions; returns the offsets to commit for them before they go.
+    func revoke(_ partitions: [KafkaTopicPartition], lane: Lane) -> [KafkaTopicPartition: Int64] {
+        let revoked = state.withLock { $0.revoke(partitions, lane: lane) }
+        perform(revoked.actions)
+        return revoked.offsets
+    }
+
+    /// Marks a message without a batch whose results are all published (a token update, a
+    /// channel command, a dead letter); its offset may now be committed.
+    func finish(_ message: StartedMessage) {
+        perform(state.withLock { $0.finish(message.position) })
+    }
+
+    /// Waits until at most `inFlight` messages of `lane` are in flight, or `patience` passed, or
+    /// the task is cancelled; woken by the settlement that makes the room, not by polling.
+    func waitForRoom(_ lane: Lane, inFlightAtMost inFlight: Int, patience: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    try? await withCheckedThrowingContinuation { continuation in
+                        let registered = self.state.withLock { state in
+                            !Task.isCancelled && state.waitForRoom(lane, atMost: inFlight, continuation)
+                        }
+                        if !registered { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.state.withLock { $0.cancelRoomWait(lane) }?.resume()
+                }
+            }
+            group.addTask { try? await Task.sleep(for: patience) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Drains `partitions` of `lane` before they are revoked (``StateMachine/beginDrain(_:lane:)``):
+    /// blocks the calling thread, which must not be one of the cooperative pool's, until their
+    /// in-flight messages are finished or given up, or `timeout` passed; returns how many are left.
+    func drain(_ partitions: [KafkaTopicPartition], lane: Lane, timeout: Duration) -> Int {
+        guard let drained = drained[lane] else { return 0 }
+        // A signal left from an earlier drain that timed out as its last message finished.
+        while drained.wait(timeout: .now()) == .success {}
+        let begun = state.withLock { $0.beginDrain(partitions, lane: lane) }
+        perform(begun.actions)
+        var left = begun.inFlight
+        let deadline = DispatchTime.now() + .nanoseconds(Int(timeout.wholeNanoseconds))
+        // Each partition that empties signals once; the wait ends when all of them have.
+        while left > 0, drained.wait(timeout: deadline) == .success {
+            left = read { $0.inFlightCount(in: partitions, lane: lane) }
+        }
+        return read { $0.inFlightCount(in: partitions, lane: lane) }
+    }
+
+    /// See ``StateMachine/beginStop(_:)``.
+    func beginStop(_ lane: Lane) {
+        perform(state.withLock { $0.beginStop(lane) })
+    }
+
+    // MARK: Batches and claims
+
+    /// Opens a batch of `messages` whose message `i` publishes `results[i]` results
+    /// (``StateMachine/openBatch(_:results:)``) and claims `keys` for sending, in one lock
+    /// section; returns the batch's ID and each key's claim.
+    func openBatch(_ messages: [StartedMessage], results: [Int], claiming keys: [Int]) -> (batch: UInt64, claims: [Machine.Claim]) {
+        let opened = state.withLock { state in
+            let opened = state.openBatch(messages.map(\.position), results: results)
+            return (batch: opened.batch, claims: keys.map { state.claim($0) }, actions: opened.actions)
+        }
+        perform(opened.actions)
+        return (opened.batch, opened.claims)
+    }
+
+    /// See ``StateMachine/claim(_:)``.
+    func claim(_ key: Int) -> Machine.Claim { state.withLock { $0.claim(key) } }
+
+    /// See ``StateMachine/claimSending(_:)``.
+    func claimSending(_ key: Int) -> Machine.Claim { state.withLock { $0.claimSending(key) } }
+
+    /// Returns once every message of `batch` is finished (or at once when they are), or when cancelled.
+    func waitUntilFinished(_ batch: UInt64) async {
+        await withTaskCancellationHandler {
+            try? await withCheckedThrowingContinuation { continuation in
+                let registered = state.withLock { state in
+                    // Checked under the lock: a cancellation handler that already ran found nothing.
+                    !Task.isCancelled && state.waitForBatch(batch, continuation)
+                }
+                if !registered { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.cancelBatchWait(batch) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Returns once the claim on `key` is settled (or at once when it is), or when cancelled.
+    func waitUntilSettled(_ key: Int) async {
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        await withTaskCancellationHandler {
+            try? await withCheckedThrowingContinuation { continuation in
+                if !state.withLock({ $0.waitForClaim(key, id: id, continuation) }) { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.cancelClaimWait(key, id: id) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Waits `duration`, or less once message `message` of `batch` is fenced (its partition
+    /// revoked or being drained: the wait is woken then, not when it ends); throws only when
+    /// cancelled.
+    func wait(_ duration: Duration, unlessFenced batch: UInt64, message: Int) async throws(CancellationError) {
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        let woken: Void? = await withTaskGroup(of: Void?.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    try? await withCheckedThrowingContinuation { continuation in
+                        let registered = self.state.withLock { state in
+                            !Task.isCancelled && state.waitForFence(batch: batch, message: message, id: id, continuation)
+                        }
+                        if !registered { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.state.withLock { $0.cancelFenceWait(id: id) }?.resume(throwing: CancellationError())
+                }
+            }
+            defer { group.cancelAll() }
+            return await group.next() ?? nil
+        }
+        if woken == nil || Task.isCancelled { throw CancellationError() }
+    }
+
+    // MARK: Permits
+
+    /// Takes a send permit, waiting behind the earlier waiters of `lane` (and, for bulk, behind
+    /// every urgent one); throws `CancellationError` if cancelled while waiting. The permit is
+    /// given back by ``published(_:)`` or ``fenced(batch:message:claim:permit:)``.
+    func acquirePermit(_ lane: Lane) async throws {
+        if state.withLock({ $0.tryAcquirePermit(lane) }) { return }
+        let id = waitIDs.add(1, ordering: .relaxed).newValue
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let action = state.withLock { state -> SendPermitQueue<CheckedContinuation<Void, any Error>>.EnqueueAction? in
+                    // Checked under the lock: a cancellation handler that already ran found nothing to remove.
+                    if Task.isCancelled { return nil }
+                    return state.waitForPermit(continuation, id: id, lane: lane)
+                }
+                switch action {
+                case nil: continuation.resume(throwing: CancellationError())
+                case .resume(let waiter): waiter.resume()
+                case .wait: break
+                }
+            }
+        } onCancel: {
+            state.withLock { $0.cancelPermitWait(id: id) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Gives back the permit of a send of `lane` that waits to be retried after a refusal (it
+    /// takes one again with ``acquirePermit(_:)`` before its next attempt).
+    func releasePermit(_ lane: Lane) {
+        resume(state.withLock { $0.releasePermit(lane) })
+    }
+
+    /// Takes at least one send permit (waiting as ``acquirePermit(_:)`` does when none is free)
+    /// and at most `count`: as many as are free once it has the first. Returns how many.
+    func acquirePermits(_ lane: Lane, upTo count: Int) async throws -> Int {
+        let taken = state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
+        if taken > 0 { return taken }
+        try await acquirePermit(lane)
+        return 1 + state.withLock { $0.tryAcquirePermits(lane, upTo: count - 1) }
+    }
+
+    // MARK: Outcomes
+
+    /// The ledger recorded the outcomes of these claims: ends them and wakes their waiters.
+    func recorded(_ keys: [Int]) {
+        guard !keys.isEmpty else { return }
+        resume(state.withLock { $0.recorded(keys) })
+    }
+
+    /// See ``StateMachine/published(_:)``; returns the indexes of the results that were their
+    /// message's last, and whether that message was given up rather than finished.
+    func published(_ results: [Machine.PublishedResult]) -> [(index: Int, givenUp: Bool)] {
+        let actions = state.withLock { $0.published(results) }
+        perform(actions)
+        return actions.finished
+    }
+
+    /// See ``StateMachine/fenced(batch:message:claim:permit:)``; true when the message has
+    /// nothing left outstanding and is given up.
+    func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane?) -> Bool {
+        let outcome = state.withLock { $0.fenced(batch: batch, message: message, claim: claim, permit: permit) }
+        perform(outcome.actions)
+        return outcome.givenUp
+    }
+
+    private func perform(_ actions: Machine.Actions) {
+        resume(actions.resume)
+        for lane in actions.drained { drained[lane]?.signal() }
+    }
+
+    private func resume(_ waiters: [CheckedContinuation<Void, any Error>]) {
+        for waiter in waiters { waiter.resume() }
+    }
+}
