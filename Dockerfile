@@ -16,7 +16,7 @@ FROM swift:6.3-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends librdkafka-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies in their own layer, so source edits do not fetch them again. A Package.resolved
-# in the build context pins them (README "Reproducible images"): resolving then fails instead of
+# in the build context pins them (docs/operations.md, "Reproducible images"): resolving then fails instead of
 # moving to other versions when it no longer matches Package.swift. .dockerignore leaves it out
 # until an operator commits one resolved against the dependencies' public repositories.
 COPY Package.swift Package.resolved* ./

@@ -17,17 +17,17 @@ public struct FCMEventPart: Sendable, Hashable {
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
-    ) throws(FCMInputRejection) {
-        guard case .object = fcm else { throw FCMInputRejection(.schemaViolation, "fcm must be a JSON object") }
+    ) throws(InputRejection) {
+        guard case .object = fcm else { throw InputRejection(.schemaViolation, "fcm must be a JSON object") }
         guard let package = fcm["package"]?.stringValue else {
-            throw FCMInputRejection(.schemaViolation, "fcm.package must be a string")
+            throw InputRejection(.schemaViolation, "fcm.package must be a string")
         }
         guard (1...255).contains(package.utf8.count),
             !package.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value == 0x7F })
         else {
-            throw FCMInputRejection(.schemaViolation, "fcm.package must be 1..255 bytes without spaces or control characters")
+            throw InputRejection(.schemaViolation, "fcm.package must be 1..255 bytes without spaces or control characters")
         }
-        guard let message = fcm["message"] else { throw FCMInputRejection(.schemaViolation, "fcm.message is required") }
+        guard let message = fcm["message"] else { throw InputRejection(.schemaViolation, "fcm.message is required") }
         self.package = package
         self.message = try FCMMessage(
             validating: message,
@@ -45,12 +45,12 @@ public struct FCMEventPart: Sendable, Hashable {
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
-    ) throws(FCMInputRejection) {
+    ) throws(InputRejection) {
         let value: JSONValue
         do {
             value = try JSONValue(parsing: bytes)
         } catch {
-            throw FCMInputRejection(.schemaViolation, "fcm is not JSON: \(error)")
+            throw InputRejection(.schemaViolation, "fcm is not JSON: \(error)")
         }
         try self.init(json: value, priority: priority, expiration: expiration, collapseID: collapseID, nowMilliseconds: nowMilliseconds)
     }
@@ -91,9 +91,9 @@ public struct FCMMessage: Sendable, Hashable {
         expiration: Int64?,
         collapseID: String?,
         nowMilliseconds: Int64
-    ) throws(FCMInputRejection) {
+    ) throws(InputRejection) {
         guard case .object(let members) = message else {
-            throw FCMInputRejection(.schemaViolation, "fcm.message must be a JSON object")
+            throw InputRejection(.schemaViolation, "fcm.message must be a JSON object")
         }
         try FCMMessageValidator.validate(members)
         // The app's own `android` fields, in either spelling FCM reads.
@@ -106,7 +106,7 @@ public struct FCMMessage: Sendable, Hashable {
         self.defaultCollapseKey = android.contains("collapse_key") ? nil : collapseID
         let size = self.messageObject(target: nil, nowMilliseconds: nowMilliseconds).serialized().count
         guard size <= Self.maximumSize else {
-            throw FCMInputRejection(
+            throw InputRejection(
                 .payloadTooLarge,
                 "fcm.message is \(size) bytes as sent; the limit is \(Self.maximumSize)"
             )

@@ -1,4 +1,5 @@
 public import JSONCore
+public import PushCore
 
 /// The contract's rules for an event's `fcm.message` (docs/design.md, "Talking to FCM"), checked
 /// at intake so that a message FCM would refuse becomes a dead letter, not a result per device.
@@ -46,14 +47,14 @@ public enum FCMMessageValidator {
     ]
 
     /// Throws a `schema_violation` naming the first member that breaks a rule.
-    public static func validate(_ members: [JSONValue.Member]) throws(FCMInputRejection) {
+    public static func validate(_ members: [JSONValue.Member]) throws(InputRejection) {
         for member in members {
             let path = "fcm.message.\(member.name)"
             if targetMembers.contains(member.name) {
-                throw FCMInputRejection(.schemaViolation, "\(path) must not be set: Herald sets the target per device")
+                throw InputRejection(.schemaViolation, "\(path) must not be set: Herald sets the target per device")
             }
             guard allowedMembers.contains(member.name) else {
-                throw FCMInputRejection(.schemaViolation, "\(path) is not supported (notification, data, android, fcm_options)")
+                throw InputRejection(.schemaViolation, "\(path) is not supported (notification, data, android, fcm_options)")
             }
             switch member.name {
             case "data": try dataMap(member.value, path: path)
@@ -80,29 +81,29 @@ public enum FCMMessageValidator {
     }
 
     /// The members of the object `value` at `path`, each a field of FCM's `type`.
-    private static func members(_ value: JSONValue, path: String, of type: String) throws(FCMInputRejection) -> [JSONValue.Member] {
-        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+    private static func members(_ value: JSONValue, path: String, of type: String) throws(InputRejection) -> [JSONValue.Member] {
+        guard case .object(let members) = value else { throw InputRejection(.schemaViolation, "\(path) must be a JSON object") }
         let known = fields[type] ?? []
         for member in members where !known.contains(snakeCase(member.name)) {
-            throw FCMInputRejection(.schemaViolation, "\(path).\(String(member.name.prefix(64))) is not a field of FCM's \(type)")
+            throw InputRejection(.schemaViolation, "\(path).\(String(member.name.prefix(64))) is not a field of FCM's \(type)")
         }
         return members
     }
 
-    private static func apns(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+    private static func apns(_ value: JSONValue, path: String) throws(InputRejection) {
         for member in try members(value, path: path, of: "ApnsConfig") {
             let memberPath = "\(path).\(member.name)"
             switch snakeCase(member.name) {
             case "headers": try stringObject(member.value, path: memberPath, of: nil)
             case "fcm_options": try object(member.value, path: memberPath, of: "ApnsFcmOptions")
             case "live_activity_token":
-                guard case .string = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a string") }
+                guard case .string = member.value else { throw InputRejection(.schemaViolation, "\(memberPath) must be a string") }
             default: try object(member.value, path: memberPath, of: nil)
             }
         }
     }
 
-    private static func webpush(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+    private static func webpush(_ value: JSONValue, path: String) throws(InputRejection) {
         for member in try members(value, path: path, of: "WebpushConfig") {
             let memberPath = "\(path).\(member.name)"
             switch snakeCase(member.name) {
@@ -137,38 +138,38 @@ public enum FCMMessageValidator {
     }
 
     /// An object, each member a field of FCM's `type` (nil: any member).
-    private static func object(_ value: JSONValue, path: String, of type: String?) throws(FCMInputRejection) {
+    private static func object(_ value: JSONValue, path: String, of type: String?) throws(InputRejection) {
         guard let type else {
-            guard case .object = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+            guard case .object = value else { throw InputRejection(.schemaViolation, "\(path) must be a JSON object") }
             return
         }
         _ = try members(value, path: path, of: type)
     }
 
     /// An object of strings, each member a field of FCM's `type` (nil: any member).
-    private static func stringObject(_ value: JSONValue, path: String, of type: String?) throws(FCMInputRejection) {
-        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+    private static func stringObject(_ value: JSONValue, path: String, of type: String?) throws(InputRejection) {
+        guard case .object(let members) = value else { throw InputRejection(.schemaViolation, "\(path) must be a JSON object") }
         if let type { _ = try Self.members(value, path: path, of: type) }
         for member in members {
             guard case .string = member.value else {
-                throw FCMInputRejection(.schemaViolation, "\(path).\(member.name) must be a string")
+                throw InputRejection(.schemaViolation, "\(path).\(member.name) must be a string")
             }
         }
     }
 
-    private static func dataMap(_ value: JSONValue, path: String) throws(FCMInputRejection) {
-        guard case .object(let members) = value else { throw FCMInputRejection(.schemaViolation, "\(path) must be a JSON object") }
+    private static func dataMap(_ value: JSONValue, path: String) throws(InputRejection) {
+        guard case .object(let members) = value else { throw InputRejection(.schemaViolation, "\(path) must be a JSON object") }
         for member in members {
             guard !isReservedDataKey(member.name) else {
-                throw FCMInputRejection(.schemaViolation, "\(path) key \(quoted(member.name)) is reserved by FCM")
+                throw InputRejection(.schemaViolation, "\(path) key \(quoted(member.name)) is reserved by FCM")
             }
             guard case .string = member.value else {
-                throw FCMInputRejection(.schemaViolation, "\(path).\(member.name) must be a string (FCM data values are strings)")
+                throw InputRejection(.schemaViolation, "\(path).\(member.name) must be a string (FCM data values are strings)")
             }
         }
     }
 
-    private static func android(_ value: JSONValue, path: String) throws(FCMInputRejection) {
+    private static func android(_ value: JSONValue, path: String) throws(InputRejection) {
         for member in try members(value, path: path, of: "AndroidConfig") {
             let memberPath = "\(path).\(member.name)"
             switch snakeCase(member.name) {
@@ -180,16 +181,16 @@ public enum FCMMessageValidator {
                 try object(member.value, path: memberPath, of: "AndroidFcmOptions")
             case "priority":
                 guard let text = member.value.stringValue, ["normal", "high"].contains(text.lowercased()) else {
-                    throw FCMInputRejection(.schemaViolation, "\(memberPath) must be normal or high")
+                    throw InputRejection(.schemaViolation, "\(memberPath) must be normal or high")
                 }
             case "ttl":
                 guard let text = member.value.stringValue, isValidTTL(text) else {
-                    throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a duration such as \"3.5s\", 0..2419200 s")
+                    throw InputRejection(.schemaViolation, "\(memberPath) must be a duration such as \"3.5s\", 0..2419200 s")
                 }
             case "collapse_key", "restricted_package_name":
-                guard case .string = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a string") }
+                guard case .string = member.value else { throw InputRejection(.schemaViolation, "\(memberPath) must be a string") }
             case "direct_boot_ok":
-                guard case .bool = member.value else { throw FCMInputRejection(.schemaViolation, "\(memberPath) must be a boolean") }
+                guard case .bool = member.value else { throw InputRejection(.schemaViolation, "\(memberPath) must be a boolean") }
             default:
                 break
             }

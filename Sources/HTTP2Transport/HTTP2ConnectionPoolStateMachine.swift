@@ -73,19 +73,19 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
 
     /// One timer for all queued callers, armed for the earliest deadline: queuing costs no timer
     /// work when deadlines arrive in order (the usual case), and a firing sweeps the queue once.
-    private struct WaiterTimer {
+    struct WaiterTimer {
         var deadline: NIODeadline
         var scheduled: Scheduled<Void>?
     }
 
-    private enum Phase: Equatable {
+    enum Phase: Equatable {
         case connecting
         case ready
         /// GOAWAY received: in-flight streams finish, no new ones.
         case draining
     }
 
-    private struct Slot {
+    struct Slot {
         let id: Int
         var phase: Phase
         var connection: Connection?
@@ -112,7 +112,7 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
         }
     }
 
-    private struct Pool {
+    struct Pool {
         var slots: [Slot] = []
         var waiters = WaiterQueue()
         var consecutiveFailures = 0
@@ -147,18 +147,18 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
         failures > 0 ? Backoff.reconnection.ceiling(afterAttempt: failures) : .zero
     }
 
-    private let connectionsPerEndpoint: Int
-    private let maximumWaiters: Int
-    private let requiresVerification: Bool
+    let connectionsPerEndpoint: Int
+    let maximumWaiters: Int
+    let requiresVerification: Bool
     /// The server's name in errors ("APNs", "FCM").
-    private let peerName: String
+    let peerName: String
     /// Set by ``shutDown()``: no new streams or connections, and late connections close at once.
-    private var isShutDown = false
+    var isShutDown = false
     /// The endpoints seen so far, and their pools at the same index (APNs has two, FCM one).
-    private var endpoints: [Connection.Endpoint] = []
-    private var pools: [Pool] = []
-    private var nextConnectionID = 0
-    private var waiterTimer: WaiterTimer?
+    var endpoints: [Connection.Endpoint] = []
+    var pools: [Pool] = []
+    var nextConnectionID = 0
+    var waiterTimer: WaiterTimer?
 
     package init(connectionsPerEndpoint: Int, maximumWaiters: Int, requiresVerification: Bool, peerName: String) {
         self.peerName = peerName
@@ -167,7 +167,7 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
         self.requiresVerification = requiresVerification
     }
 
-    private mutating func indexOfPool(_ endpoint: Connection.Endpoint) -> Int {
+    mutating func indexOfPool(_ endpoint: Connection.Endpoint) -> Int {
         if let index = endpoints.firstIndex(of: endpoint) { return index }
         endpoints.append(endpoint)
         pools.append(Pool())
@@ -175,7 +175,7 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
     }
 
     /// `endpoint`'s pool, empty when it has none yet.
-    private func existingPool(_ endpoint: Connection.Endpoint) -> Pool {
+    func existingPool(_ endpoint: Connection.Endpoint) -> Pool {
         endpoints.firstIndex(of: endpoint).map { pools[$0] } ?? Pool()
     }
 
@@ -275,7 +275,7 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
     }
 
     /// Appends `waiter` to the queue; the error when the queue is full.
-    private mutating func queue(_ waiter: Waiter, _ poolIndex: Int) -> TransportError? {
+    mutating func queue(_ waiter: Waiter, _ poolIndex: Int) -> TransportError? {
         guard pools[poolIndex].waiters.count < maximumWaiters else {
             return .overloaded("\(maximumWaiters) requests already wait for an \(peerName) stream")
         }
@@ -285,7 +285,7 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
 
     /// After waiters were queued: a connection to open, and the waiter timer when
     /// `earliestDeadline` comes before the one armed.
-    private mutating func waitersQueued(_ poolIndex: Int, _ endpoint: Connection.Endpoint, earliestDeadline: NIODeadline) -> Actions {
+    mutating func waitersQueued(_ poolIndex: Int, _ endpoint: Connection.Endpoint, earliestDeadline: NIODeadline) -> Actions {
         var actions = Actions()
         actions.open = planConnectionIfNeeded(poolIndex, endpoint)
         if waiterTimer.map({ earliestDeadline < $0.deadline }) ?? true {
@@ -346,86 +346,10 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
         return serveWaiters(poolIndex)
     }
 
-    // MARK: Connection events
-
-    /// The connection finished its handshake.
-    package mutating func connectionReady(
-        _ connection: Connection,
-        streamLimit: Int
-    ) -> Actions {
-        if isShutDown { return Actions(close: [connection]) }
-        let poolIndex = indexOfPool(connection.endpoint)
-        guard let slot = pools[poolIndex].index(of: connection.id) else {
-            // Already reported closed while the handshake result travelled here.
-            return Actions(close: [connection])
-        }
-        pools[poolIndex].slots[slot].connection = connection
-        pools[poolIndex].slots[slot].serverStreamLimit = streamLimit
-        pools[poolIndex].lastConnectFailure = nil
-        if pools[poolIndex].slots[slot].phase == .connecting {
-            pools[poolIndex].slots[slot].phase = .ready
-        }
-        return serveWaiters(poolIndex)
-    }
-
-    /// The server changed SETTINGS_MAX_CONCURRENT_STREAMS.
-    package mutating func streamLimitChanged(connectionID: Int, endpoint: Connection.Endpoint, limit: Int) -> Actions {
-        let poolIndex = indexOfPool(endpoint)
-        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
-        pools[poolIndex].slots[slot].serverStreamLimit = limit
-        return serveWaiters(poolIndex)
-    }
-
-    /// GOAWAY: the connection drains; a replacement opens when there is demand.
-    package mutating func connectionGoingAway(connectionID: Int, endpoint: Connection.Endpoint) -> Actions {
-        let poolIndex = indexOfPool(endpoint)
-        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
-        let wasBusy = pools[poolIndex].slots[slot].inUse > 0
-        pools[poolIndex].slots[slot].phase = .draining
-        countFailureIfUnanswered(poolIndex, slot)
-        var actions = Actions()
-        if wasBusy || !pools[poolIndex].waiters.isEmpty {
-            actions.open = planConnectionIfNeeded(poolIndex, endpoint, evenWithoutWaiters: true)
-        }
-        return actions
-    }
-
-    /// The connection closed, or could not be opened (`failure` says why).
-    package mutating func connectionClosed(
-        connectionID: Int,
-        endpoint: Connection.Endpoint,
-        failure: TransportError?,
-        now: NIODeadline = .now()
-    ) -> Actions {
-        let poolIndex = indexOfPool(endpoint)
-        guard !isShutDown, let slot = pools[poolIndex].index(of: connectionID) else { return .none }
-        let neverReady = pools[poolIndex].slots[slot].phase == .connecting
-        if neverReady { pools[poolIndex].lastConnectFailure = now }
-        countFailureIfUnanswered(poolIndex, slot)
-        pools[poolIndex].slots.remove(at: slot)
-
-        var actions = Actions()
-        if neverReady && !pools[poolIndex].hasReady && !pools[poolIndex].hasConnecting {
-            // Nothing can serve the queue soon: fail it now (callers retry with their own backoff)
-            // rather than letting every waiter run into its deadline.
-            let error = (failure ?? .connectionFailed("connection closed during the handshake")).detailed("cannot connect to \(peerName)")
-            actions.failures += pools[poolIndex].waiters.removeAll().map { (waiter: $0, error: error) }
-            return actions
-        }
-        actions.open = planConnectionIfNeeded(poolIndex, endpoint)
-        return actions
-    }
-
     // MARK: Helpers
 
-    private mutating func countFailureIfUnanswered(_ poolIndex: Int, _ slot: Int) {
-        guard !pools[poolIndex].slots[slot].answered, !pools[poolIndex].slots[slot].countedAsFailure else { return }
-        pools[poolIndex].slots[slot].countedAsFailure = true
-        pools[poolIndex].consecutiveFailures += 1
-    }
-
     /// Hands free streams to waiters, urgent ones first.
-    private mutating func serveWaiters(_ poolIndex: Int) -> Actions {
+    mutating func serveWaiters(_ poolIndex: Int) -> Actions {
         var actions = Actions()
         while !pools[poolIndex].waiters.isEmpty, let slot = pools[poolIndex].bestSlot() {
             guard let waiter = pools[poolIndex].waiters.popFirst() else { break }
@@ -435,28 +359,6 @@ package struct HTTP2ConnectionPoolStateMachine<Connection: HTTP2PooledConnection
         return actions
     }
 
-    /// Plans a new connection when callers wait (or a draining one needs replacing) and the pool is
-    /// below its size. After failures only one connection attempt runs at a time, after a backoff.
-    private mutating func planConnectionIfNeeded(
-        _ poolIndex: Int,
-        _ endpoint: Connection.Endpoint,
-        evenWithoutWaiters: Bool = false
-    ) -> HTTP2ConnectionPlan<Connection.Endpoint>? {
-        guard !isShutDown else { return nil }
-        guard evenWithoutWaiters || !pools[poolIndex].waiters.isEmpty else { return nil }
-        guard pools[poolIndex].liveSlots < connectionsPerEndpoint else { return nil }
-        let failures = pools[poolIndex].consecutiveFailures
-        if failures > 0 && pools[poolIndex].hasConnecting { return nil }
-        nextConnectionID += 1
-        pools[poolIndex].slots.append(
-            Slot(id: nextConnectionID, phase: .connecting, verified: !requiresVerification)
-        )
-        return HTTP2ConnectionPlan(
-            connectionID: nextConnectionID,
-            endpoint: endpoint,
-            delay: Self.backoff(afterFailures: failures)
-        )
-    }
 }
 
 extension Backoff {

@@ -1,4 +1,5 @@
 import JSONCore
+import PushCore
 import ArgumentParser
 import Foundation
 import HeraldService
@@ -10,7 +11,7 @@ import PushPipeline
 struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Delivers Apple push notifications for notification events on Kafka.",
-        discussion: "Configured by HERALD_* environment variables and the YAML or JSON file HERALD_CONFIG_FILE names (see README.md).",
+        discussion: "Configured by HERALD_* environment variables and the YAML or JSON file HERALD_CONFIG_FILE names (see docs/configuration.md).",
         subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self, Channel.self],
         defaultSubcommand: Run.self
     )

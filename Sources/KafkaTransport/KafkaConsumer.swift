@@ -39,7 +39,7 @@ package final class KafkaConsumer: Service, Sendable {
                 // A fetch is answered as soon as one byte is there (Apache Kafka), and an idle
                 // partition's fetch is held at most 500 ms: lower would only add idle fetches on
                 // Apache Kafka. Tansu (the test broker) holds every fetch for the whole wait, so
-                // its deliveries come in bursts; README "Latency" shows the figures both ways.
+                // its deliveries come in bursts; docs/lanes-and-latency.md shows the figures both ways.
                 "fetch.min.bytes": "1",
                 "fetch.wait.max.ms": "500",
             ],

@@ -1,4 +1,5 @@
 import JSONCore
+import PushCore
 import FCMCore
 import Testing
 
@@ -10,12 +11,12 @@ func part(
     expiration: Int64? = nil,
     collapseID: String? = nil,
     now: Int64 = Answers.now
-) throws(FCMInputRejection) -> FCMEventPart {
+) throws(InputRejection) -> FCMEventPart {
     let json = #"{"package":"\#(package)","message":\#(message)}"#
     return try FCMEventPart(json: Array(json.utf8), priority: priority, expiration: expiration, collapseID: collapseID, nowMilliseconds: now)
 }
 
-func rejection(_ message: String, priority: Int = 10, expiration: Int64? = nil) -> FCMInputRejection? {
+func rejection(_ message: String, priority: Int = 10, expiration: Int64? = nil) -> InputRejection? {
     do {
         _ = try part(message, priority: priority, expiration: expiration)
         return nil
@@ -107,14 +108,14 @@ struct ValidationTests {
     }
 
     @Test func packageAndMessageAreRequired() {
-        #expect(throws: FCMInputRejection.self) {
+        #expect(throws: InputRejection.self) {
             _ = try FCMEventPart(json: Array(#"{"message":{}}"#.utf8), priority: 10, expiration: nil, collapseID: nil, nowMilliseconds: 0)
         }
-        #expect(throws: FCMInputRejection.self) {
+        #expect(throws: InputRejection.self) {
             _ = try FCMEventPart(json: Array(#"{"package":"a"}"#.utf8), priority: 10, expiration: nil, collapseID: nil, nowMilliseconds: 0)
         }
-        #expect(throws: FCMInputRejection.self) { _ = try part("{}", package: "has space") }
-        #expect(throws: FCMInputRejection.self) {
+        #expect(throws: InputRejection.self) { _ = try part("{}", package: "has space") }
+        #expect(throws: InputRejection.self) {
             _ = try FCMEventPart(json: Array("{not json".utf8), priority: 10, expiration: nil, collapseID: nil, nowMilliseconds: 0)
         }
     }
@@ -135,13 +136,13 @@ struct ValidationTests {
         #expect(try FCMTarget(registration: "abc:DEF_1-2", kind: nil) == .token("abc:DEF_1-2"))
         #expect(try FCMTarget(registration: "cRmcXyz", kind: "fid") == .fid("cRmcXyz"))
         #expect(try FCMTarget(registration: "MixedCase", kind: "token").value == "MixedCase")
-        #expect(throws: FCMInputRejection(.invalidToken, "an FCM token must be 1..4096 bytes")) {
+        #expect(throws: InputRejection(.invalidToken, "an FCM token must be 1..4096 bytes")) {
             _ = try FCMTarget(registration: "", kind: nil)
         }
-        #expect(throws: FCMInputRejection.self) { _ = try FCMTarget(registration: "a b", kind: nil) }
-        #expect(throws: FCMInputRejection.self) { _ = try FCMTarget(registration: "a\u{1}", kind: nil) }
-        #expect(throws: FCMInputRejection.self) { _ = try FCMTarget(registration: String(repeating: "a", count: 4097), kind: nil) }
-        #expect(throws: FCMInputRejection.self) { _ = try FCMTarget(registration: "abc", kind: "apns") }
+        #expect(throws: InputRejection.self) { _ = try FCMTarget(registration: "a b", kind: nil) }
+        #expect(throws: InputRejection.self) { _ = try FCMTarget(registration: "a\u{1}", kind: nil) }
+        #expect(throws: InputRejection.self) { _ = try FCMTarget(registration: String(repeating: "a", count: 4097), kind: nil) }
+        #expect(throws: InputRejection.self) { _ = try FCMTarget(registration: "abc", kind: "apns") }
         #expect(!FCMTarget.token("abcdefghijklmnop").redacted.contains("ijklmnop"))
     }
 }

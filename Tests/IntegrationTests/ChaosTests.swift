@@ -89,7 +89,7 @@ struct ChaosTests {
         let repeatedIDs = testbed.production.repeatedAPNSIDCount + testbed.sandbox.repeatedAPNSIDCount
         print("exactly-once check: \(crashes) crashes, \(repeated) second pushes, \(repeatedIDs) repeated apns-ids")
         #expect(repeated == repeatedIDs, "every repeat carries the same apns-id")
-        // Each send holds a permit until its outcome is in the ledger (README, "the crash window").
+        // Each send holds a permit until its outcome is in the ledger (docs/ledger.md, "The crash window").
         #expect(repeated <= crashes * PipelineConfiguration().maxConcurrentSends, "repeats bounded by the send permits")
         if crashes == 0 { #expect(repeated == 0, "second pushes at the mock") }
         return repeated

@@ -6,7 +6,7 @@ import Testing
 import Yams
 
 /// `/metrics` of `herald run` after a run with 429s, a 410 and a dead letter, read with a strict
-/// Prometheus text parser: every family the README lists, with the values that match what the
+/// Prometheus text parser: every family docs/operations.md lists, with the values that match what the
 /// mocks and the topics saw; and the Grafana dashboard and alert rules use only those families.
 @Suite(.timeLimit(.minutes(5)))
 struct MetricsTests {

@@ -1,4 +1,5 @@
 import PushStores
+import PushCore
 import APNSCore
 import Foundation
 import PushPipeline

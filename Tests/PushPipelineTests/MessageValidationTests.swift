@@ -1,4 +1,5 @@
 import APNSCore
+import PushCore
 import PushStores
 import FCMCore
 import Foundation

@@ -8,7 +8,7 @@ package import KafkaTransport
 package import Logging
 package import PushPipeline
 
-/// Everything `herald` is configured with, read from HERALD_* variables (the README's configuration table)
+/// Everything `herald` is configured with, read from HERALD_* variables (docs/configuration.md)
 /// and the YAML or JSON file HERALD_CONFIG_FILE names (``HeraldConfigurationSource``).
 package struct HeraldConfiguration: Sendable {
     package var kafka: KafkaConfiguration
@@ -72,7 +72,7 @@ package struct HeraldConfiguration: Sendable {
     /// Whether `herald run` applies migrations when HERALD_MIGRATE_ON_START is unset.
     static let defaultMigrateOnStart = false
 
-    /// Every HERALD_* key Herald reads, as the README's configuration table lists them: each
+    /// Every HERALD_* key Herald reads, as docs/configuration.md lists them: each
     /// component's configuration type declares the keys it reads, beside the code that reads
     /// them; other HERALD_KAFKA_* keys pass through to librdkafka.
     package static let keys = Set(
@@ -116,8 +116,8 @@ package struct HeraldConfiguration: Sendable {
         return (configuration, report)
     }
 
-    /// Reads every component's configuration through `source`'s reader, in the order of the
-    /// README's table; the environment gives the OTEL_* variables that turn tracing on.
+    /// Reads every component's configuration through `source`'s reader, in the order of
+    /// docs/configuration.md's table; the environment gives the OTEL_* variables that turn tracing on.
     private init(reading source: HeraldConfigurationSource, environment: [String: String], certificateProblems: inout [String]) throws {
         let config = source.herald
         kafka = try KafkaConfiguration(reading: config, givenKeys: source.givenKeys)
@@ -180,7 +180,7 @@ package struct ConfigurationReport: Sendable {
     /// `<REDACTED>` (swift-configuration's redaction).
     package var effectiveValues: [String]
     /// The keys left unset that Herald applied a default to, with that default, as text; the
-    /// README's table is checked against them.
+    /// table in docs/configuration.md is checked against them.
     package var defaultsApplied: [String: String]
     /// Every key the reads looked up, given or not, by environment name: a test checks that
     /// each is declared by its component's configuration type.

@@ -1,3 +1,5 @@
+package import PushCore
+
 /// Device tokens in the forms apps send them.
 package enum DeviceTokenText {
     /// Removes spaces and angle brackets (NSData's description), lowercases, and checks for

@@ -1,33 +1,7 @@
 import JSONCore
+import PushCore
 import APNSCore
 import FCMCore
-
-/// Why an input message cannot be processed: the `herald-error` code and a detail for humans.
-public struct InputRejection: Error, Sendable, Hashable, CustomStringConvertible {
-    /// The stable codes of the contract's push.dlq `herald-error` header.
-    public enum Code: String, Sendable, Hashable, CaseIterable {
-        case invalidJSON = "invalid_json"
-        case schemaViolation = "schema_violation"
-        case payloadTooLarge = "payload_too_large"
-        case invalidToken = "invalid_token"
-    }
-
-    public var code: Code
-    /// What is wrong, naming the field; never echoes a whole token.
-    public var detail: String
-
-    public init(_ code: Code, _ detail: String) {
-        self.code = code
-        self.detail = detail
-    }
-
-    public var description: String { "\(code.rawValue): \(detail)" }
-
-    /// The same rejection of an event's or a registration's FCM part (its codes are the contract's).
-    init(_ rejection: FCMInputRejection) {
-        self.init(Code(rawValue: rejection.code.rawValue) ?? .schemaViolation, rejection.detail)
-    }
-}
 
 /// Turns a Kafka value into a JSON object, or says why it is not one.
 enum JSONObjectDecoder {

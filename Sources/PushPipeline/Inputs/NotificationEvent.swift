@@ -97,17 +97,13 @@ public struct NotificationEvent: Sendable, Hashable {
         environment = try fields.environment() ?? (channelID == nil ? nil : .production)
 
         if hasFCMPart, let fcmObject = object["fcm"] {
-            do throws(FCMInputRejection) {
-                fcm = try FCMEventPart(
-                    json: fcmObject,
-                    priority: fcmPriority,
-                    expiration: expiration,
-                    collapseID: collapseID,
-                    nowMilliseconds: nowMilliseconds
-                )
-            } catch {
-                throw InputRejection(error)
-            }
+            fcm = try FCMEventPart(
+                json: fcmObject,
+                priority: fcmPriority,
+                expiration: expiration,
+                collapseID: collapseID,
+                nowMilliseconds: nowMilliseconds
+            )
         } else {
             fcm = nil
         }

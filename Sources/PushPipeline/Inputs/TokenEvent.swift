@@ -1,4 +1,5 @@
 import JSONCore
+public import PushCore
 import APNSCore
 public import PushStores
 import FCMCore
@@ -42,12 +43,7 @@ extension TokenRegistryUpdate {
         case .fcm:
             guard environment == .production else { throw InputRejection(.schemaViolation, "an FCM device's environment is production") }
             // Kept exactly as the app got it: never lowercased, never checked by pattern.
-            let target: FCMTarget
-            do throws(FCMInputRejection) {
-                target = try FCMTarget(registration: rawToken, kind: targetText)
-            } catch {
-                throw InputRejection(error)
-            }
+            let target = try FCMTarget(registration: rawToken, kind: targetText)
             self.init(
                 action: action,
                 userID: userID,

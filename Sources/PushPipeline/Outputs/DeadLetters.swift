@@ -1,4 +1,5 @@
 import KafkaMessages
+import PushCore
 import Logging
 
 /// Sends a message Herald cannot read to push.dlq: the original record, its headers, and the

@@ -1,11 +1,12 @@
 import PushStores
+import PushCore
 import APNSCore
 import FCMCore
 public import Metrics
 import Synchronization
 
 /// What the pipeline does, through swift-metrics: the embedder picks the backend (Herald exports
-/// them with swift-prometheus on /metrics). Names follow Prometheus' conventions; the README
+/// them with swift-prometheus on /metrics). Names follow Prometheus' conventions; docs/operations.md
 /// lists each.
 public final class PipelineMetrics: Sendable {
     /// The pipeline's stages, each timed per call (`herald_stage_duration_seconds{stage}`).

@@ -1,4 +1,5 @@
 import JSONCore
+public import PushCore
 public import APNSCore
 import PushStores
 
