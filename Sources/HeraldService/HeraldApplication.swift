@@ -151,25 +151,7 @@ package enum HeraldApplication {
         )
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let topics = configuration.pipeline.topics
-        let consumer = try KafkaConsumer(
-            configuration: configuration.kafka,
-            groupID: configuration.consumerGroup,
-            topics: topics.subscriptions(bulk: false),
-            logger: logger
-        )
-        // The bulk lane is a consumer of its own in a group of its own (HERALD_KAFKA_GROUP +
-        // ".bulk"): its fetch queue never holds push.requests back, and neither lane's rebalance
-        // waits for the other's drain (with the eager protocol a rebalance ends only when every
-        // member of the group has rejoined). A missing bulk topic is logged once and ignored.
-        // Releases before the bulk group read push.requests.bulk in HERALD_KAFKA_GROUP: a
-        // partition the bulk group never committed starts where that group did.
-        let bulkConsumer = try KafkaConsumer(
-            configuration: configuration.kafka,
-            groupID: configuration.bulkConsumerGroup,
-            topics: topics.subscriptions(bulk: true),
-            seedingOffsetsFrom: configuration.consumerGroup,
-            logger: logger
-        )
+        let (consumer, bulkConsumer) = try Self.makeConsumers(configuration, logger: logger)
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
         let pipeline = NotificationPipeline(
             configuration: configuration.pipeline,
