@@ -441,6 +441,11 @@ let package = Package(
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
+            name: "JSONCoreTests",
+            dependencies: ["JSONCore"],
+            swiftSettings: testSwiftSettings
+        ),
+        .testTarget(
             name: "FCMCoreTests",
             dependencies: ["PushCore", "JSONCore", "FCMCore"],
             swiftSettings: testSwiftSettings

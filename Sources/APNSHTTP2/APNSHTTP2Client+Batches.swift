@@ -31,9 +31,9 @@ extension APNSHTTP2Client {
         let precedence = requests.first?.precedence ?? .urgent
         await Batch.send(
             leased.map { ($0.index, requests[$0.index], $0.connection, $0.pool) },
-            waiting: waiting.map { ($0.index, requests[$0.index], $0.pool, SecondTry(index: $0.index, expired: nil)) },
+            waiting: waiting.map { ($0.index, requests[$0.index], $0.pool, APNSSingleSend(index: $0.index, expired: nil)) },
             deadline: deadlineOfStreams,
-            alone: alone.map { SecondTry(index: $0, expired: nil) },
+            alone: alone.map { APNSSingleSend(index: $0, expired: nil) },
             pools: Batch.Pools(
                 wait: { self.wait($0, environment: environment, deadline: deadlineOfStreams, precedence: precedence) },
                 stopWaiting: { for (pool, id) in $0 { self.cancelWaiter(id, environment: environment, pool: pool) } }
@@ -42,9 +42,9 @@ extension APNSHTTP2Client {
             self.releaseStream(on: stream.connection, status: try? result.get().response.status, pool: stream.context)
             switch result {
             case .success(let outcome) where Self.tokenExpired(outcome, on: stream.connection):
-                return SecondTry(index: stream.index, expired: (outcome, stream.connection))
+                return APNSSingleSend(index: stream.index, expired: (outcome, stream.connection))
             case .failure(is HTTP2StreamNotOpened):
-                return SecondTry(index: stream.index, expired: nil)
+                return APNSSingleSend(index: stream.index, expired: nil)
             default:
                 answered(stream.index, result.map(\.response))
                 return nil
@@ -65,7 +65,7 @@ extension APNSHTTP2Client {
         }
     }
 
-    private typealias Batch = HTTP2StreamBatch<APNSConnection, CredentialPool, SecondTry>
+    private typealias Batch = HTTP2StreamBatch<APNSConnection, CredentialPool, APNSSingleSend>
 
     /// Leases a stream for each request whose credential's pool has one free now, one lock
     /// section per pool; returns those, the requests to wait in their pools for a stream, and
@@ -98,8 +98,9 @@ extension APNSHTTP2Client {
         return (leased, waiting, rest)
     }
 
-    /// A request of a batch to send again.
-    private struct SecondTry: Sendable {
+    /// A request of a batch to send through the single path (alone, or again after its
+    /// provider token expired).
+    private struct APNSSingleSend: Sendable {
         var index: Int
         /// The first answer and its connection, for a 403 ExpiredProviderToken; nil when the
         /// whole single path runs (no stream was leased, or it could not be opened).

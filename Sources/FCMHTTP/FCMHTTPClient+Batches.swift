@@ -34,18 +34,18 @@ extension FCMHTTPClient {
             leased,
             waiting: waiting,
             deadline: deadlineOfStreams,
-            alone: alone.map { SecondTry(index: $0, refused: nil) },
+            alone: alone.map { FCMSingleSend(index: $0, refused: nil) },
             pools: pools
         ) { stream, result in
             self.transport.release(stream.connection, status: try? result.get().status)
             switch result {
             case .success(let answer):
                 let response = self.response(to: answer, sentAt: sentAt)
-                if response.decision == .refreshAccessToken { return SecondTry(index: stream.index, refused: stream.context) }
+                if response.decision == .refreshAccessToken { return FCMSingleSend(index: stream.index, refused: stream.context) }
                 self.logAnswer(response, to: requests[stream.index])
                 answered(stream.index, .success(response))
             case .failure(is HTTP2StreamNotOpened):
-                return SecondTry(index: stream.index, refused: nil)
+                return FCMSingleSend(index: stream.index, refused: nil)
             case .failure(let error):
                 let failure = self.failure(error, sentAt: sentAt, deadline: deadline)
                 // Reset because the caller was cancelled: as the single path, a cancellation.
@@ -62,7 +62,7 @@ extension FCMHTTPClient {
         }
     }
 
-    private typealias Batch = HTTP2StreamBatch<FCMConnection, SentWith, SecondTry>
+    private typealias Batch = HTTP2StreamBatch<FCMConnection, SentWith, FCMSingleSend>
 
     /// The project and access token a message was sent with.
     private struct SentWith: Sendable {
@@ -71,7 +71,7 @@ extension FCMHTTPClient {
     }
 
     /// A message of a batch to send again through the single path.
-    private struct SecondTry: Sendable {
+    private struct FCMSingleSend: Sendable {
         var index: Int
         /// What the message was refused with (401 UNAUTHENTICATED): the token to invalidate
         /// before the one retry with a new one; nil when it was not sent.
@@ -109,7 +109,7 @@ extension FCMHTTPClient {
         }
         let waiting: [Batch.Waiting] = sendable.indices.dropFirst(connections.count).map { position in
             let message = sendable[position]
-            return (message.index, sends[position], message.project, SecondTry(index: message.index, refused: nil))
+            return (message.index, sends[position], message.project, FCMSingleSend(index: message.index, refused: nil))
         }
         return (leased, waiting, rest)
     }

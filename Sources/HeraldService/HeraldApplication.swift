@@ -84,7 +84,7 @@ package enum HeraldApplication {
         guard let apnsConfiguration = apnsOverride ?? configuration.apns ?? configuration.fcm.map({ _ in APNSClientConfiguration(authentication: nil) })
         else {
             throw ConfigurationError(
-                "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_APNS_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
+                "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
             )
         }
         // The pipeline's tasks and its PostgreSQL connections share one event loop: a query is
@@ -140,12 +140,12 @@ package enum HeraldApplication {
                 throw ConfigurationError("FCM client: \(error)")
             }
         }
-        let credentialsReloader = APNSCredentialsReloader(
-            path: configuration.apnsCredentialsFile,
+        let credentialsReloader = CredentialsReloader(
+            path: configuration.credentialsFile,
             defaultCredential: apnsConfiguration.authentication,
             clients: apnsClients,
             fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials, fallbackPath: $0.fallbackPath) } },
-            checkInterval: configuration.apnsCredentialsCheckInterval,
+            checkInterval: configuration.credentialsCheckInterval,
             metricsFactory: metricsFactory,
             logger: logger
         )

@@ -168,7 +168,7 @@ package enum OperatorCommands {
         logger: Logger
     ) async throws -> ChannelCommandResult {
         guard var clientConfiguration = configuration.apns else {
-            throw ConfigurationError("no APNs credential: set HERALD_APNS_KEY_* or HERALD_APNS_CREDENTIALS_FILE")
+            throw ConfigurationError("no APNs credential: set HERALD_APNS_KEY_* or HERALD_CREDENTIALS_FILE")
         }
         (clientConfiguration.production, clientConfiguration.sandbox) = configuration.channelManagementEndpoints
         let client = try APNSHTTP2Client(configuration: clientConfiguration, logger: logger)

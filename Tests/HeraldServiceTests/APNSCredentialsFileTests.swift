@@ -47,7 +47,7 @@ import Testing
                 """,
                 in: directory
             )
-            let credentials = try APNSCredentialsFile.load(path: path)
+            let credentials = try CredentialsFile.load(path: path)
             #expect(
                 credentials.keys.sorted() == [
                     "com.example.shop", "com.example.shop.watch", "com.fourth.app", "com.other.app", "com.third.app",
@@ -69,12 +69,12 @@ import Testing
                 """,
                 in: directory
             )
-            let alone = try await HeraldConfiguration(environment: ["HERALD_APNS_CREDENTIALS_FILE": path])
+            let alone = try await HeraldConfiguration(environment: ["HERALD_CREDENTIALS_FILE": path])
             #expect(alone.apns?.credentialsByTopic.keys.sorted() == ["com.example.shop", "com.other.app"])
             #expect(alone.apns?.authentication == nil, "other topics are rejected")
 
             let withDefault = try await HeraldConfiguration(environment: [
-                "HERALD_APNS_CREDENTIALS_FILE": path,
+                "HERALD_CREDENTIALS_FILE": path,
                 "HERALD_APNS_KEY_PATH": directory.appendingPathComponent("keys/AuthKey.p8").path,
                 "HERALD_APNS_KEY_ID": "DEF456GHIJ",
                 "HERALD_APNS_TEAM_ID": "TEAM654321",
@@ -83,6 +83,33 @@ import Testing
             #expect(withDefault.apns?.credentialsByTopic.count == 2)
 
             #expect(try await HeraldConfiguration(environment: [:]).apns == nil, "no credential at all")
+        }
+    }
+
+    /// The file's keys before it served FCM too keep working; both names set to different files
+    /// is refused rather than one silently chosen.
+    @Test func theCredentialsFileKeysFormerNamesStillWork() async throws {
+        try await Self.withFiles { directory in
+            let path = try Self.write(
+                #"[{"topics": ["com.example.shop"], "key_path": "keys/AuthKey.p8", "key_id": "ABC123DEFG", "team_id": "TEAM123456"}]"#,
+                in: directory
+            )
+            let former = try await HeraldConfiguration(environment: [
+                "HERALD_APNS_CREDENTIALS_FILE": path, "HERALD_APNS_CREDENTIALS_CHECK_S": "3",
+            ])
+            #expect(former.credentialsFile == path)
+            #expect(former.credentialsCheckInterval == .seconds(3))
+            #expect(former.apns?.credentialsByTopic.keys.sorted() == ["com.example.shop"])
+            let both = try await HeraldConfiguration(environment: [
+                "HERALD_CREDENTIALS_FILE": path, "HERALD_APNS_CREDENTIALS_FILE": path,
+                "HERALD_CREDENTIALS_CHECK_S": "4", "HERALD_APNS_CREDENTIALS_CHECK_S": "3",
+            ])
+            #expect(both.credentialsCheckInterval == .seconds(4), "the current name wins")
+            await #expect(throws: ConfigurationError.self) {
+                _ = try await HeraldConfiguration(environment: [
+                    "HERALD_CREDENTIALS_FILE": path, "HERALD_APNS_CREDENTIALS_FILE": path + ".other",
+                ])
+            }
         }
     }
 
@@ -110,7 +137,7 @@ import Testing
 
     @Test func anEmptyListIsAllowed() async throws {
         try await Self.withFiles { directory in
-            let credentials = try APNSCredentialsFile.load(path: Self.write("[]", in: directory))
+            let credentials = try CredentialsFile.load(path: Self.write("[]", in: directory))
             #expect(credentials.isEmpty)
         }
     }
@@ -122,7 +149,7 @@ import Testing
         (#"[{"topics": ["a"]}]"#, "give key_path (token) or cert_path"),
         (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "cert_path": "other.p12"}]"#, "not both"),
         (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "key_id": "K"}]"#, "needs key_id and team_id"),
-        (#"[{"topics": ["a"], "key_path": "missing.p8", "key_id": "K", "team_id": "T"}]"#, "cannot read HERALD_APNS_CREDENTIALS_FILE"),
+        (#"[{"topics": ["a"], "key_path": "missing.p8", "key_id": "K", "team_id": "T"}]"#, "cannot read HERALD_CREDENTIALS_FILE"),
         (#"[{"topics": ["a"], "key_path": "third.pem", "key_id": "K", "team_id": "T"}]"#, "is not a PKCS#8"),
         (#"[{"topics": ["a"], "cert_path": "missing.p12"}]"#, "entry 1: cert_path="),
         (#"[{"topics": ["a"], "key_path": "keys/AuthKey.p8", "key_id": "K", "team_id": "TEAM123456"}]"#, "entry 1: key_id=K must be Apple's 10-character ID"),
@@ -138,9 +165,9 @@ import Testing
         try await Self.withFiles { directory in
             let path = try Self.write(json, in: directory)
             #expect {
-                _ = try APNSCredentialsFile.load(path: path)
+                _ = try CredentialsFile.load(path: path)
             } throws: { error in
-                "\(error)".contains(expected) && "\(error)".contains("HERALD_APNS_CREDENTIALS_FILE")
+                "\(error)".contains(expected) && "\(error)".contains("HERALD_CREDENTIALS_FILE")
             }
         }
     }
@@ -151,13 +178,13 @@ import Testing
                 #"[{"topics": ["a"], "cert_path": "other.p12", "cert_password": "hunter2", "key_id": "K"}]"#,
                 in: directory
             )
-            #expect { _ = try APNSCredentialsFile.load(path: path) } throws: { !"\($0)".contains("hunter2") }
+            #expect { _ = try CredentialsFile.load(path: path) } throws: { !"\($0)".contains("hunter2") }
         }
     }
 
     @Test func anUnreadableFileIsNamed() {
-        #expect { _ = try APNSCredentialsFile.load(path: "/nonexistent/credentials.json") } throws: {
-            "\($0)" == "cannot read HERALD_APNS_CREDENTIALS_FILE=/nonexistent/credentials.json"
+        #expect { _ = try CredentialsFile.load(path: "/nonexistent/credentials.json") } throws: {
+            "\($0)" == "cannot read HERALD_CREDENTIALS_FILE=/nonexistent/credentials.json"
         }
     }
 }

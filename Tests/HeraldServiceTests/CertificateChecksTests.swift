@@ -53,7 +53,7 @@ import X509
          {"topics": ["com.example.news", "com.example.other"], "cert_path": "\(valid.certificate)", "cert_key_path": "\(valid.key)"}]
         """.write(toFile: file, atomically: true, encoding: .utf8)
 
-        let problems = try await HeraldConfiguration.read(environment: ["HERALD_APNS_CREDENTIALS_FILE": file]).report.certificateProblems
+        let problems = try await HeraldConfiguration.read(environment: ["HERALD_CREDENTIALS_FILE": file]).report.certificateProblems
         #expect(problems.count == 2, "\(problems)")
         #expect(problems.contains { $0.contains("entry 1: the certificate expired at") }, "\(problems)")
         #expect(

@@ -45,13 +45,13 @@ import _CryptoExtras
                 """,
                 in: directory
             )
-            #expect(try APNSCredentialsFile.load(path: path).keys.sorted() == ["com.example.shop"], "APNs reads its own entries only")
-            let entries = try APNSCredentialsFile.fcmEntries(path: path)
+            #expect(try CredentialsFile.load(path: path).keys.sorted() == ["com.example.shop"], "APNs reads its own entries only")
+            let entries = try CredentialsFile.fcmEntries(path: path)
             #expect(entries.map(\.packages) == [["com.example.shop", "com.example.shop.lite"]])
             #expect(entries.first?.serviceAccount.projectID == "shop-project")
 
             let (configuration, report) = try await HeraldConfiguration.read(environment: [
-                "HERALD_APNS_CREDENTIALS_FILE": path,
+                "HERALD_CREDENTIALS_FILE": path,
                 "HERALD_FCM_SERVICE_ACCOUNT_PATH": directory.appendingPathComponent("default-firebase.json").path,
                 "HERALD_FCM_URL": "https://127.0.0.1:8443",
                 "HERALD_FCM_CONNECTIONS": "4",
@@ -111,7 +111,7 @@ import _CryptoExtras
             #"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "a.json", "key_id": "ABC123DEFG"}"#,
             "an FCM entry takes packages and service_account_path only"
         ),
-        (#"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "missing.json"}"#, "cannot read HERALD_APNS_CREDENTIALS_FILE="),
+        (#"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "missing.json"}"#, "cannot read HERALD_CREDENTIALS_FILE="),
         (#"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "not-rsa.json"}"#, "private_key is not an RSA key"),
         (#"{"platform": "gcm", "topics": ["com.a"]}"#, "\"platform\" must be \"apns\" or \"fcm\""),
     ])
@@ -122,8 +122,8 @@ import _CryptoExtras
             try Self.writeServiceAccount(project: "b", named: "not-rsa.json", in: directory, keyPEM: ecKey)
             let path = try APNSCredentialsFileTests.write("[\(entry)]", in: directory)
             let error = try #require(throws: ConfigurationError.self) {
-                _ = try APNSCredentialsFile.fcmEntries(path: path)
-                _ = try APNSCredentialsFile.load(path: path)
+                _ = try CredentialsFile.fcmEntries(path: path)
+                _ = try CredentialsFile.load(path: path)
             }
             #expect(error.message.contains(message), "\(error.message)")
             #expect(!error.message.contains("BEGIN"))
@@ -137,8 +137,8 @@ import _CryptoExtras
                 #"[{"platform": "fcm", "packages": ["com.a"], "service_account_path": "a.json"}, {"platform": "fcm", "packages": ["com.a"], "service_account_path": "a.json"}]"#,
                 in: directory
             )
-            let error = try #require(throws: ConfigurationError.self) { try APNSCredentialsFile.fcmEntries(path: path) }
-            #expect(error.message == "HERALD_APNS_CREDENTIALS_FILE=\(path) entry 2: the package com.a is listed twice in the file")
+            let error = try #require(throws: ConfigurationError.self) { try CredentialsFile.fcmEntries(path: path) }
+            #expect(error.message == "HERALD_CREDENTIALS_FILE=\(path) entry 2: the package com.a is listed twice in the file")
         }
     }
 
@@ -166,7 +166,7 @@ import _CryptoExtras
                 }
                 let path = try APNSCredentialsFileTests.write("[]", in: directory)
                 let configuration = try await HeraldConfiguration(environment: [
-                    "HERALD_APNS_CREDENTIALS_FILE": path,
+                    "HERALD_CREDENTIALS_FILE": path,
                     "HERALD_FCM_SERVICE_ACCOUNT_PATH": directory.appendingPathComponent("default-project.json").path,
                     "HERALD_FCM_URL": "https://127.0.0.1:\(port)",
                     "HERALD_FCM_CA_PATH": caPath,
@@ -175,7 +175,7 @@ import _CryptoExtras
                 let client = try FCMHTTPClient(configuration: fcmConfiguration, logger: logger)
                 group.addTask { try await client.run() }
                 let registry = PrometheusCollectorRegistry()
-                let reloader = APNSCredentialsReloader(
+                let reloader = CredentialsReloader(
                     path: path,
                     defaultCredential: nil,
                     clients: [],

@@ -10,7 +10,7 @@ import SwiftASN1
 import Testing
 import X509
 
-/// `herald run` configured with HERALD_APNS_CREDENTIALS_FILE only (no HERALD_APNS_KEY_*): each
+/// `herald run` configured with HERALD_CREDENTIALS_FILE only (no HERALD_APNS_KEY_*): each
 /// listed app is pushed with its own credential (two token keys and a client certificate), and
 /// an event for an app the file does not list gets `rejected` results with reason
 /// `NoCredentialForTopic`, nothing sent.
@@ -47,7 +47,7 @@ struct CredentialsFileTests {
         try await testbed.withMocks {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID"] { environment[key] = nil }
-            environment["HERALD_APNS_CREDENTIALS_FILE"] = file.path
+            environment["HERALD_CREDENTIALS_FILE"] = file.path
             let herald = try await testbed.startHerald(environment)
             for (app, device) in devices {
                 try await testbed.producer.send(

@@ -5,7 +5,7 @@ import MockAPNS
 import MockFCM
 import Testing
 
-/// `herald run` re-reads HERALD_APNS_CREDENTIALS_FILE while it pushes: a key replaced and
+/// `herald run` re-reads HERALD_CREDENTIALS_FILE while it pushes: a key replaced and
 /// signalled with SIGHUP, a file that no longer parses (ignored, reported, Herald keeps running),
 /// and a key put back without a signal (the periodic check) each take effect without a restart,
 /// and every notification is sent exactly once.
@@ -34,8 +34,8 @@ struct CredentialsReloadTests {
         try await testbed.withMocks {
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID"] { environment[key] = nil }
-            environment["HERALD_APNS_CREDENTIALS_FILE"] = file.path
-            environment["HERALD_APNS_CREDENTIALS_CHECK_S"] = "1"
+            environment["HERALD_CREDENTIALS_FILE"] = file.path
+            environment["HERALD_CREDENTIALS_CHECK_S"] = "1"
             let herald = try await testbed.startHerald(environment)
             try await testbed.register(devices)
             try await testbed.waitForActiveTokens(users: users, count: devices.count)
@@ -49,18 +49,18 @@ struct CredentialsReloadTests {
             try await Task.sleep(for: .milliseconds(300))
             try writeCredentials(secondKey)
             herald.send(SIGHUP)
-            try await log.waitFor("APNs credentials file applied", count: 1)
+            try await log.waitFor("credentials file applied", count: 1)
             try await publish(phases[1])
 
             try Data("not json".utf8).write(to: file, options: .atomic)
             herald.send(SIGHUP)
-            try await log.waitFor("APNs credentials file not applied", count: 1)
+            try await log.waitFor("credentials file not applied", count: 1)
             #expect(herald.isRunning, "SIGHUP does not end Herald")
             try await publish(phases[2])
 
             // Back to the first key, with no signal: the periodic check applies it.
             try writeCredentials(firstKey)
-            try await log.waitFor("APNs credentials file applied", count: 2)
+            try await log.waitFor("credentials file applied", count: 2)
             try await publish(phases[3])
 
             let expected = phases.count * eventsPerPhase * devices.count
@@ -110,7 +110,7 @@ struct CredentialsReloadTests {
             try writeCredentials(fcmKeyFile: try await testbed.writeFCMServiceAccount(named: "firebase-old.json", keyID: "old-key"))
             var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
             for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID", "HERALD_FCM_SERVICE_ACCOUNT_PATH"] { environment[key] = nil }
-            environment["HERALD_APNS_CREDENTIALS_FILE"] = file.path
+            environment["HERALD_CREDENTIALS_FILE"] = file.path
             let herald = try await testbed.startHerald(environment)
             for (user, pixel) in zip(users, pixels) { try await testbed.registerAndroid(user: user, token: pixel, at: "2026-11-21T10:00:00Z") }
             try await testbed.waitForActiveDevices(users: users, count: pixels.count)
@@ -122,7 +122,7 @@ struct CredentialsReloadTests {
             let newKeyFile = try await testbed.writeFCMServiceAccount(named: "firebase-new.json", key: HeraldTestbed.fcmRotatedKey, keyID: "new-key")
             try writeCredentials(fcmKeyFile: newKeyFile)
             herald.send(SIGHUP)
-            try await log.waitFor("APNs credentials file applied", count: 1)
+            try await log.waitFor("credentials file applied", count: 1)
             let perPhase = eventsPerPhase * pixels.count
             // The first phase is delivered: whatever is delivered from now on is the second's.
             let clock = ContinuousClock()

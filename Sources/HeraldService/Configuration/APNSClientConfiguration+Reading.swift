@@ -5,7 +5,7 @@ import Foundation
 
 // The APNs client's configuration is read here, in HeraldService, rather than beside the client
 // in APNSHTTP2: reading it loads the credentials file and checks its certificates
-// (``APNSCredentialsFile``, over swift-certificates), which are the service's, while APNSHTTP2
+// (``CredentialsFile``, over swift-certificates), which are the service's, while APNSHTTP2
 // stays a client that embedders configure with a value and that links no configuration library.
 
 extension APNSClientConfiguration {
@@ -15,13 +15,9 @@ extension APNSClientConfiguration {
     /// connections per host. The certificate's password is read as a secret.
     static let configKeys: [ConfigKey] = [
         Key.keyPath, Key.keyID, Key.teamID, Key.certificatePath, Key.certificatePassword, Key.certificateKeyPath,
-        Key.credentialsFile, Key.credentialsCheckInterval, Key.productionURL, Key.sandboxURL, Key.caPath, Key.connections,
+        Key.productionURL, Key.sandboxURL, Key.caPath, Key.connections,
         Key.broadcastProductionURL, Key.broadcastSandboxURL, Key.channelsProductionURL, Key.channelsSandboxURL,
     ]
-
-    /// How often the credentials file is checked for changes when HERALD_APNS_CREDENTIALS_CHECK_S
-    /// is unset.
-    static let defaultCredentialsCheckInterval: Duration = .seconds(10)
 
     /// The keys, named once for their reads and their errors.
     private enum Key {
@@ -31,8 +27,6 @@ extension APNSClientConfiguration {
         static let certificatePath: ConfigKey = ["apns", "cert_path"]
         static let certificatePassword: ConfigKey = ["apns", "cert_password"]
         static let certificateKeyPath: ConfigKey = ["apns", "cert_key_path"]
-        static let credentialsFile: ConfigKey = ["apns", "credentials_file"]
-        static let credentialsCheckInterval: ConfigKey = ["apns", "credentials_check_s"]
         static let productionURL: ConfigKey = ["apns", "production_url"]
         static let sandboxURL: ConfigKey = ["apns", "sandbox_url"]
         static let caPath: ConfigKey = ["apns", "ca_path"]
@@ -72,12 +66,10 @@ extension APNSClientConfiguration {
         /// Where broadcasts go; nil: to the device hosts.
         var broadcastEndpoints: (production: Endpoint, sandbox: Endpoint)?
         var channelManagementEndpoints: (production: Endpoint, sandbox: Endpoint)
-        var credentialsFile: String?
-        var credentialsCheckInterval: Duration
 
-        /// Reads the settings from Herald's reader (scoped to `herald`).
-        init(reading config: ConfigReader) throws {
-            credentialsFile = config.string(forKey: Key.credentialsFile)
+        /// Reads the settings from Herald's reader (scoped to `herald`), with the APNs entries of
+        /// the credentials file at `credentialsFile`.
+        init(reading config: ConfigReader, credentialsFile: String?) throws {
             var certificateProblems: [String] = []
             client = try APNSClientConfiguration.client(config, credentialsFile: credentialsFile, certificateProblems: &certificateProblems)
             self.certificateProblems = certificateProblems
@@ -93,17 +85,11 @@ extension APNSClientConfiguration {
                 try APNSClientConfiguration.endpoint(config, Key.channelsProductionURL) ?? .channelManagementProduction,
                 try APNSClientConfiguration.endpoint(config, Key.channelsSandboxURL) ?? .channelManagementSandbox
             )
-            credentialsCheckInterval = try config.duration(
-                forKey: Key.credentialsCheckInterval,
-                unit: .seconds(1),
-                default: APNSClientConfiguration.defaultCredentialsCheckInterval,
-                in: 1...86_400
-            )
         }
     }
 
     /// The APNs client's configuration: the HERALD_APNS_KEY_*/CERT_* credential for every topic,
-    /// and the credentials of HERALD_APNS_CREDENTIALS_FILE for the apps it lists. Without the
+    /// and the credentials of HERALD_CREDENTIALS_FILE for the apps it lists. Without the
     /// former, the file's credentials are all there is (events for any other topic are
     /// rejected). nil when no credential is configured at all; the hosts, the CA and the
     /// connections are read only then.
@@ -115,10 +101,10 @@ extension APNSClientConfiguration {
         let values = DefaultCredentialValues(reading: config)
         var fileCredentials: [String: Authentication] = [:]
         if let path = credentialsFile {
-            (fileCredentials, certificateProblems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
+            (fileCredentials, certificateProblems) = try CredentialsFile.loadReportingCertificates(path: path)
         }
         if let certificatePath = values.certificatePath, values.keyPath == nil {
-            certificateProblems += APNSCredentialsFile.certificateProblemsOf(
+            certificateProblems += CredentialsFile.certificateProblemsOf(
                 path: certificatePath,
                 password: values.certificatePassword,
                 name: "\(Key.certificatePath.environmentName)=\(certificatePath)",
@@ -169,7 +155,7 @@ extension APNSClientConfiguration {
                     "\(Key.keyPath.environmentName) needs \(Key.keyID.environmentName) and \(Key.teamID.environmentName)"
                 )
             }
-            return try APNSCredentialsFile.tokenCredential(
+            return try CredentialsFile.tokenCredential(
                 keyPath: keyPath,
                 keyID: keyID,
                 teamID: teamID,
@@ -177,7 +163,7 @@ extension APNSClientConfiguration {
             )
         }
         if let certificatePath = values.certificatePath {
-            return try APNSCredentialsFile.certificateCredential(
+            return try CredentialsFile.certificateCredential(
                 path: certificatePath,
                 keyPath: values.certificateKeyPath,
                 password: values.certificatePassword,

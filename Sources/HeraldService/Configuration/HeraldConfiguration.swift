@@ -33,10 +33,11 @@ package struct HeraldConfiguration: Sendable {
     /// FCM's settings and credentials (HERALD_FCM_* and the credentials file's FCM entries); nil
     /// when no FCM credential is configured (an APNs-only deployment: no FCM client is built).
     package var fcm: FCMClientConfiguration?
-    /// HERALD_APNS_CREDENTIALS_FILE, re-read on SIGHUP and every ``apnsCredentialsCheckInterval``.
-    package var apnsCredentialsFile: String?
-    /// How often the credentials file is checked for changes (HERALD_APNS_CREDENTIALS_CHECK_S).
-    package var apnsCredentialsCheckInterval: Duration
+    /// HERALD_CREDENTIALS_FILE: credentials per app for every platform, re-read on SIGHUP and
+    /// every ``credentialsCheckInterval``.
+    package var credentialsFile: String?
+    /// How often the credentials file is checked for changes (HERALD_CREDENTIALS_CHECK_S).
+    package var credentialsCheckInterval: Duration
     package var shutdownGracePeriod: Duration
     package var httpPort: Int
     package var logLevel: Logger.Level
@@ -57,7 +58,8 @@ package struct HeraldConfiguration: Sendable {
     /// HERALD_POSTGRES_URL); the database URL is read as a secret (it may hold a password).
     static let configKeys: [ConfigKey] = [
         ["postgres", "url"], ["postgres", "url_file"], ["postgres", "pool_size"], ["shutdown_grace_s"], ["http_port"],
-        ["otel_traces"], ["log_level"], ["log_format"], ["migrate_on_start"],
+        ["otel_traces"], ["log_level"], ["log_format"], ["migrate_on_start"], CredentialsFileKey.path, CredentialsFileKey.checkInterval,
+        CredentialsFileKey.formerPath, CredentialsFileKey.formerCheckInterval,
     ]
     /// The database when neither HERALD_POSTGRES_URL nor HERALD_POSTGRES_URL_FILE is set.
     static let defaultPostgresURL = "postgres://localhost/herald"
@@ -135,14 +137,14 @@ package struct HeraldConfiguration: Sendable {
             postgresURL = try PostgresURL(config.string(forKey: postgresURLKey, isSecret: true, default: Self.defaultPostgresURL))
         }
         postgresPoolSize = try config.int(forKey: ["postgres", "pool_size"], default: PostgresURL.defaultPoolSize, in: 1...1000)
-        let apnsSettings = try APNSClientConfiguration.Settings(reading: config)
+        credentialsFile = try Self.credentialsFile(reading: config)
+        credentialsCheckInterval = try Self.credentialsCheckInterval(reading: config)
+        let apnsSettings = try APNSClientConfiguration.Settings(reading: config, credentialsFile: credentialsFile)
         apns = apnsSettings.client
         certificateProblems = apnsSettings.certificateProblems
         broadcastEndpoints = apnsSettings.broadcastEndpoints
         channelManagementEndpoints = apnsSettings.channelManagementEndpoints
-        apnsCredentialsFile = apnsSettings.credentialsFile
-        apnsCredentialsCheckInterval = apnsSettings.credentialsCheckInterval
-        let fcmEntries = try apnsSettings.credentialsFile.map(APNSCredentialsFile.fcmEntries(path:)) ?? []
+        let fcmEntries = try credentialsFile.map(CredentialsFile.fcmEntries(path:)) ?? []
         fcm = try FCMClientConfiguration(reading: config, applicationDefault: source.unscoped, entries: fcmEntries)
         shutdownGracePeriod = try config.duration(
             forKey: ["shutdown_grace_s"],
@@ -196,4 +198,41 @@ package struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     }
 
     package var description: String { message }
+}
+
+/// The credentials file's keys. Their names before FCM served from the file too
+/// (HERALD_CREDENTIALS_FILE, HERALD_CREDENTIALS_CHECK_S) keep working.
+enum CredentialsFileKey {
+    static let path: ConfigKey = ["credentials_file"]
+    static let checkInterval: ConfigKey = ["credentials_check_s"]
+    static let formerPath: ConfigKey = ["apns", "credentials_file"]
+    static let formerCheckInterval: ConfigKey = ["apns", "credentials_check_s"]
+}
+
+extension HeraldConfiguration {
+    /// How often the credentials file is checked for changes when HERALD_CREDENTIALS_CHECK_S is unset.
+    static let defaultCredentialsCheckInterval: Duration = .seconds(10)
+
+    /// HERALD_CREDENTIALS_FILE, or its former name; both set differently is a mistake.
+    static func credentialsFile(reading config: ConfigReader) throws -> String? {
+        let path = config.string(forKey: CredentialsFileKey.path)
+        let former = config.string(forKey: CredentialsFileKey.formerPath)
+        if let path, let former, path != former {
+            throw ConfigurationError("HERALD_CREDENTIALS_FILE and HERALD_CREDENTIALS_FILE (its former name) name different files; set one")
+        }
+        return path ?? former
+    }
+
+    /// HERALD_CREDENTIALS_CHECK_S, or its former name when only that is set.
+    static func credentialsCheckInterval(reading config: ConfigReader) throws -> Duration {
+        let givenUnderFormerName =
+            config.string(forKey: CredentialsFileKey.checkInterval) == nil
+            && config.string(forKey: CredentialsFileKey.formerCheckInterval) != nil
+        return try config.duration(
+            forKey: givenUnderFormerName ? CredentialsFileKey.formerCheckInterval : CredentialsFileKey.checkInterval,
+            unit: .seconds(1),
+            default: defaultCredentialsCheckInterval,
+            in: 1...86_400
+        )
+    }
 }

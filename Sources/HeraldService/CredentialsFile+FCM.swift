@@ -2,7 +2,7 @@ import FCMCore
 package import FCMHTTP
 import Foundation
 
-extension APNSCredentialsFile {
+extension CredentialsFile {
     /// The FCM entries of the credentials file at `path`, each with its service account read
     /// from `service_account_path` (relative to the file); throws ``ConfigurationError`` naming
     /// the entry and the field, never key material. APNs entries are not checked here.
@@ -11,7 +11,7 @@ extension APNSCredentialsFile {
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: path))
         } catch {
-            throw ConfigurationError("cannot read HERALD_APNS_CREDENTIALS_FILE=\(path)")
+            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         return try parseFCM(data, relativeTo: directory, fileName: path)
@@ -21,7 +21,7 @@ extension APNSCredentialsFile {
         var listed = Set<String>()
         var entries: [FCMCredentials.Entry] = []
         for (index, entry) in try decodeEntries(data, fileName: fileName).enumerated() where entry.platform == "fcm" {
-            let place = "HERALD_APNS_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
+            let place = "HERALD_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
             guard entry.topics == nil, entry.keyPath == nil, entry.certPath == nil, entry.keyID == nil, entry.teamID == nil,
                 entry.certPassword == nil, entry.certKeyPath == nil
             else {

@@ -2,7 +2,7 @@ package import APNSHTTP2
 import APNSCore
 import Foundation
 
-/// Reads the file named by HERALD_APNS_CREDENTIALS_FILE: APNs credentials for particular apps, so
+/// Reads the file named by HERALD_CREDENTIALS_FILE: APNs credentials for particular apps, so
 /// one Herald serves several apps and teams. Topics not listed use the HERALD_APNS_* credentials.
 ///
 /// The file is a JSON array; each entry names its apps' bundle IDs and one credential:
@@ -27,7 +27,7 @@ import Foundation
 ///
 /// Relative paths are relative to the file's directory. Errors name the entry and the field,
 /// never a password or key material.
-package enum APNSCredentialsFile {
+package enum CredentialsFile {
     /// Loads the file at `path`; throws ``ConfigurationError`` naming the problem.
     package static func load(path: String) throws -> [String: APNSClientConfiguration.Authentication] {
         try loadReportingCertificates(path: path).credentials
@@ -42,7 +42,7 @@ package enum APNSCredentialsFile {
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: path))
         } catch {
-            throw ConfigurationError("cannot read HERALD_APNS_CREDENTIALS_FILE=\(path)")
+            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         var problems: [String] = []
@@ -87,7 +87,7 @@ package enum APNSCredentialsFile {
         let entries = try decodeEntries(data, fileName: fileName)
         var credentials: [String: APNSClientConfiguration.Authentication] = [:]
         for (index, entry) in entries.enumerated() where entry.platform != "fcm" {
-            let place = "HERALD_APNS_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
+            let place = "HERALD_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
             guard entry.platform == nil || entry.platform == "apns" else {
                 throw ConfigurationError("\(place): \"platform\" must be \"apns\" or \"fcm\"")
             }
@@ -124,7 +124,7 @@ package enum APNSCredentialsFile {
             return try JSONDecoder().decode([Entry].self, from: data)
         } catch {
             throw ConfigurationError(
-                "HERALD_APNS_CREDENTIALS_FILE=\(fileName) must be a JSON array of credential entries"
+                "HERALD_CREDENTIALS_FILE=\(fileName) must be a JSON array of credential entries"
                     + " ({\"topics\": [...], \"key_path\" or \"cert_path\", ...}"
                     + " or {\"platform\": \"fcm\", \"packages\": [...], \"service_account_path\": ...})"
             )

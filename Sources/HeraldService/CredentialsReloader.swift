@@ -7,7 +7,7 @@ import ServiceLifecycle
 import Synchronization
 import UnixSignals
 
-/// Re-reads HERALD_APNS_CREDENTIALS_FILE on SIGHUP and every `checkInterval` (and, without
+/// Re-reads HERALD_CREDENTIALS_FILE on SIGHUP and every `checkInterval` (and, without
 /// that file, keeps SIGHUP from ending the process), and hands what it
 /// finds to the APNs clients (device sends, broadcasts, channel management): a replaced key or certificate gets new connections while requests
 /// in flight finish on the old ones (``APNSHTTP2Client/replaceCredentials(default:byTopic:)``).
@@ -22,7 +22,7 @@ import UnixSignals
 /// problem is logged once (until it changes) and counted in
 /// `herald_apns_credentials_reloads_total{result="failed"}`. So does a file that gains FCM
 /// entries when Herald started without any FCM credential (no FCM client runs: restart it).
-package final class APNSCredentialsReloader: Service {
+package final class CredentialsReloader: Service {
     /// The FCM client and the credentials it was last given (the default account included).
     package struct FCM {
         package var client: FCMHTTPClient
@@ -92,7 +92,7 @@ package final class APNSCredentialsReloader: Service {
     package func reload(trigger: String) {
         let fallbackPath = fcm.withLock { $0?.fallbackPath }
         guard path != nil || fallbackPath != nil else {
-            logger.notice("\(trigger): no HERALD_APNS_CREDENTIALS_FILE to re-read")
+            logger.notice("\(trigger): no HERALD_CREDENTIALS_FILE to re-read")
             return
         }
         lastFailure.withLock { lastFailure in
@@ -107,8 +107,8 @@ package final class APNSCredentialsReloader: Service {
                     if changed { logger.notice("FCM default service account applied", metadata: ["herald.trigger": "\(trigger)"]) }
                     return
                 }
-                let (credentials, problems) = try APNSCredentialsFile.loadReportingCertificates(path: path)
-                let fcmEntries = try APNSCredentialsFile.fcmEntries(path: path)
+                let (credentials, problems) = try CredentialsFile.loadReportingCertificates(path: path)
+                let fcmEntries = try CredentialsFile.fcmEntries(path: path)
                 // FCM first: its keys were checked as the file was read, so what follows applies both.
                 var changed = try applyFCM(entries: fcmEntries, fallback: fallback)
                 // Every client gets the same credentials; the first to refuse one leaves all unchanged.
@@ -122,7 +122,7 @@ package final class APNSCredentialsReloader: Service {
                 }
                 reloads.applied.increment()
                 logger.notice(
-                    "APNs credentials file applied",
+                    "credentials file applied",
                     metadata: [
                         "herald.credentials_file": "\(path)", "herald.trigger": "\(trigger)", "herald.topics": "\(credentials.count)",
                         "herald.fcm_packages": "\(fcmEntries.reduce(0) { $0 + $1.packages.count })",
@@ -135,7 +135,7 @@ package final class APNSCredentialsReloader: Service {
                 guard description != lastFailure else { return }
                 lastFailure = description
                 logger.error(
-                    "APNs credentials file not applied; the credentials in use stay",
+                    "credentials file not applied; the credentials in use stay",
                     metadata: ["herald.credentials_file": "\(path ?? fallbackPath ?? "")", "herald.trigger": "\(trigger)", "error": "\(description)"]
                 )
             }
