@@ -549,10 +549,13 @@ let package = Package(
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
-            name: "MockAPNSTests",
+            name: "MockServerTests",
             dependencies: [
                 "PushCore",
                 "MockAPNS",
+                "MockFCM",
+                "JSONCore",
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
