@@ -118,39 +118,9 @@ package enum HeraldApplication {
         )
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
-        let apns = try APNSHTTP2Client(configuration: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
-        // Broadcasts use the device hosts unless HERALD_APNS_BROADCAST_* names others; channel
-        // management has hosts of its own. Each client connects only once it has a request.
-        func client(for endpoints: (production: APNSClientConfiguration.Endpoint, sandbox: APNSClientConfiguration.Endpoint)) throws
-            -> APNSHTTP2Client
-        {
-            var clientConfiguration = apnsConfiguration
-            (clientConfiguration.production, clientConfiguration.sandbox) = endpoints
-            return try APNSHTTP2Client(configuration: clientConfiguration, metricsFactory: metricsFactory, logger: logger)
-        }
-        let broadcastAPNS = try configuration.broadcastEndpoints.map(client(for:))
-        let channelsAPNS = try client(for: configuration.channelManagementEndpoints)
-        let apnsClients = [apns, channelsAPNS] + (broadcastAPNS.map { [$0] } ?? [])
-        // Only when an FCM credential is configured: without one, Android devices get rejected
-        // results (NoCredentialForPackage) and nothing about FCM runs.
-        let fcm = try configuration.fcm.map { fcmConfiguration -> FCMHTTPClient in
-            do {
-                return try FCMHTTPClient(configuration: fcmConfiguration, metricsFactory: metricsFactory, logger: logger)
-            } catch {
-                throw ConfigurationError("FCM client: \(error)")
-            }
-        }
-        let credentialsReloader = CredentialsReloader(
-            path: configuration.credentialsFile,
-            defaultCredential: apnsConfiguration.authentication,
-            clients: apnsClients,
-            fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials, fallbackPath: $0.fallbackPath) } },
-            checkInterval: configuration.credentialsCheckInterval,
-            metricsFactory: metricsFactory,
-            logger: logger
-        )
+        let clients = try PushClients(configuration: configuration, apns: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
+        let (apns, fcm) = (clients.apns, clients.fcm)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
-        let topics = configuration.pipeline.topics
         let (consumer, bulkConsumer) = try Self.makeConsumers(configuration, logger: logger)
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
         let pipeline = NotificationPipeline(
@@ -161,8 +131,8 @@ package enum HeraldApplication {
             store: store,
             ledger: store,
             apns: apns,
-            broadcastAPNS: broadcastAPNS,
-            channelManagementAPNS: channelsAPNS,
+            broadcastAPNS: clients.broadcastAPNS,
+            channelManagementAPNS: clients.channelsAPNS,
             fcm: fcm,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
@@ -171,46 +141,18 @@ package enum HeraldApplication {
         )
         // Bounded and single-flight: while PostgreSQL is down a query may wait indefinitely.
         let database = SingleFlightProbe(timeout: .seconds(2)) { _ = try await postgres.query("SELECT 1", logger: logger) }
-        let ready = Gauge(label: "herald_ready", factory: metricsFactory)
-        let kafkaMetrics = KafkaMetrics(factory: metricsFactory, bulkTopic: topics.bulkRequests)
         let drain = DrainSignal()
-        /// The unmet conditions, also recorded as `herald_ready` (1 or 0).
-        let readiness: @Sendable () async -> [String] = {
-            let unmet = await Readiness.unmetConditions(
-                draining: drain.hasBegun,
-                consuming: pipeline.isConsuming,
-                joinedGroup: consumer.hasJoinedGroup,
-                publishBlockedBy: pipeline.publishBlockedBy,
-                storeBlockedBy: pipeline.storeBlockedBy,
-                apnsReachable: apns.endpointsReachable,
-                fcmTokenAvailable: fcm?.isReady ?? true,
-                database: { await database.check() }
-            )
-            ready.record(unmet.isEmpty ? 1 : 0)
-            return unmet
-        }
-        let health = HealthServer(
-            port: configuration.httpPort,
-            readiness: readiness,
-            metrics: {
-                _ = await readiness()
-                // The device client's; the channel clients' gauges would share its `host` labels
-                // when their hosts are the same (a mock, or HERALD_APNS_BROADCAST_* unchanged).
-                apns.recordPoolState()
-                fcm?.recordPoolState()
-                kafkaMetrics.refresh(
-                    producerQueue: producer.queuedRecords,
-                    committed: pipeline.committedOffsets,
-                    highWatermark: { $0.topic == topics.bulkRequests ? bulkConsumer.highWatermark($0) : consumer.highWatermark($0) }
-                )
-                return metrics.emitToString()
-            },
+        let health = Self.makeHealthServer(
+            configuration: configuration,
+            probes: HealthProbes(pipeline: pipeline, consumer: consumer, bulkConsumer: bulkConsumer, producer: producer, clients: clients, database: database),
+            metrics: metrics,
+            metricsFactory: metricsFactory,
             drain: drain,
             logger: logger
         )
         // The APNs and FCM clients stop after the pipeline has drained: sends of the drain still go out.
         let senders: [ServiceGroupConfiguration.ServiceConfiguration] =
-            apnsClients.map { .init(service: $0) } + (fcm.map { [.init(service: $0)] } ?? [])
+            clients.apnsClients.map { .init(service: $0) } + (fcm.map { [.init(service: $0)] } ?? [])
         var groupConfiguration = ServiceGroupConfiguration(
             services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
                 .init(service: postgres),
@@ -218,7 +160,7 @@ package enum HeraldApplication {
                 // Needs only PostgreSQL: stops just before it.
                 .init(service: housekeeping),
             ] + senders + [
-                .init(service: credentialsReloader),
+                .init(service: clients.credentialsReloader),
                 // Stopped after the pipeline has drained, so it answers throughout the drain.
                 .init(service: database),
                 .init(service: health),
