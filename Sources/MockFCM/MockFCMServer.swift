@@ -16,7 +16,8 @@ import X509
 ///
 /// `POST /token` verifies a service account's RS256 assertion and issues an expiring access
 /// token; `POST /v1/projects/{project}/messages:send` checks the bearer token and the message and
-/// answers with FCM's bodies (docs/design.md, "Talking to FCM"); any other path gets Google's HTML 404.
+/// answers with FCM's bodies, each beside the page or SDK file that shows Google answering so
+/// (MockFCMServer+Answer.swift, MockFCMAnswer.swift); any other path gets Google's HTML 404.
 /// `run()` generates a throw-away CA and server certificate, binds, and serves until cancelled
 /// or gracefully shut down. The counters can be read at any time from any thread.
 public final class MockFCMServer: Service, Sendable {
