@@ -25,7 +25,7 @@ let package = Package(
         .library(name: "APNSClient", targets: ["PushCore", "APNSCore", "HTTP2Transport", "HTTP2TLS", "APNSWire", "APNSHTTP2"]),
         // The delivery pipeline, embeddable with your own message source, publisher, token
         // store, ledger and APNs client; it links no Kafka or PostgreSQL client.
-        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "PushStores", "PushCore", "APNSCore", "JSONCore"]),
+        .library(name: "PushPipeline", targets: ["PushPipeline", "KafkaMessages", "PushStores", "PushCore", "APNSCore", "JSONCore", "WebPushCore"]),
         // The pipeline's parts in memory (source, publisher, registry and ledger, a scripted
         // APNs client), to test an embedding of the pipeline without a broker or a database.
         .library(name: "PushPipelineTesting", targets: ["PushPipelineTesting"]),
@@ -36,9 +36,15 @@ let package = Package(
         .library(name: "FCMClient", targets: ["PushCore", "FCMCore", "HTTP2Transport", "HTTP2TLS", "FCMHTTP", "JSONCore"]),
         // A mock FCM HTTP v1 API and OAuth token endpoint (HTTP/2 over TLS) for tests.
         .library(name: "MockFCM", targets: ["MockFCM"]),
+        // A Web Push client (RFC 8030, 8291, 8292): subscriptions checked against a host
+        // allow-list, message encryption, VAPID, and the sender over Herald's own HTTP/2 client.
+        .library(name: "WebPushClient", targets: ["PushCore", "WebPushCore", "HTTP2Transport", "HTTP2TLS", "WebPushHTTP"]),
+        // A mock push service (several origins, HTTP/2 over TLS) that decrypts what it receives.
+        .library(name: "MockWebPush", targets: ["MockWebPush"]),
         .executable(name: "herald", targets: ["Herald"]),
         .executable(name: "mock-apns", targets: ["MockAPNSServer"]),
         .executable(name: "mock-fcm", targets: ["MockFCMServer"]),
+        .executable(name: "mock-webpush", targets: ["MockWebPushServer"]),
         .executable(name: "herald-demo", targets: ["HeraldDemo"]),
         .executable(name: "herald-bench", targets: ["HeraldBench"]),
     ],
@@ -251,6 +257,7 @@ let package = Package(
                 "JSONCore",
                 "APNSCore",
                 "FCMCore",
+                "WebPushCore",
                 "PushCore",
                 "PushStores",
                 "KafkaMessages",
@@ -279,6 +286,8 @@ let package = Package(
                 "APNSHTTP2",
                 "FCMCore",
                 "FCMHTTP",
+                "WebPushCore",
+                "WebPushHTTP",
                 "PushStores",
                 "PostgresStores",
                 "KafkaMessages",
@@ -554,6 +563,8 @@ let package = Package(
                 "PushCore",
                 "MockAPNS",
                 "MockFCM",
+                "MockWebPush",
+                "WebPushCore",
                 "JSONCore",
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -572,9 +583,75 @@ let package = Package(
             name: "WebPushCore",
             dependencies: [
                 "JSONCore",
+                "PushCore",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
+        ),
+        // The web push sender over the shared HTTP/2 transport: a pool per push-service origin.
+        .target(
+            name: "WebPushHTTP",
+            dependencies: [
+                "ConfigReading",
+                "PushCore",
+                "HTTP2Transport",
+                "HTTP2TLS",
+                "WebPushCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // A mock push service: several origins, decrypts each message, verifies VAPID.
+        .target(
+            name: "MockWebPush",
+            dependencies: [
+                "PushCore",
+                "JSONCore",
+                "MockAPNS",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "MockWebPushServer",
+            dependencies: [
+                "MockWebPush",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "WebPushHTTPTests",
+            dependencies: [
+                "PushCore",
+                "WebPushCore",
+                "WebPushHTTP",
+                "MockWebPush",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: testSwiftSettings
         ),
         .testTarget(
             name: "WebPushCoreTests",
@@ -597,6 +674,7 @@ let package = Package(
                 "KafkaTransport",
                 "MockAPNS",
                 "MockFCM",
+                "MockWebPush",
                 "FCMCore",
                 "PushPipeline",
                 "PushStores",

@@ -1,3 +1,4 @@
+import PushCore
 import JSONCore
 
 /// FCM's answer to one send request.

@@ -23,7 +23,8 @@ extension CredentialsFile {
         for (index, entry) in try decodeEntries(data, fileName: fileName).enumerated() where entry.platform == "fcm" {
             let place = "HERALD_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
             guard entry.topics == nil, entry.keyPath == nil, entry.certPath == nil, entry.keyID == nil, entry.teamID == nil,
-                entry.certPassword == nil, entry.certKeyPath == nil
+                entry.certPassword == nil, entry.certKeyPath == nil, entry.apps == nil, entry.vapidKeyPath == nil,
+                entry.previousVAPIDKeyPaths == nil, entry.subject == nil
             else {
                 throw ConfigurationError("\(place): an FCM entry takes packages and service_account_path only")
             }

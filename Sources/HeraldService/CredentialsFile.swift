@@ -24,6 +24,12 @@ import Foundation
 /// ```json
 ///   { "platform": "fcm", "packages": ["com.example.shop"], "service_account_path": "keys/shop-firebase.json" }
 /// ```
+/// and web push entries (`"platform": "webpush"`): the web apps a VAPID key pair serves, its
+/// contact, and the keys it replaced that older subscriptions still name (``webPushEntries(path:)``):
+/// ```json
+///   { "platform": "webpush", "apps": ["shop-web"], "vapid_key_path": "keys/shop-vapid.pem",
+///     "subject": "mailto:ops@example.com", "previous_vapid_key_paths": ["keys/shop-vapid-2025.pem"] }
+/// ```
 ///
 /// Relative paths are relative to the file's directory. Errors name the entry and the field,
 /// never a password or key material.
@@ -52,11 +58,15 @@ package enum CredentialsFile {
 
     /// One entry as written in the file.
     struct Entry: Decodable {
-        /// `apns` (the default) or `fcm`.
+        /// `apns` (the default), `fcm` or `webpush`.
         var platform: String?
         var topics: [String]?
         var packages: [String]?
         var serviceAccountPath: String?
+        var apps: [String]?
+        var vapidKeyPath: String?
+        var previousVAPIDKeyPaths: [String]?
+        var subject: String?
         var keyPath: String?
         var keyID: String?
         var teamID: String?
@@ -69,6 +79,10 @@ package enum CredentialsFile {
             case topics
             case packages
             case serviceAccountPath = "service_account_path"
+            case apps
+            case vapidKeyPath = "vapid_key_path"
+            case previousVAPIDKeyPaths = "previous_vapid_key_paths"
+            case subject
             case keyPath = "key_path"
             case keyID = "key_id"
             case teamID = "team_id"
@@ -86,13 +100,16 @@ package enum CredentialsFile {
     ) throws -> [String: APNSClientConfiguration.Authentication] {
         let entries = try decodeEntries(data, fileName: fileName)
         var credentials: [String: APNSClientConfiguration.Authentication] = [:]
-        for (index, entry) in entries.enumerated() where entry.platform != "fcm" {
+        for (index, entry) in entries.enumerated() where entry.platform != "fcm" && entry.platform != "webpush" {
             let place = "HERALD_CREDENTIALS_FILE=\(fileName) entry \(index + 1)"
             guard entry.platform == nil || entry.platform == "apns" else {
-                throw ConfigurationError("\(place): \"platform\" must be \"apns\" or \"fcm\"")
+                throw ConfigurationError("\(place): \"platform\" must be \"apns\", \"fcm\" or \"webpush\"")
             }
             guard entry.packages == nil, entry.serviceAccountPath == nil else {
                 throw ConfigurationError("\(place): packages and service_account_path belong to an FCM entry (\"platform\": \"fcm\")")
+            }
+            guard entry.apps == nil, entry.vapidKeyPath == nil, entry.previousVAPIDKeyPaths == nil, entry.subject == nil else {
+                throw ConfigurationError("\(place): apps, vapid_key_path and subject belong to a web push entry (\"platform\": \"webpush\")")
             }
             guard let topics = entry.topics, !topics.isEmpty else {
                 throw ConfigurationError("\(place): \"topics\" must list at least one bundle ID")
@@ -126,7 +143,8 @@ package enum CredentialsFile {
             throw ConfigurationError(
                 "HERALD_CREDENTIALS_FILE=\(fileName) must be a JSON array of credential entries"
                     + " ({\"topics\": [...], \"key_path\" or \"cert_path\", ...}"
-                    + " or {\"platform\": \"fcm\", \"packages\": [...], \"service_account_path\": ...})"
+                    + " or {\"platform\": \"fcm\", \"packages\": [...], \"service_account_path\": ...}"
+                    + " or {\"platform\": \"webpush\", \"apps\": [...], \"vapid_key_path\": ..., \"subject\": ...})"
             )
         }
     }

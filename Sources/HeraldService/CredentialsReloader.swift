@@ -1,5 +1,7 @@
 package import APNSHTTP2
 package import FCMHTTP
+package import WebPushHTTP
+package import WebPushCore
 package import Logging
 package import Metrics
 import FCMCore
@@ -17,6 +19,9 @@ import UnixSignals
 /// without a credentials file), serving the packages no entry lists: a changed project's access
 /// token is exchanged again (the previous one serves until that succeeds or expires), requests
 /// in flight finish with the one they had.
+///
+/// Its web push entries go to the web push client (``WebPushHTTPClient/updateCredentials(_:)``),
+/// with HERALD_WEBPUSH_VAPID_KEY_PATH's key serving the apps no entry lists.
 ///
 /// A file that no longer reads or parses changes nothing: the credentials in use stay, and the
 /// problem is logged once (until it changes) and counted in
@@ -41,6 +46,7 @@ package final class CredentialsReloader: Service {
     private let defaultCredential: APNSClientConfiguration.Authentication?
     private let clients: [APNSHTTP2Client]
     private let fcm: Mutex<FCM?>
+    private let webPush: WebPush?
     private let checkInterval: Duration
     private let logger: Logger
     private let reloads: (applied: Counter, unchanged: Counter, failed: Counter)
@@ -48,11 +54,24 @@ package final class CredentialsReloader: Service {
     /// reloads (SIGHUP and the periodic check may coincide).
     private let lastFailure = Mutex<String?>(nil)
 
+    /// The web push client and the key that serves the apps the file does not list.
+    package struct WebPush: Sendable {
+        package var client: WebPushHTTPClient
+        /// HERALD_WEBPUSH_VAPID_KEY_PATH's key, read at start.
+        package var fallback: WebPushCredentials.Entry?
+
+        package init(client: WebPushHTTPClient, fallback: WebPushCredentials.Entry?) {
+            self.client = client
+            self.fallback = fallback
+        }
+    }
+
     package init(
         path: String?,
         defaultCredential: APNSClientConfiguration.Authentication?,
         clients: [APNSHTTP2Client],
         fcm: FCM? = nil,
+        webPush: WebPush? = nil,
         checkInterval: Duration,
         metricsFactory: any MetricsFactory,
         logger: Logger
@@ -61,6 +80,7 @@ package final class CredentialsReloader: Service {
         self.defaultCredential = defaultCredential
         self.clients = clients
         self.fcm = Mutex(fcm)
+        self.webPush = webPush
         self.checkInterval = checkInterval
         self.logger = logger
         func counter(_ result: String) -> Counter {
@@ -109,8 +129,12 @@ package final class CredentialsReloader: Service {
                 }
                 let (credentials, problems) = try CredentialsFile.loadReportingCertificates(path: path)
                 let fcmEntries = try CredentialsFile.fcmEntries(path: path)
+                let webPushEntries = try CredentialsFile.webPushEntries(path: path)
                 // FCM first: its keys were checked as the file was read, so what follows applies both.
                 var changed = try applyFCM(entries: fcmEntries, fallback: fallback)
+                if let webPush {
+                    changed = webPush.client.updateCredentials(WebPushCredentials(entries: webPushEntries, fallback: webPush.fallback)) || changed
+                }
                 // Every client gets the same credentials; the first to refuse one leaves all unchanged.
                 for client in clients {
                     changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed

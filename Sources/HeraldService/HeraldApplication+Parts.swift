@@ -1,5 +1,7 @@
 import APNSHTTP2
 import FCMHTTP
+import WebPushCore
+import WebPushHTTP
 import KafkaMessages
 import KafkaTransport
 import Logging
@@ -7,8 +9,8 @@ import Metrics
 import Prometheus
 import PushPipeline
 
-/// The push clients of one Herald: APNs for devices, broadcasts and channel management, FCM when
-/// configured, and the reloader of the credentials file they share.
+/// The push clients of one Herald: APNs for devices, broadcasts and channel management, FCM and
+/// web push when configured, and the reloader of the credentials file they share.
 struct PushClients {
     let apns: APNSHTTP2Client
     /// nil: broadcasts go through ``apns``'s hosts.
@@ -17,6 +19,7 @@ struct PushClients {
     /// Every APNs client, for the reloader and the service group.
     let apnsClients: [APNSHTTP2Client]
     let fcm: FCMHTTPClient?
+    let webPush: WebPushHTTPClient?
     let credentialsReloader: CredentialsReloader
 
     init(configuration: HeraldConfiguration, apns apnsConfiguration: APNSClientConfiguration, metricsFactory: PrometheusMetricsFactory, logger: Logger) throws {
@@ -43,11 +46,21 @@ struct PushClients {
             }
         }
         self.fcm = fcm
+        // Only with a VAPID key: without one, browsers get rejected results (NoCredentialForApp).
+        let webPush = try configuration.webPush.map { webPushConfiguration -> WebPushHTTPClient in
+            do {
+                return try WebPushHTTPClient(configuration: webPushConfiguration, metricsFactory: metricsFactory, logger: logger)
+            } catch {
+                throw ConfigurationError("web push client: \(error)")
+            }
+        }
+        self.webPush = webPush
         credentialsReloader = CredentialsReloader(
             path: configuration.credentialsFile,
             defaultCredential: apnsConfiguration.authentication,
             clients: apnsClients,
             fcm: fcm.flatMap { client in configuration.fcm.map { .init(client: client, credentials: $0.credentials, fallbackPath: $0.fallbackPath) } },
+            webPush: webPush.flatMap { client in configuration.webPush.map { .init(client: client, fallback: $0.credentials.fallback) } },
             checkInterval: configuration.credentialsCheckInterval,
             metricsFactory: metricsFactory,
             logger: logger
@@ -105,6 +118,7 @@ extension HeraldApplication {
                 // when their hosts are the same (a mock, or HERALD_APNS_BROADCAST_* unchanged).
                 apns.recordPoolState()
                 fcm?.recordPoolState()
+                probes.clients.webPush?.recordPoolState()
                 kafkaMetrics.refresh(
                     producerQueue: producer.queuedRecords,
                     committed: pipeline.committedOffsets,

@@ -134,6 +134,7 @@ package enum HeraldApplication {
             broadcastAPNS: clients.broadcastAPNS,
             channelManagementAPNS: clients.channelsAPNS,
             fcm: fcm,
+            webPush: clients.webPush,
             metricsFactory: metricsFactory,
             tracer: tracing?.tracer,
             taskExecutor: EventLoopTaskExecutor(pipelineLoop, countingJobsIn: Counter(label: "herald_pipeline_jobs_total", factory: metricsFactory)),
@@ -150,9 +151,10 @@ package enum HeraldApplication {
             drain: drain,
             logger: logger
         )
-        // The APNs and FCM clients stop after the pipeline has drained: sends of the drain still go out.
+        // The push clients stop after the pipeline has drained: sends of the drain still go out.
         let senders: [ServiceGroupConfiguration.ServiceConfiguration] =
             clients.apnsClients.map { .init(service: $0) } + (fcm.map { [.init(service: $0)] } ?? [])
+            + (clients.webPush.map { [.init(service: $0)] } ?? [])
         var groupConfiguration = ServiceGroupConfiguration(
             services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
                 .init(service: postgres),

@@ -119,12 +119,12 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         bindings.append(deliveries.map(\.userID))
         bindings.append(outcomes.map { $0?.status.rawValue ?? "" })
         bindings.append(outcomes.map { $0?.environment == .sandbox })
-        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? $0?.fcmStatus ?? 0) })
+        bindings.append(outcomes.map { Int16(clamping: $0?.apnsStatus ?? $0?.fcmStatus ?? $0?.webPushStatus ?? 0) })
         bindings.append(outcomes.map { $0?.reason ?? "" })
         bindings.append(outcomes.map { Int16(clamping: $0?.attempts ?? 0) })
         bindings.append(outcomes.map { Int32(clamping: $0?.latencyMilliseconds ?? 0) })
         bindings.append(outcomes.map { $0?.completedAtMilliseconds ?? 0 })
-        bindings.append(outcomes.map { $0?.apnsUniqueID ?? $0?.fcmMessageID ?? "" })
+        bindings.append(outcomes.map { $0?.apnsUniqueID ?? $0?.fcmMessageID ?? $0?.webPushLocation ?? "" })
         bindings.append(outcomes.map { $0?.unregisteredAtMilliseconds ?? .min })
         bindings.append(
             deliveries.map {

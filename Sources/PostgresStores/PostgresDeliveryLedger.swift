@@ -146,6 +146,7 @@ enum LedgerRow {
         case .apnsDevice: 1
         case .fcmDevice: 2
         case .other: 3
+        case .webPushDevice: 4
         }
     }
 
@@ -155,6 +156,7 @@ enum LedgerRow {
         case 1: .apnsDevice
         case 2: .fcmDevice
         case 3: .other
+        case 4: .webPushDevice
         default: throw PostgresLedgerError(detail: "unknown target kind \(code)")
         }
     }
@@ -189,12 +191,19 @@ enum LedgerRow {
 
     /// The delivery a row read as ``selectedColumns`` holds, for `event`.
     static func delivery(_ columns: Columns, of event: LedgerEvent) throws -> RecordedDelivery {
-        // An FCM row keeps FCM's status and message name in the provider's columns (migration 6).
+        // An FCM row keeps FCM's status and message name in the provider's columns (migration 6),
+        // a web push row the push service's status and the message's `Location` (migration 8).
         let (_, _, token, userID, status, sandbox, providerStatus, reason, attempts, latency, completedAt, providerID, unregisteredAt, message, kindCode) =
             columns
         let eventID = event.eventID
         let kind = try kind(code: kindCode)
-        let fcm = kind == .fcmDevice
+        let platform: DevicePlatform =
+            switch kind {
+            case .fcmDevice: .fcm
+            case .webPushDevice: .webpush
+            case .apnsDevice, .other: .apns
+            }
+        let apns = platform == .apns
         let outcome: RecordedDelivery.Outcome
         if let message {
             outcome = .message(result: Array(message.utf8), unregisteredEvent: nil)
@@ -206,16 +215,18 @@ enum LedgerRow {
                 RecordedDelivery.SendOutcome(
                     status: status,
                     environment: sandbox ? .sandbox : .production,
-                    apnsStatus: fcm ? nil : providerStatus.map(Int.init),
+                    apnsStatus: apns ? providerStatus.map(Int.init) : nil,
                     reason: reason,
                     attempts: Int(attempts),
                     latencyMilliseconds: Int64(latency),
                     completedAtMilliseconds: completedAt,
-                    apnsUniqueID: fcm ? nil : providerID,
+                    apnsUniqueID: apns ? providerID : nil,
                     unregisteredAtMilliseconds: unregisteredAt,
-                    platform: fcm ? .fcm : .apns,
-                    fcmStatus: fcm ? providerStatus.map(Int.init) : nil,
-                    fcmMessageID: fcm ? providerID : nil
+                    platform: platform,
+                    fcmStatus: platform == .fcm ? providerStatus.map(Int.init) : nil,
+                    fcmMessageID: platform == .fcm ? providerID : nil,
+                    webPushStatus: platform == .webpush ? providerStatus.map(Int.init) : nil,
+                    webPushLocation: platform == .webpush ? providerID : nil
                 )
             )
         }

@@ -70,11 +70,14 @@ package struct PostgresStore: DeviceTokenStore {
         }
     }
 
-    package func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
-        let statement = ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+    package func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+        let statement = ActiveDevicesStatement(apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: webPushApp, userIDs: userIDs)
         var devices: [String: [DeviceToken]] = [:]
-        for (userID, token, environment, platform, target) in try await rows(of: statement) {
-            guard let device = Self.device(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target) else {
+        for (userID, token, environment, platform, target, keys) in try await rows(of: statement) {
+            guard
+                let device = Self.device(
+                    userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target, webPushKeys: keys)
+            else {
                 continue
             }
             devices[userID, default: []].append(device)
@@ -83,11 +86,18 @@ package struct PostgresStore: DeviceTokenStore {
     }
 
     /// The device a registry row describes; nil for an environment or a platform Herald does not
-    /// know (a row an app API wrote by hand).
-    static func device(userID: String, token: String, environment: String, platform: String, fcmTarget: String?) -> DeviceToken? {
+    /// know (a row an app API wrote by hand). `webPushKeys` is ``ActiveDevicesStatement/webPushKeys``'s
+    /// text: `p256dh auth [vapid key]`; a subscription row without keys keeps none, and its
+    /// sends are rejected.
+    static func device(userID: String, token: String, environment: String, platform: String, fcmTarget: String?, webPushKeys: String?)
+        -> DeviceToken?
+    {
         guard let environment = APNSEnvironment(rawValue: environment), let platform = DevicePlatform(rawValue: platform) else { return nil }
         let target = fcmTarget.flatMap(FCMTargetKind.init(rawValue:)) ?? .token
-        return DeviceToken(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target)
+        let keys = webPushKeys.map { $0.split(separator: " ").map(String.init) }.flatMap { parts in
+            parts.count >= 2 ? WebPushKeys(p256dh: parts[0], auth: parts[1], vapidPublicKey: parts.count > 2 ? parts[2] : nil) : nil
+        }
+        return DeviceToken(userID: userID, token: token, environment: environment, platform: platform, fcmTarget: target, webPush: keys)
     }
 
     @discardableResult
@@ -110,14 +120,18 @@ package struct PostgresStore: DeviceTokenStore {
                         RETURNING unregistered_at
                     )
                     INSERT INTO push.device_tokens AS row
-                        (topic, token, user_id, environment, registered_at, updated_at, unregistered_at, platform, fcm_target)
+                        (topic, token, user_id, environment, registered_at, updated_at, unregistered_at, platform, fcm_target,
+                         webpush_p256dh, webpush_auth, webpush_vapid_key)
                     SELECT \(update.topic), \(update.token), \(userID), \(update.environment.rawValue),
                            \(update.timestamp), now(),
                            (SELECT unregistered_at FROM pending WHERE unregistered_at >= \(update.timestamp)),
-                           \(update.platform.rawValue), \(update.platform == .fcm ? update.fcmTarget.rawValue : nil)
+                           \(update.platform.rawValue), \(update.platform == .fcm ? update.fcmTarget.rawValue : nil),
+                           \(update.webPush?.p256dh), \(update.webPush?.auth), \(update.webPush?.vapidPublicKey)
                     ON CONFLICT (topic, token) DO UPDATE
                     SET user_id = EXCLUDED.user_id, environment = EXCLUDED.environment,
                         platform = EXCLUDED.platform, fcm_target = EXCLUDED.fcm_target,
+                        webpush_p256dh = EXCLUDED.webpush_p256dh, webpush_auth = EXCLUDED.webpush_auth,
+                        webpush_vapid_key = EXCLUDED.webpush_vapid_key,
                         registered_at = EXCLUDED.registered_at, updated_at = now(), unregistered_at = NULL
                     WHERE EXCLUDED.registered_at > row.registered_at
                       AND (row.unregistered_at IS NULL OR EXCLUDED.registered_at > row.unregistered_at)
@@ -220,9 +234,9 @@ package struct PostgresStore: DeviceTokenStore {
     }
 }
 
-/// The hot lookup: the active devices of a set of users on both platforms, in one round trip:
-/// APNs devices under `$1` (the bundle ID) and FCM devices under `$2` (the Android package); a
-/// NULL one matches none.
+/// The hot lookup: the active devices of a set of users on every platform, in one round trip:
+/// APNs devices under `$1` (the bundle ID), FCM devices under `$2` (the Android package) and
+/// browser subscriptions under `$4` (the web app); a NULL one matches none.
 ///
 /// Only the users can drive it: `topic || ''` keeps the primary key (led by topic) out of the
 /// plan, so the lookup probes `device_tokens_active_by_user_first` by user and filters a user's
@@ -236,35 +250,43 @@ struct ActiveDevicesStatement: PostgresPreparedStatement {
     /// the type, was computed at every execution (it showed in perf profiles at a steady load).
     static let name = "herald_active_devices"
     static let sql = """
-        SELECT user_id, token, environment, platform, fcm_target FROM push.device_tokens
-        WHERE \(condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3"))
+        SELECT user_id, token, environment, platform, fcm_target, \(webPushKeys) FROM push.device_tokens
+        WHERE \(condition(apnsTopic: "$1", fcmPackage: "$2", userIDs: "$3", webPushApp: "$4"))
         """
 
-    /// Which rows are the devices: these parameters' numbers name the bundle ID, the package and
-    /// the user IDs.
-    static func condition(apnsTopic: String, fcmPackage: String, userIDs: String) -> String {
+    /// A subscription's keys as one text column, `p256dh auth [vapid key]` (base64url has no
+    /// space); NULL for every other row.
+    static let webPushKeys = "CASE WHEN platform = 'webpush' THEN concat_ws(' ', webpush_p256dh, webpush_auth, webpush_vapid_key) END"
+
+    /// Which rows are the devices: these parameters' numbers name the bundle ID, the package,
+    /// the user IDs and the web app.
+    static func condition(apnsTopic: String, fcmPackage: String, userIDs: String, webPushApp: String) -> String {
         """
         user_id = ANY(\(userIDs)) AND unregistered_at IS NULL
-          AND (((topic || '') = \(apnsTopic)::text AND platform = 'apns') OR ((topic || '') = \(fcmPackage)::text AND platform = 'fcm'))
+          AND (((topic || '') = \(apnsTopic)::text AND platform = 'apns') OR ((topic || '') = \(fcmPackage)::text AND platform = 'fcm')
+               OR ((topic || '') = \(webPushApp)::text AND platform = 'webpush'))
         """
     }
-    typealias Row = (String, String, String, String, String?)
+    typealias Row = (String, String, String, String, String?, String?)
 
     var apnsTopic: String?
     var fcmPackage: String?
+    var webPushApp: String?
     var userIDs: [String]
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 3)
+        var bindings = PostgresBindings(capacity: 4)
         appendBindings(to: &bindings)
         return bindings
     }
 
-    /// The bundle ID, the package and the user IDs, in the order ``condition(apnsTopic:fcmPackage:userIDs:)`` numbers them.
+    /// The bundle ID, the package, the user IDs and the web app, in the order
+    /// ``condition(apnsTopic:fcmPackage:userIDs:webPushApp:)`` numbers them.
     func appendBindings(to bindings: inout PostgresBindings) {
         bindings.append(apnsTopic)
         bindings.append(fcmPackage)
         bindings.append(userIDs)
+        bindings.append(webPushApp)
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {

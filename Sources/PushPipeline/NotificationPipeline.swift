@@ -2,6 +2,7 @@ public import APNSCore
 import PushCore
 public import PushStores
 public import FCMCore
+public import WebPushCore
 import Foundation
 public import KafkaMessages
 public import Logging
@@ -68,7 +69,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// `broadcastAPNS` sends broadcasts to channels (default: `apns`); `channelManagementAPNS`
     /// reaches the channel management hosts for push.channels (without one, each command is
     /// answered `rejected`, `ChannelManagementUnavailable`); `fcm` sends to Android devices
-    /// (without one, each is answered `rejected`, `NoCredentialForPackage`). `taskExecutor`,
+    /// (without one, each is answered `rejected`, `NoCredentialForPackage`); `webPush` to
+    /// browsers (without one, `rejected`, `NoCredentialForApp`). `taskExecutor`,
     /// when given, runs every task of the pipeline (`herald run` gives the event loop of its
     /// PostgreSQL connections; nil: Swift's global executor).
     public init(
@@ -82,6 +84,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         broadcastAPNS: (any APNSClientProtocol)? = nil,
         channelManagementAPNS: (any APNSClientProtocol)? = nil,
         fcm: (any FCMClientProtocol)? = nil,
+        webPush: (any WebPushClientProtocol)? = nil,
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
         tracer: (any Tracer)? = nil,
         taskExecutor: (any TaskExecutor)? = nil,
@@ -118,7 +121,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: configuration.bulkSendShare)
         self.coordinator = coordinator
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
-        self.tokenUpdates = TokenUpdates(store: store, storeOperations: storeOperations, deadLetters: deadLetters, logger: logger)
+        self.tokenUpdates = TokenUpdates(
+            store: store, storeOperations: storeOperations, deadLetters: deadLetters, webPushHosts: configuration.webPushHosts, logger: logger)
         self.channelCommands = ChannelCommandProcessor(
             manager: channelManagementAPNS.map { ChannelManager(client: $0, policy: configuration.retry, metrics: metrics.sender) },
             coordinator: coordinator,
@@ -141,6 +145,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 client: apns,
                 broadcastClient: broadcastAPNS,
                 fcmClient: fcm,
+                webPushClient: webPush,
                 policy: configuration.retry,
                 metrics: metrics.sender
             ),

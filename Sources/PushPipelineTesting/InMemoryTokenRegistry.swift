@@ -12,6 +12,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
         var environment: APNSEnvironment
         var platform: DevicePlatform
         var fcmTarget: FCMTargetKind
+        var webPush: WebPushKeys?
         var registeredAt: Timestamp
         var unregisteredAt: Timestamp?
     }
@@ -43,15 +44,25 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
         _ = apply(newer: update)
     }
 
-    public func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+    public func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws
+        -> [String: [DeviceToken]]
+    {
         rows.withLock { rows in
             var result: [String: [DeviceToken]] = [:]
             for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
                 let parts = key.split(separator: "|")
                 let topic = String(parts[0])
-                guard userIDs.contains(row.userID), topic == (row.platform == .apns ? apnsTopic : fcmPackage) else { continue }
+                let app =
+                    switch row.platform {
+                    case .apns: apnsTopic
+                    case .fcm: fcmPackage
+                    case .webpush: webPushApp
+                    }
+                guard userIDs.contains(row.userID), topic == app else { continue }
                 result[row.userID, default: []].append(
-                    DeviceToken(userID: row.userID, token: String(parts[1]), environment: row.environment, platform: row.platform, fcmTarget: row.fcmTarget)
+                    DeviceToken(
+                        userID: row.userID, token: String(parts.dropFirst().joined(separator: "|")), environment: row.environment,
+                        platform: row.platform, fcmTarget: row.fcmTarget, webPush: row.webPush)
                 )
             }
             return result
@@ -114,6 +125,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                     environment: update.environment,
                     platform: update.platform,
                     fcmTarget: update.fcmTarget,
+                    webPush: update.webPush,
                     registeredAt: update.timestamp
                 )
                 return true

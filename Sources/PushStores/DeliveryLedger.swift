@@ -80,6 +80,10 @@ public struct RecordedDelivery: Sendable, Hashable {
         public var fcmStatus: Int?
         /// The message `name` FCM returned (FCM outcomes only).
         public var fcmMessageID: String?
+        /// The push service's HTTP status (web push outcomes only).
+        public var webPushStatus: Int?
+        /// The `Location` the push service returned for the message (web push outcomes only).
+        public var webPushLocation: String?
 
         public init(
             status: DeliveryStatus,
@@ -93,8 +97,12 @@ public struct RecordedDelivery: Sendable, Hashable {
             unregisteredAtMilliseconds: Int64? = nil,
             platform: DevicePlatform = .apns,
             fcmStatus: Int? = nil,
-            fcmMessageID: String? = nil
+            fcmMessageID: String? = nil,
+            webPushStatus: Int? = nil,
+            webPushLocation: String? = nil
         ) {
+            self.webPushStatus = webPushStatus
+            self.webPushLocation = webPushLocation
             self.status = status
             self.environment = environment
             self.apnsStatus = apnsStatus
@@ -155,6 +163,8 @@ public struct LedgerTarget: Sendable, Hashable {
         case apnsDevice
         /// An FCM device: a registration token or Installation ID, exactly as the app got it.
         case fcmDevice
+        /// A browser subscription: its endpoint.
+        case webPushDevice
         /// Anything else the pipeline records an outcome for: a broadcast channel, a channel command.
         case other
     }
@@ -169,7 +179,11 @@ public struct LedgerTarget: Sendable, Hashable {
 
     /// The target of a device of `platform` with this token.
     public init(device token: String, platform: DevicePlatform) {
-        self.init(platform == .fcm ? .fcmDevice : .apnsDevice, token)
+        switch platform {
+        case .apns: self.init(.apnsDevice, token)
+        case .fcm: self.init(.fcmDevice, token)
+        case .webpush: self.init(.webPushDevice, token)
+        }
     }
 }
 

@@ -6,6 +6,26 @@ public enum DevicePlatform: String, Sendable, Hashable, CaseIterable {
     case apns
     /// Firebase Cloud Messaging (HTTP v1): Android devices.
     case fcm
+    /// Standard Web Push (RFC 8030): browsers and installed web apps, Safari included.
+    case webpush
+}
+
+/// What a browser subscription needs beside its endpoint (the registry's `token`): the keys its
+/// messages are encrypted to, as base64url text, and the VAPID key it was made with.
+public struct WebPushKeys: Sendable, Hashable {
+    /// The browser's P-256 public key (`keys.p256dh`).
+    public var p256dh: String
+    /// Its 16-byte authentication secret (`keys.auth`).
+    public var auth: String
+    /// The application server key (VAPID public key, base64url) the subscription was made with;
+    /// nil: the app's current key.
+    public var vapidPublicKey: String?
+
+    public init(p256dh: String, auth: String, vapidPublicKey: String? = nil) {
+        self.p256dh = p256dh
+        self.auth = auth
+        self.vapidPublicKey = vapidPublicKey
+    }
 }
 
 /// What an FCM device's string is: a registration token (sent as `message.token`) or a
@@ -18,26 +38,31 @@ public enum FCMTargetKind: String, Sendable, Hashable {
 /// An active device of a user for one app.
 public struct DeviceToken: Sendable, Hashable {
     public var userID: String
-    /// APNs: lowercase hex. FCM: the registration token or Installation ID exactly as the app got it.
+    /// APNs: lowercase hex. FCM: the registration token or Installation ID exactly as the app
+    /// got it. Web push: the subscription's endpoint.
     public var token: String
-    /// APNs' environment; always production for FCM.
+    /// APNs' environment; always production for FCM and web push.
     public var environment: APNSEnvironment
     public var platform: DevicePlatform
-    /// For FCM: how `token` is addressed (ignored for APNs).
+    /// For FCM: how `token` is addressed (ignored for the others).
     public var fcmTarget: FCMTargetKind
+    /// For web push: the subscription's keys (nil for the others, and for a row without them).
+    public var webPush: WebPushKeys?
 
     public init(
         userID: String,
         token: String,
         environment: APNSEnvironment,
         platform: DevicePlatform = .apns,
-        fcmTarget: FCMTargetKind = .token
+        fcmTarget: FCMTargetKind = .token,
+        webPush: WebPushKeys? = nil
     ) {
         self.userID = userID
         self.token = token
         self.environment = environment
         self.platform = platform
         self.fcmTarget = fcmTarget
+        self.webPush = webPush
     }
 }
 
@@ -61,6 +86,8 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
     public var platform: DevicePlatform
     /// For FCM: how `token` is addressed.
     public var fcmTarget: FCMTargetKind
+    /// For a web push registration: the subscription's keys.
+    public var webPush: WebPushKeys?
 
     public init(
         action: Action,
@@ -70,8 +97,10 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
         environment: APNSEnvironment,
         timestamp: Timestamp,
         platform: DevicePlatform = .apns,
-        fcmTarget: FCMTargetKind = .token
+        fcmTarget: FCMTargetKind = .token,
+        webPush: WebPushKeys? = nil
     ) {
+        self.webPush = webPush
         self.action = action
         self.userID = userID
         self.token = token
@@ -89,16 +118,17 @@ public struct TokenRegistryUpdate: Sendable, Hashable {
 /// t is later than the row's `registered_at` and later than its `unregistered_at` when set.
 public protocol DeviceTokenStore: Sendable {
     /// The active devices of `userIDs`, by user ID, in one round trip: APNs devices under
-    /// `apnsTopic` (the bundle ID) and FCM devices under `fcmPackage` (the Android package); a
-    /// nil one looks up no device of that platform.
-    func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]]
+    /// `apnsTopic` (the bundle ID), FCM devices under `fcmPackage` (the Android package) and
+    /// browser subscriptions under `webPushApp`; a nil one looks up no device of that platform.
+    func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws -> [String: [DeviceToken]]
 
-    /// A poll batch's two lookups: ``activeDevices(apnsTopic:fcmPackage:userIDs:)`` and
+    /// A poll batch's two lookups: ``activeDevices(apnsTopic:fcmPackage:webPushApp:userIDs:)`` and
     /// `ledger`'s ``DeliveryLedger/recordedDeliveries(of:)`` for `events`. A store that holds
     /// `ledger` too answers both in one round trip; the default asks each, at once.
     func activeDevicesAndRecordedDeliveries(
         apnsTopic: String?,
         fcmPackage: String?,
+        webPushApp: String?,
         userIDs: [String],
         events: [LedgerEvent],
         ledger: any DeliveryLedger
@@ -153,13 +183,31 @@ extension DeviceTokenStore {
     public func activeDevicesAndRecordedDeliveries(
         apnsTopic: String?,
         fcmPackage: String?,
+        webPushApp: String?,
         userIDs: [String],
         events: [LedgerEvent],
         ledger: any DeliveryLedger
     ) async throws -> DevicesAndRecordedDeliveries {
         async let recorded = ledger.recordedDeliveries(of: events)
-        let devices = try await activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+        let devices = try await activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: webPushApp, userIDs: userIDs)
         return DevicesAndRecordedDeliveries(devices: devices, recorded: try await recorded)
+    }
+
+    /// ``activeDevices(apnsTopic:fcmPackage:webPushApp:userIDs:)`` of phones only.
+    public func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+        try await activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: nil, userIDs: userIDs)
+    }
+
+    /// ``activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:webPushApp:userIDs:events:ledger:)`` of phones only.
+    public func activeDevicesAndRecordedDeliveries(
+        apnsTopic: String?,
+        fcmPackage: String?,
+        userIDs: [String],
+        events: [LedgerEvent],
+        ledger: any DeliveryLedger
+    ) async throws -> DevicesAndRecordedDeliveries {
+        try await activeDevicesAndRecordedDeliveries(
+            apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: nil, userIDs: userIDs, events: events, ledger: ledger)
     }
 
     /// The active APNs tokens of `userIDs` for `topic`, optionally of one environment, by user ID.

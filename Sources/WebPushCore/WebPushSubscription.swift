@@ -88,6 +88,18 @@ public struct WebPushHostAllowList: Sendable, Hashable {
         self.entries = entries.map { $0.lowercased() }
     }
 
+    /// The list HERALD_WEBPUSH_ALLOWED_HOSTS spells: comma-separated hosts, each a name or
+    /// `*.` and a domain; nil when an entry is empty or has a scheme, port, path or space.
+    public init?(parsing text: String) {
+        let entries = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let valid = entries.allSatisfy { entry in
+            let name = entry.hasPrefix("*.") ? entry.dropFirst(2) : Substring(entry)
+            return !name.isEmpty && name.unicodeScalars.allSatisfy { $0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "." || $0 == "-" }
+        }
+        guard valid else { return nil }
+        self.init(entries)
+    }
+
     public func allows(host: String) -> Bool {
         let host = host.lowercased()
         return entries.contains { entry in

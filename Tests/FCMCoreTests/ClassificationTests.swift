@@ -1,4 +1,5 @@
 import FCMCore
+import PushCore
 import Testing
 
 /// Builds answers as FCM sends them (docs/design.md, "Talking to FCM") and checks their classification.

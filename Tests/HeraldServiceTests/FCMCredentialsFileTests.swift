@@ -113,7 +113,7 @@ import _CryptoExtras
         ),
         (#"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "missing.json"}"#, "cannot read HERALD_CREDENTIALS_FILE="),
         (#"{"platform": "fcm", "packages": ["com.a"], "service_account_path": "not-rsa.json"}"#, "private_key is not an RSA key"),
-        (#"{"platform": "gcm", "topics": ["com.a"]}"#, "\"platform\" must be \"apns\" or \"fcm\""),
+        (#"{"platform": "gcm", "topics": ["com.a"]}"#, "\"platform\" must be \"apns\", \"fcm\" or \"webpush\""),
     ])
     func aBadFCMEntryIsNamedWithoutKeyMaterial(entry: String, message: String) async throws {
         try await APNSCredentialsFileTests.withFiles { directory in

@@ -98,10 +98,10 @@ final class FakeStore: DeviceTokenStore, DeliveryLedger {
         placesOfCalls.withLock { $0.append(place) }
     }
 
-    func activeDevices(apnsTopic: String?, fcmPackage: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+    func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
         notePlace()
         try await Self.inject(failures: lookupFailuresLeft, hangs: lookupHangsLeft)
-        return try await registry.activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, userIDs: userIDs)
+        return try await registry.activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: webPushApp, userIDs: userIDs)
     }
 
     @discardableResult

@@ -2,6 +2,7 @@ package import APNSHTTP2
 import ConfigReading
 import Configuration
 package import FCMHTTP
+package import WebPushHTTP
 package import PostgresStores
 import Foundation
 package import KafkaTransport
@@ -33,6 +34,10 @@ package struct HeraldConfiguration: Sendable {
     /// FCM's settings and credentials (HERALD_FCM_* and the credentials file's FCM entries); nil
     /// when no FCM credential is configured (an APNs-only deployment: no FCM client is built).
     package var fcm: FCMClientConfiguration?
+    /// Web push's settings and VAPID keys (HERALD_WEBPUSH_* and the credentials file's web push
+    /// entries); nil when no VAPID key is configured (no web push client is built, and browsers
+    /// get rejected results, NoCredentialForApp).
+    package var webPush: WebPushClientConfiguration?
     /// HERALD_CREDENTIALS_FILE: credentials per app for every platform, re-read on SIGHUP and
     /// every ``credentialsCheckInterval``.
     package var credentialsFile: String?
@@ -81,6 +86,7 @@ package struct HeraldConfiguration: Sendable {
         [
             HeraldConfigurationSource.configKeys, configKeys, KafkaConfiguration.configKeys, PipelineConfiguration.configKeys,
             HousekeepingConfiguration.configKeys, APNSClientConfiguration.configKeys, FCMClientConfiguration.configKeys,
+            WebPushClientConfiguration.configKeys,
         ].joined().map(\.environmentName)
     )
 
@@ -146,6 +152,8 @@ package struct HeraldConfiguration: Sendable {
         channelManagementEndpoints = apnsSettings.channelManagementEndpoints
         let fcmEntries = try credentialsFile.map(CredentialsFile.fcmEntries(path:)) ?? []
         fcm = try FCMClientConfiguration(reading: config, applicationDefault: source.unscoped, entries: fcmEntries)
+        let webPushEntries = try credentialsFile.map(CredentialsFile.webPushEntries(path:)) ?? []
+        webPush = try WebPushClientConfiguration(reading: config, entries: webPushEntries)
         shutdownGracePeriod = try config.duration(
             forKey: ["shutdown_grace_s"],
             unit: .seconds(1),

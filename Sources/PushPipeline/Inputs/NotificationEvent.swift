@@ -2,6 +2,7 @@ import JSONCore
 public import PushCore
 public import APNSCore
 public import FCMCore
+public import WebPushCore
 
 /// A validated push.requests event.
 public struct NotificationEvent: Sendable, Hashable {
@@ -12,8 +13,8 @@ public struct NotificationEvent: Sendable, Hashable {
     /// The Live Activity broadcast channel (base64, as APNs issued it) the event goes to instead
     /// of users: one request to the broadcast endpoint, one result.
     public var channelID: String?
-    /// The app's bundle ID; for an event with no APNs part (no `payload`), its Android package.
-    /// Its outcomes are kept in the ledger under it.
+    /// The app's bundle ID; for an event with no APNs part (no `payload`), its Android package,
+    /// or without either, its web app. Its outcomes are kept in the ledger under it.
     public var topic: String
     public var pushType: APNSPushType
     public var priority: APNSPriority
@@ -26,6 +27,8 @@ public struct NotificationEvent: Sendable, Hashable {
     public var payload: [UInt8]?
     /// The Android part: the package and the FCM message for its devices; nil for APNs only.
     public var fcm: FCMEventPart?
+    /// The browsers' part: the web app and what its subscriptions receive; nil for none.
+    public var webpush: WebPushEventPart?
 
     /// The bundle ID whose APNs devices the event goes to; nil when it has no APNs part.
     public var apnsTopic: String? { payload == nil ? nil : topic }
@@ -53,11 +56,13 @@ public struct NotificationEvent: Sendable, Hashable {
 
         let hasFCMPart = object["fcm"].map { $0 != .null } ?? false
         let hasAPNsPart = object["payload"].map { $0 != .null } ?? false
-        guard hasAPNsPart || hasFCMPart else {
-            throw InputRejection(.schemaViolation, "an event needs payload (its APNs devices), fcm (its Android devices) or both")
+        let webPushObject = object["webpush"].flatMap { $0 == .null ? nil : $0 }
+        guard hasAPNsPart || hasFCMPart || webPushObject != nil else {
+            throw InputRejection(
+                .schemaViolation, "an event needs payload (its APNs devices), fcm (its Android devices), webpush (its browsers), or several")
         }
-        if channelID != nil, hasFCMPart {
-            throw InputRejection(.schemaViolation, "an event to a channel has no fcm part")
+        if channelID != nil, hasFCMPart || webPushObject != nil {
+            throw InputRejection(.schemaViolation, "an event to a channel has no fcm or webpush part")
         }
         let bundleID = try fields.string("topic", bytes: 1...255, required: hasAPNsPart, headerValue: true)
 
@@ -107,7 +112,12 @@ public struct NotificationEvent: Sendable, Hashable {
         } else {
             fcm = nil
         }
-        guard let topic = bundleID ?? fcm?.package else {
+        if let webPushObject {
+            webpush = try WebPushEventPart(json: webPushObject, priority: priority.rawValue, expiration: expiration, collapseID: collapseID)
+        } else {
+            webpush = nil
+        }
+        guard let topic = bundleID ?? fcm?.package ?? webpush?.app else {
             throw InputRejection(.schemaViolation, "topic is required")
         }
         self.topic = topic

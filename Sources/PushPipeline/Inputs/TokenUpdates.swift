@@ -1,3 +1,5 @@
+import PushCore
+import WebPushCore
 import PushStores
 import KafkaMessages
 import Logging
@@ -8,12 +10,19 @@ struct TokenUpdates: Sendable {
     let store: any DeviceTokenStore
     let storeOperations: StoreOperations
     let deadLetters: DeadLetters
+    /// The hosts a browser subscription's endpoint may name.
+    let webPushHosts: WebPushHostAllowList
     let logger: Logger
 
     /// Handles one message; returns true once it is done (applied or dead-lettered), false when
     /// cancelled first (it is then left unfinished and redelivered).
     func process(_ message: KafkaMessage) async -> Bool {
-        await deadLetters.handle(message, decode: TokenRegistryUpdate.init(json:)) { update in
+        await deadLetters.handle(
+            message,
+            decode: { value throws(InputRejection) in
+                try TokenRegistryUpdate(json: value, webPushHosts: webPushHosts)
+            }
+        ) { update in
             let applied = try await storeOperations.run { try await store.apply(update) }
             logger.debug(
                 "token update",

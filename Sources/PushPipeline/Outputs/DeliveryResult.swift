@@ -1,3 +1,4 @@
+import WebPushCore
 import JSONCore
 public import APNSCore
 public import PushStores
@@ -36,6 +37,10 @@ public struct DeliveryResult: Sendable, Hashable {
     public var fcmStatus: Int?
     /// The message `name` FCM returned (FCM results only).
     public var fcmMessageID: String?
+    /// The push service's HTTP status (web push results only).
+    public var webPushStatus: Int?
+    /// The `Location` the push service returned for the message (web push results only).
+    public var webPushLocation: String?
 
     public init(
         eventID: String,
@@ -55,8 +60,12 @@ public struct DeliveryResult: Sendable, Hashable {
         apnsUniqueID: String? = nil,
         platform: DevicePlatform? = .apns,
         fcmStatus: Int? = nil,
-        fcmMessageID: String? = nil
+        fcmMessageID: String? = nil,
+        webPushStatus: Int? = nil,
+        webPushLocation: String? = nil
     ) {
+        self.webPushStatus = webPushStatus
+        self.webPushLocation = webPushLocation
         self.eventID = eventID
         self.userID = userID
         self.token = token
@@ -79,7 +88,8 @@ public struct DeliveryResult: Sendable, Hashable {
 
     /// The message value, with every field present (`null` when absent); `channel_id` and
     /// `apns_request_id` only for a channel's result, `apns_unique_id` only when APNs sent one,
-    /// `fcm_status` and `fcm_message_id` only for an FCM result.
+    /// `fcm_status` and `fcm_message_id` only for an FCM result, `webpush_status` and
+    /// `webpush_location` only for a web push one.
     public func json() -> [UInt8] {
         var object = JSONObjectWriter()
         object.member("event_id", eventID)
@@ -104,6 +114,10 @@ public struct DeliveryResult: Sendable, Hashable {
             object.member("fcm_status", fcmStatus)
             object.member("fcm_message_id", fcmMessageID)
         }
+        if platform == .webpush {
+            object.member("webpush_status", webPushStatus)
+            object.member("webpush_location", webPushLocation)
+        }
         return object.finished()
     }
 }
@@ -113,8 +127,7 @@ extension DeliveryResult {
     /// gives its ID, topic (for FCM, its package) and channel, and the apns-id sent is derived again.
     init(recorded send: RecordedDelivery.SendOutcome, of event: NotificationEvent, token: String, userID: String) {
         // "The apns-id sent": none when no request was made; a channel's goes in apns_request_id.
-        let fcm = send.platform == .fcm
-        let sentID = send.attempts > 0 && !fcm ? NotificationID.derive(eventID: event.id, token: token) : nil
+        let sentID = send.attempts > 0 && send.platform == .apns ? NotificationID.derive(eventID: event.id, token: token) : nil
         let toDevice = event.channelID == nil
         self.init(
             eventID: event.id,
@@ -134,7 +147,9 @@ extension DeliveryResult {
             apnsUniqueID: send.apnsUniqueID,
             platform: send.platform,
             fcmStatus: send.fcmStatus,
-            fcmMessageID: send.fcmMessageID
+            fcmMessageID: send.fcmMessageID,
+            webPushStatus: send.webPushStatus,
+            webPushLocation: send.webPushLocation
         )
     }
 }
@@ -185,8 +200,12 @@ public struct UnregisteredTokenEvent: Sendable, Hashable {
 
 extension NotificationEvent {
     /// The app a device of `platform` belongs to, as results and the registry name it: the
-    /// bundle ID for APNs, the Android package for FCM.
+    /// bundle ID for APNs, the Android package for FCM, the web app for web push.
     func app(of platform: DevicePlatform) -> String {
-        platform == .fcm ? fcm?.package ?? topic : topic
+        switch platform {
+        case .apns: topic
+        case .fcm: fcm?.package ?? topic
+        case .webpush: webpush?.app ?? topic
+        }
     }
 }

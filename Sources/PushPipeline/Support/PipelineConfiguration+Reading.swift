@@ -1,5 +1,6 @@
 public import ConfigReading
 public import Configuration
+import WebPushCore
 
 extension PipelineConfiguration {
     /// The keys read, relative to the reader given to ``init(reading:ledgerRetention:)``: under
@@ -10,6 +11,7 @@ extension PipelineConfiguration {
         ["topic", "unregistered"], ["topic", "dlq"], ["topic", "channels"], ["topic", "channel_results"],
         ["retry", "max_attempts"], ["delivery", "deadline_s"], ["max_concurrent_sends"], ["max_in_flight_messages"],
         ["poll_batch_size"], ["ledger", "batch_size"], ["apns", "derived_collapse_id"], ["bulk", "max_rate"],
+        ["webpush", "allowed_hosts"],
     ]
 
     /// Reads the pipeline's topics, retry budget, windows, batch bounds and bulk pace from
@@ -39,6 +41,13 @@ extension PipelineConfiguration {
         maxOutcomesPerLedgerWrite = try config.int(forKey: ["ledger", "batch_size"], default: maxOutcomesPerLedgerWrite, in: 1...10_000)
         derivesCollapseID = try config.flag(forKey: ["apns", "derived_collapse_id"], default: derivesCollapseID)
         bulkMaxRate = try config.int(forKey: ["bulk", "max_rate"], default: bulkMaxRate, in: 0...1_000_000)
+        if let hosts = config.string(forKey: ["webpush", "allowed_hosts"]) {
+            guard let allowList = WebPushHostAllowList(parsing: hosts) else {
+                throw ConfigurationValueError(
+                    "\(ConfigKey(["webpush", "allowed_hosts"]).environmentName) must be comma-separated host names, each optionally *.-prefixed")
+            }
+            webPushHosts = allowList
+        }
         self.ledgerRetention = ledgerRetention
     }
 }

@@ -1,3 +1,4 @@
+public import WebPushCore
 import APNSCore
 public import PushCore
 import PushStores
@@ -78,6 +79,9 @@ public struct PipelineConfiguration: Sendable, Hashable {
     /// Notifications per second this instance sends from the bulk lane (HERALD_BULK_MAX_RATE),
     /// paced evenly; 0: no cap.
     public var bulkMaxRate = 0
+    /// The push-service hosts a browser subscription's endpoint may name
+    /// (HERALD_WEBPUSH_ALLOWED_HOSTS): any other is refused at registration and at sending.
+    public var webPushHosts = WebPushHostAllowList.standard
 
     public init() {}
 }

@@ -189,6 +189,8 @@ public struct SenderMetrics: Sendable {
     private let requestDuration: Timer
     private let fcmResponses: LabelledCounters
     private let fcmRetries: LabelledCounters
+    private let webPushResponses: LabelledCounters
+    private let webPushRetries: LabelledCounters
 
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         responses = LabelledCounters("herald_apns_responses_total", labels: ("status", "reason"), factory: factory)
@@ -198,6 +200,31 @@ public struct SenderMetrics: Sendable {
         fcmResponses = LabelledCounters(
             "herald_fcm_responses_total", labels: ("status", "reason"), initialValues: [("429", "QUOTA_EXCEEDED")], factory: factory)
         fcmRetries = LabelledCounters("herald_fcm_retries_total", label: "cause", initialValues: ["QUOTA_EXCEEDED"], factory: factory)
+        // 401 and 403 exist at 0 from the start, for HeraldWebPushVAPIDRefused's rate.
+        webPushResponses = LabelledCounters(
+            "herald_webpush_responses_total", label: "status", initialValues: ["201", "401", "403"], factory: factory)
+        webPushRetries = LabelledCounters("herald_webpush_retries_total", label: "cause", factory: factory)
+    }
+
+    /// Counts a web push attempt's outcome: the push service's status, or the transport cause
+    /// (`none` when no answer came).
+    func recordWebPushAttempt(status: Int?, cause: String?) {
+        webPushResponses.increment(status.map(Self.webPushStatusLabel) ?? cause.map(Self.webPushCauseLabel) ?? "none")
+    }
+
+    /// Counts a web push retry by the status that caused it, or the transport cause.
+    func recordWebPushRetry(status: Int?, cause: String?) {
+        webPushRetries.increment(status.map(Self.webPushStatusLabel) ?? cause.map(Self.webPushCauseLabel) ?? "none")
+    }
+
+    /// The statuses RFC 8030 and the push services document keep their own label; any other is `other`.
+    static func webPushStatusLabel(_ status: Int) -> String {
+        [200, 201, 202, 400, 401, 403, 404, 410, 413, 429, 500, 502, 503, 504].contains(status) ? String(status) : "other"
+    }
+
+    /// Herald's transport causes keep their own label; anything else is `unknown`.
+    static func webPushCauseLabel(_ cause: String) -> String {
+        ["ConnectionFailed", "TLSHandshakeFailed", "Timeout", "StreamReset"].contains(cause) ? cause : "unknown"
     }
 
     /// Counts an FCM attempt's outcome: FCM's status and reason (its `errorCode`, else the

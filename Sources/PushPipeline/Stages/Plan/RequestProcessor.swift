@@ -1,3 +1,4 @@
+import WebPushCore
 import PushCore
 import APNSCore
 import PushStores
@@ -203,14 +204,17 @@ final class RequestProcessor: Sendable {
         return sends[next..<next + admitted]
     }
 
-    /// The apps an event's devices belong to: its bundle ID (APNs) and its Android package (FCM).
+    /// The apps an event's devices belong to: its bundle ID (APNs), its Android package (FCM)
+    /// and its web app (web push).
     private struct Apps: Hashable, Sendable {
         var apnsTopic: String?
         var fcmPackage: String?
+        var webPushApp: String?
 
         init(_ event: NotificationEvent) {
             apnsTopic = event.apnsTopic
             fcmPackage = event.fcm?.package
+            webPushApp = event.webpush?.app
         }
     }
 
@@ -224,7 +228,7 @@ final class RequestProcessor: Sendable {
 
     /// Looks up the batch's devices and its recorded outcomes: the recorded outcomes with the
     /// first app's devices, in one round trip on PostgreSQL
-    /// (``DeviceTokenStore/activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:userIDs:events:ledger:)``),
+    /// (``DeviceTokenStore/activeDevicesAndRecordedDeliveries(apnsTopic:fcmPackage:webPushApp:userIDs:events:ledger:)``),
     /// then each other app's devices.
     private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> PollLookups {
         let ledgerEvents = Array(Set(messages.flatMap { $0.0.ledgerEvents(eventID: $0.1.id, topic: $0.1.topic) }))
@@ -240,7 +244,8 @@ final class RequestProcessor: Sendable {
         if let (apps, users) = usersByApps.popLast() {
             let found = try await storeOperations.run {
                 try await self.store.activeDevicesAndRecordedDeliveries(
-                    apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users, events: ledgerEvents, ledger: self.ledger)
+                    apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, webPushApp: apps.webPushApp, userIDs: users, events: ledgerEvents,
+                    ledger: self.ledger)
             }
             (lookups.tokens[apps], lookups.recorded) = (found.devices, found.recorded)
         } else {
@@ -251,7 +256,8 @@ final class RequestProcessor: Sendable {
         // once, on two shared cores, they took longer (BENCHMARKS.md, "Several apps in a batch").
         for (apps, users) in usersByApps {
             lookups.tokens[apps] = try await storeOperations.run {
-                try await self.store.activeDevices(apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, userIDs: users)
+                try await self.store.activeDevices(
+                    apnsTopic: apps.apnsTopic, fcmPackage: apps.fcmPackage, webPushApp: apps.webPushApp, userIDs: users)
             }
         }
         metrics.recordStage(.tokenLookup, since: started)
@@ -292,8 +298,8 @@ final class RequestProcessor: Sendable {
         }
         for userID in event.userIDs {
             let outcomes = recorded.values.filter { $0.userID == userID }
-            // The event's environment picks devices: every FCM device is `production`, so a
-            // sandbox event (a QA push) reaches none.
+            // The event's environment picks devices: every FCM device and browser is
+            // `production`, so a sandbox event (a QA push) reaches none.
             let devices = (tokens[userID] ?? []).filter {
                 (event.environment == nil || $0.environment == event.environment) && recorded[Recipient.device($0).ledgerTarget] == nil
             }

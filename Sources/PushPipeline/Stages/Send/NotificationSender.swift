@@ -1,3 +1,4 @@
+public import WebPushCore
 public import PushCore
 public import PushStores
 public import APNSCore
@@ -23,6 +24,10 @@ public struct DeliveryOutcome: Sendable, Hashable {
     public var fcmStatus: Int?
     /// The message `name` FCM returned (FCM only).
     public var fcmMessageID: String?
+    /// The push service's HTTP status of its final answer (web push only).
+    public var webPushStatus: Int?
+    /// The `Location` the push service returned for a delivered message (web push only).
+    public var webPushLocation: String?
 
     public init(
         status: DeliveryResult.Status,
@@ -72,6 +77,8 @@ public struct NotificationSender: Sendable {
     let broadcastClient: any APNSClientProtocol
     /// Sends to Android devices; nil: none is served (each gets `rejected`, `NoCredentialForPackage`).
     let fcmClient: (any FCMClientProtocol)?
+    /// Sends to browsers; nil: none is served (each gets `rejected`, `NoCredentialForApp`).
+    let webPushClient: (any WebPushClientProtocol)?
     let policy: RetryPolicy
     let epochMilliseconds: @Sendable () -> Int64
     private let loadShedding: LoadSheddingGate<ContinuousClock>
@@ -80,11 +87,12 @@ public struct NotificationSender: Sendable {
     let metrics: SenderMetrics
 
     /// `broadcastClient` sends broadcasts to channels; by default `client` does. `fcmClient`
-    /// sends to Android devices.
+    /// sends to Android devices, `webPushClient` to browsers.
     public init(
         client: any APNSClientProtocol,
         broadcastClient: (any APNSClientProtocol)? = nil,
         fcmClient: (any FCMClientProtocol)? = nil,
+        webPushClient: (any WebPushClientProtocol)? = nil,
         policy: RetryPolicy,
         metrics: SenderMetrics = SenderMetrics(),
         epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
@@ -92,6 +100,7 @@ public struct NotificationSender: Sendable {
         self.client = client
         self.broadcastClient = broadcastClient ?? client
         self.fcmClient = fcmClient
+        self.webPushClient = webPushClient
         self.policy = policy
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds

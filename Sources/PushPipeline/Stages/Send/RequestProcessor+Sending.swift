@@ -2,6 +2,7 @@ import PushCore
 import APNSCore
 import PushStores
 import FCMCore
+import WebPushCore
 import KafkaMessages
 import Logging
 import ServiceContextModule
@@ -40,10 +41,13 @@ extension RequestProcessor {
 
         var event: NotificationEvent { ticket.event }
 
-        /// Whether it goes to an Android device (through FCM).
-        var isAndroid: Bool {
-            if case .device(let device) = destination { device.platform == .fcm } else { false }
+        /// The service it goes through (a channel's is APNs).
+        var platform: DevicePlatform {
+            if case .device(let device) = destination { device.platform } else { .apns }
         }
+
+        /// The lanes' precedence for a stream: the bulk lane's requests wait behind every urgent one.
+        var precedence: StreamPrecedence { ticket.batch.lane.priority == .bulk ? .bulk : .urgent }
     }
 
     /// Sends one delivery (its claim and a send permit held); see ``send(_:consumedAt:)``.
@@ -51,24 +55,37 @@ extension RequestProcessor {
         await send([delivery], consumedAt: consumedAt)
     }
 
-    /// Sends deliveries (each with its claim and a send permit held): APNs ones in one batch of
-    /// first attempts, FCM ones in another; hands each outcome, and an unregistered token's
-    /// registry mark, to the ledger writer as it arrives; ``publishRecorded(_:)`` publishes what stands.
+    /// Sends deliveries (each with its claim and a send permit held): each platform's in one
+    /// batch of first attempts, the platforms at once; hands each outcome, and an unregistered
+    /// token's registry mark, to the ledger writer as it arrives; ``publishRecorded(_:)``
+    /// publishes what stands.
     func send(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
         // The usual chunk is one platform's: no split, no second array.
-        guard deliveries.contains(where: \.isAndroid) else { return await sendApple(deliveries, consumedAt: consumedAt) }
-        guard deliveries.contains(where: { !$0.isAndroid }) else { return await sendAndroid(deliveries, consumedAt: consumedAt) }
-        async let androidSent: Void = sendAndroid(deliveries.filter(\.isAndroid), consumedAt: consumedAt)
-        await sendApple(deliveries.filter { !$0.isAndroid }, consumedAt: consumedAt)
-        await androidSent
+        let platform = deliveries.first?.platform ?? .apns
+        guard deliveries.contains(where: { $0.platform != platform }) else {
+            return await send(deliveries, to: platform, consumedAt: consumedAt)
+        }
+        await withDiscardingTaskGroup { group in
+            for (platform, chunk) in Dictionary(grouping: deliveries, by: \.platform) {
+                group.addTask { await self.send(chunk, to: platform, consumedAt: consumedAt) }
+            }
+        }
+    }
+
+    /// Sends deliveries of one platform.
+    private func send(_ deliveries: [Delivery], to platform: DevicePlatform, consumedAt: ContinuousClock.Instant) async {
+        switch platform {
+        case .apns: await sendApple(deliveries, consumedAt: consumedAt)
+        case .fcm: await sendAndroid(deliveries, consumedAt: consumedAt)
+        case .webpush: await sendBrowsers(deliveries, consumedAt: consumedAt)
+        }
     }
 
     /// Sends APNs deliveries in one batch of first attempts.
     private func sendApple(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
         let requests = deliveries.map { delivery in
             var request = Self.request(for: delivery)
-            // The bulk lane's requests wait behind every urgent one for an HTTP/2 stream too.
-            request.precedence = delivery.ticket.batch.lane.priority == .bulk ? .bulk : .urgent
+            request.precedence = delivery.precedence
             return (request: request, environment: delivery.destination.environment)
         }
         let traces = deliveries.map(startSendTrace)
@@ -85,10 +102,36 @@ extension RequestProcessor {
         let sendable = deliveries.compactMap { delivery -> (delivery: Delivery, request: FCMRequest)? in
             guard case .device(let device) = delivery.destination, let part = delivery.event.fcm else { return nil }
             var request = part.request(to: device.fcmTarget == .fid ? .fid(device.token) : .token(device.token))
-            // The bulk lane's requests wait behind every urgent one for an HTTP/2 stream too.
-            request.precedence = delivery.ticket.batch.lane.priority == .bulk ? .bulk : .urgent
+            request.precedence = delivery.precedence
             return (delivery, request)
         }
+        let traces = sendable.map { startSendTrace($0.delivery) }
+        await sender.deliverAll(sendable.map(\.request), consumedAt: consumedAt) { index in
+            self.fence(sendable[index].delivery.ticket)
+        } report: { index, result in
+            self.report(result, of: sendable[index].delivery, trace: traces[index], consumedAt: consumedAt)
+        }
+    }
+
+    /// Sends browser deliveries in one batch of first attempts. A subscription the registry
+    /// holds without usable keys, or on a host HERALD_WEBPUSH_ALLOWED_HOSTS does not allow (an
+    /// app API may write rows directly), is `rejected`, `invalid_token`, and never sent.
+    private func sendBrowsers(_ deliveries: [Delivery], consumedAt: ContinuousClock.Instant) async {
+        var browsers: [(delivery: Delivery, request: WebPushRequest)] = []
+        for delivery in deliveries {
+            guard case .device(let device) = delivery.destination, let part = delivery.event.webpush else { continue }
+            guard let keys = device.webPush,
+                let subscription = try? WebPushSubscription(
+                    endpoint: device.token, p256dh: keys.p256dh, auth: keys.auth, allowing: configuration.webPushHosts)
+            else {
+                var outcome = WebPushAttempts().outcome(.rejected, reason: InputRejection.Code.invalidToken.rawValue)
+                outcome.attempts = 0
+                record(outcome, of: delivery, trace: nil, consumedAt: consumedAt)
+                continue
+            }
+            browsers.append((delivery, part.request(to: subscription, vapidPublicKey: keys.vapidPublicKey, precedence: delivery.precedence)))
+        }
+        let sendable = browsers
         let traces = sendable.map { startSendTrace($0.delivery) }
         await sender.deliverAll(sendable.map(\.request), consumedAt: consumedAt) { index in
             self.fence(sendable[index].delivery.ticket)
@@ -201,7 +244,9 @@ extension RequestProcessor {
                     unregisteredAtMilliseconds: mark?.at.millisecondsSince1970,
                     platform: outcome.platform,
                     fcmStatus: outcome.fcmStatus,
-                    fcmMessageID: outcome.fcmMessageID
+                    fcmMessageID: outcome.fcmMessageID,
+                    webPushStatus: outcome.webPushStatus,
+                    webPushLocation: outcome.webPushLocation
                 )
             )
         )

@@ -1,0 +1,145 @@
+// WebPushConnection.swift: one HTTP/2 connection to one push service's origin, the origin as
+// the pool keys it, and a subscription's endpoint split into that origin and its `:path`.
+
+import Logging
+import NIOCore
+import Synchronization
+import HTTP2TLS
+import HTTP2Transport
+
+/// A push service's origin as Herald connects to it: the endpoint's host (lower-cased, an IPv6
+/// literal without brackets) and port. The connection pool's endpoint: each origin has
+/// connections of its own.
+struct WebPushOrigin: Hashable, Sendable {
+    var host: String
+    var port: Int
+
+    /// Where the origin's connections go.
+    var address: HTTP2ServerAddress { HTTP2ServerAddress(host: host, port: port) }
+}
+
+/// Where a subscription's messages go: the origin the client connects to and the `:path`.
+struct WebPushTarget {
+    var origin: WebPushOrigin
+    /// The endpoint's path and query, `/` when it has none.
+    var path: String
+
+    /// Splits `endpoint`, an `https` URL, by hand: the host checked against the allow-list is
+    /// exactly the one connected to. Nil when the authority is not `host[:port]` of host-name
+    /// or IP-literal characters.
+    init?(endpoint: String) {
+        guard endpoint.prefix(8).lowercased() == "https://" else { return nil }
+        let rest = endpoint.dropFirst(8)
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        var tail = rest[authorityEnd...]
+        if let fragment = tail.firstIndex(of: "#") { tail = tail[..<fragment] }
+        let host: Substring
+        let port: Substring
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            guard after.isEmpty || after.hasPrefix(":") else { return nil }
+            port = after.dropFirst()
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = authority[..<colon]
+            port = authority[authority.index(after: colon)...]
+        } else {
+            host = authority
+            port = ""
+        }
+        guard !host.isEmpty, host.utf8.allSatisfy(Self.isHostByte) else { return nil }
+        let portNumber = port.isEmpty ? 443 : Int(port) ?? 0
+        guard (1...65_535).contains(portNumber) else { return nil }
+        origin = WebPushOrigin(host: host.lowercased(), port: portNumber)
+        if tail.hasPrefix("/") {
+            path = String(tail)
+        } else {
+            path = "/" + String(tail)
+        }
+    }
+
+    /// Letters, digits, `-` and `.` of a host name, `:` of an IPv6 literal.
+    private static func isHostByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: ":"):
+            true
+        default:
+            false
+        }
+    }
+}
+
+/// One HTTP/2 connection to one push service origin: a `Sendable` face for the loop-bound
+/// ``WebPushConnectionHandler`` (the transport's frame code), pooled by
+/// ``WebPushHTTP2Transport``; its streams start as every platform's do (``HTTP2StreamConnection``).
+final class WebPushConnection: HTTP2StreamConnection {
+    let id: Int
+    /// The origin the connection goes to: its pool's endpoint.
+    let endpoint: WebPushOrigin
+    private let channel: any Channel
+    let handler: NIOLoopBound<WebPushConnectionHandler>
+    private let requestIDs = Atomic<UInt64>(0)
+
+    private init(id: Int, endpoint: WebPushOrigin, channel: any Channel, handler: NIOLoopBound<WebPushConnectionHandler>) {
+        self.id = id
+        self.endpoint = endpoint
+        self.channel = channel
+        self.handler = handler
+    }
+
+    /// Everything needed to open connections to push services; built once per client.
+    struct Factory: Sendable {
+        var connector: HTTP2TLSConnector
+        var maximumAnswerBytes: Int
+
+        /// Connects to `origin`, completes TLS (ALPN h2) and waits for the server's first
+        /// SETTINGS frame. Returns the connection and the server's stream limit.
+        func connect(
+            id: Int,
+            to origin: WebPushOrigin,
+            logger: Logger,
+            onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+        ) async throws -> (WebPushConnection, streamLimit: Int) {
+            let maximumAnswerBytes = self.maximumAnswerBytes
+            let (channel, handler, streamLimit) = try await connector.connect(to: origin.address) { configuration, ready in
+                WebPushConnectionHandler(
+                    configuration: configuration,
+                    maximumAnswerBytes: maximumAnswerBytes,
+                    readyPromise: ready,
+                    logger: logger,
+                    onEvent: onEvent
+                )
+            }
+            return (WebPushConnection(id: id, endpoint: origin, channel: channel, handler: handler), streamLimit)
+        }
+    }
+
+    /// A new ID for a stream of this connection.
+    func nextRequestID() -> UInt64 {
+        requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
+    }
+
+    /// Takes no new streams and closes when in-flight streams finished, at the latest after `timeout`.
+    func closeGracefully(within timeout: Duration) {
+        let handler = self.handler
+        channel.eventLoop.execute { handler.value.closeGracefully(within: TimeAmount(timeout)) }
+    }
+
+    /// Closes at once; in-flight streams fail with a connection error.
+    func close() {
+        channel.close(promise: nil)
+    }
+
+    /// Runs until the channel closes (cancellation closes it).
+    func runUntilClosed() async {
+        let channel = self.channel
+        await withTaskCancellationHandler {
+            try? await channel.closeFuture.get()
+        } onCancel: {
+            channel.close(promise: nil)
+        }
+    }
+}
