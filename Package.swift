@@ -524,7 +524,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "JSONCore",
-                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "FCMCore", "KafkaMessages",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "FCMCore", "KafkaMessages", "WebPushCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

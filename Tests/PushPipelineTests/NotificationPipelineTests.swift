@@ -11,6 +11,7 @@ import ServiceLifecycle
 import ServiceLifecycleTestKit
 import Synchronization
 import Testing
+import WebPushCore
 
 @Suite(.timeLimit(.minutes(1)))
 struct NotificationPipelineTests {
@@ -69,6 +70,7 @@ struct NotificationPipelineTests {
         store: FakeStore,
         apns: ScriptedAPNSClient,
         fcm: (any FCMClientProtocol)? = nil,
+        webPush: (any WebPushClientProtocol)? = nil,
         storeOperationTimeout: Duration = .seconds(10),
         taskExecutor: (any TaskExecutor)? = nil,
         until done: @escaping @Sendable () -> Bool
@@ -79,7 +81,7 @@ struct NotificationPipelineTests {
         configuration.storeOperationTimeout = storeOperationTimeout
         let pipeline = NotificationPipeline(
             configuration: configuration, source: source, publisher: publisher,
-            store: store, ledger: store, apns: apns, fcm: fcm, taskExecutor: taskExecutor, logger: Logger(label: "test"))
+            store: store, ledger: store, apns: apns, fcm: fcm, webPush: webPush, taskExecutor: taskExecutor, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await pipeline.run() }
