@@ -10,7 +10,7 @@ import Synchronization
 import HTTP2TLS
 import HTTP2Transport
 
-/// FCM's HTTP/2 connections on the shared transport: ``FCMConnectionHandler`` (an
+/// FCM's HTTP/2 connections on the shared transport: ``FCMConnection`` (an
 /// `HTTP2ConnectionCore` with ``FCMExchange``) and the transport's pool state machine, for one
 /// endpoint.
 ///
@@ -32,7 +32,7 @@ final class FCMHTTP2Transport: Sendable {
     /// How often a request whose stream was not processed moves to another connection.
     private static let maximumUnprocessedRetries = 3
 
-    private let factory: FCMConnection.Factory
+    private let factory: FCMConnectionFactory
     private let shutdownGracePeriod: Duration
     private let goAways: Counter
     private let logger: Logger
@@ -55,7 +55,7 @@ final class FCMHTTP2Transport: Sendable {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
         }
         let hostWithoutBrackets = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        factory = FCMConnection.Factory(
+        factory = FCMConnectionFactory(
             connector: HTTP2TLSConnector(
                 eventLoopGroup: eventLoopGroup,
                 sslContext: try NIOSSLContext(configuration: tls),

@@ -122,41 +122,63 @@ struct FCMSenderBenchmark: AsyncParsableCommand {
     /// as many requests as there are free slots, sent by one ``FCMHTTPClient/sendAll(_:deadline:answered:)``.
     /// Returns each request's latency in µs from its batch's start; throws unless every answer was a 200.
     static func sendAll(_ requests: [FCMRequest], through client: FCMHTTPClient, inFlight: Int) async throws -> [Int64] {
-        let slots = FreeSlots(inFlight)
-        let answers = AnswerLog()
-        await withDiscardingTaskGroup { group in
-            var next = requests.startIndex
-            while next < requests.endIndex {
-                let free = await slots.takeAll()
-                let batch = Array(requests[next..<min(next + free, requests.endIndex)])
-                next += batch.count
-                group.addTask {
-                    let start = ContinuousClock.now
-                    await client.sendAll(batch, deadline: start + .seconds(10)) { _, answer in
-                        let response = try? answer.get()
-                        answers.record(response, after: start.duration(to: .now))
-                        slots.giveBack(delivered: response?.status == 200)
-                    }
-                }
+        try await sendInFreeSlotBatches(requests, inFlight: inFlight, service: "mock FCM") { batch, start, answered in
+            await client.sendAll(batch, deadline: start + .seconds(10)) { _, answer in
+                let response = try? answer.get()
+                let refusal = response.map { "\($0.status) \($0.reason ?? "")" } ?? "no answer"
+                answered(response?.status == 200 ? nil : refusal)
             }
         }
-        let (latencies, refusal) = answers.recorded
-        if let refusal { throw ValidationError("mock FCM answered \(refusal)") }
-        return latencies
     }
 }
 
-/// The FCM sender benchmark's answers: each request's latency in µs and the last answer that
-/// was not a 200.
+/// Sends every request with at most `inFlight` in flight, as the pipeline sends: each batch is
+/// as many requests as there are free slots, handed to `send` with its start, and `send` calls
+/// `answered` once per request as its answer arrives, with nil for the expected answer or what
+/// came instead. Returns each request's latency in µs from its batch's start; throws the last
+/// unexpected answer of `service` when there was one.
+func sendInFreeSlotBatches<Request: Sendable>(
+    _ requests: [Request],
+    inFlight: Int,
+    service: String,
+    send:
+        @escaping @Sendable (_ batch: [Request], _ start: ContinuousClock.Instant, _ answered: @escaping @Sendable (_ refusal: String?) -> Void)
+        async -> Void
+) async throws -> [Int64] {
+    let slots = FreeSlots(inFlight)
+    let answers = AnswerLog()
+    await withDiscardingTaskGroup { group in
+        var next = requests.startIndex
+        while next < requests.endIndex {
+            let free = await slots.takeAll()
+            let batch = Array(requests[next..<min(next + free, requests.endIndex)])
+            next += batch.count
+            group.addTask {
+                let start = ContinuousClock.now
+                await send(batch, start) { refusal in
+                    answers.record(refusal, after: start.duration(to: .now))
+                    slots.giveBack(delivered: refusal == nil)
+                }
+            }
+        }
+    }
+    let (latencies, refusal) = answers.recorded
+    if let refusal { throw ValidationError("\(service) answered \(refusal)") }
+    return latencies
+}
+
+/// The sender benchmarks' answers: each request's latency in µs and the last answer that was
+/// not the expected one.
 private final class AnswerLog: Sendable {
     private let state = Mutex<(latencies: [Int64], refusal: String?)>(([], nil))
 
-    /// Records an answer (nil: none) that came `latency` after its request.
-    func record(_ response: FCMResponse?, after latency: Duration) {
+    /// Records an answer that came `latency` after its request: nil when it was the expected
+    /// one, else what came instead.
+    func record(_ refusal: String?, after latency: Duration) {
         let elapsed = latency.components
         state.withLock { state in
             state.latencies.append(elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000)
-            if response?.status != 200 { state.refusal = response.map { "\($0.status) \($0.reason ?? "")" } ?? "no answer" }
+            if let refusal { state.refusal = refusal }
         }
     }
 
@@ -312,26 +334,32 @@ struct FCMH2LoadClient {
         try Data(body).write(to: URL(fileURLWithPath: bodyPath))
     }
 
-    /// One h2load run over one connection; CPU from the reaped child's rusage, latency
-    /// percentiles (µs) from its per-request log.
+    /// One h2load run over one connection (``runH2Load(_:arguments:requests:logPath:)``).
     func run(requests: Int, streams: Int) async throws -> (run: ClientRun, p50: Int64, p99: Int64) {
-        try? FileManager.default.removeItem(atPath: logPath)
         let arguments = [
             "-n", "\(requests)", "-c", "1", "-m", "\(streams)", "-t", "1",
             "-H", "authorization: Bearer \(mock.staticToken)", "-H", "content-type: application/json; charset=utf-8",
             "-d", bodyPath, "--log-file", logPath,
             "https://127.0.0.1:\(mock.port)/v1/projects/\(FCMSenderBenchmark.projectID)/messages:send",
         ]
-        var output = ""
-        let run = try await ClientRun.measure(requests: requests, cpu: .reapedChildren) {
-            output = try ChildProcess.runToCompletion(executable, arguments: arguments)
-        }
-        guard output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
-            throw ValidationError("h2load did not get \(requests) answers 200:\n\(output)")
-        }
-        // Each line: start time (µs since the epoch), status, time to the answer (µs).
-        let log = try String(contentsOfFile: logPath, encoding: .utf8)
-        let latencies = log.split(separator: "\n").compactMap { line in line.split(separator: "\t").dropFirst(2).first.flatMap { Int64($0) } }.sorted()
-        return (run, percentile(latencies, 0.5), percentile(latencies, 0.99))
+        return try await runH2Load(executable, arguments: arguments, requests: requests, logPath: logPath)
     }
+}
+
+/// One h2load run with `arguments`, which write its per-request log to `logPath`: CPU from the
+/// reaped child's rusage, latency percentiles (µs) from the log; throws unless every one of
+/// `requests` succeeded with a 2xx.
+func runH2Load(_ executable: String, arguments: [String], requests: Int, logPath: String) async throws -> (run: ClientRun, p50: Int64, p99: Int64) {
+    try? FileManager.default.removeItem(atPath: logPath)
+    var output = ""
+    let run = try await ClientRun.measure(requests: requests, cpu: .reapedChildren) {
+        output = try ChildProcess.runToCompletion(executable, arguments: arguments)
+    }
+    guard output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
+        throw ValidationError("h2load did not get \(requests) answers 2xx:\n\(output)")
+    }
+    // Each line: start time (µs since the epoch), status, time to the answer (µs).
+    let log = try String(contentsOfFile: logPath, encoding: .utf8)
+    let latencies = log.split(separator: "\n").compactMap { line in line.split(separator: "\t").dropFirst(2).first.flatMap { Int64($0) } }.sorted()
+    return (run, percentile(latencies, 0.5), percentile(latencies, 0.99))
 }

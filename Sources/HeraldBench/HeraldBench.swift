@@ -6,7 +6,11 @@ import ArgumentParser
 struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
-        abstract: "Benchmarks Herald's APNs and FCM senders against h2load, its token lookups against PostgreSQL, Web Push encryption and the whole pipeline.",
-        subcommands: [SenderBenchmark.self, FCMSenderBenchmark.self, LookupBenchmark.self, PipelineBenchmark.self, WebPushEncryptionBenchmark.self]
+        abstract:
+            "Benchmarks Herald's APNs, FCM and Web Push senders against h2load, its token lookups against PostgreSQL, Web Push encryption and the whole pipeline.",
+        subcommands: [
+            SenderBenchmark.self, FCMSenderBenchmark.self, WebPushSenderBenchmark.self, LookupBenchmark.self, PipelineBenchmark.self,
+            WebPushEncryptionBenchmark.self,
+        ]
     )
 }

@@ -18,6 +18,7 @@ extension PipelineBenchmark {
         heralds: [HeraldChild],
         mockPID: Int32,
         fcmMockPID: Int32?,
+        webPushMockPID: Int32?,
         services: BenchServices,
         logger: Logger
     ) async throws -> PipelineRun {
@@ -33,7 +34,7 @@ extension PipelineBenchmark {
             let postgres = ProcStats.pids { comm, _ in comm == "postgres" }
             return [
                 "herald": heraldPIDs, "postgres": postgres, "tansu": broker.tansu, "proxy": broker.proxy, "mock-apns": [mockPID],
-                "mock-fcm": fcmMockPID.map { [$0] } ?? [],
+                "mock-fcm": fcmMockPID.map { [$0] } ?? [], "mock-webpush": webPushMockPID.map { [$0] } ?? [],
             ]
         }
         let (eventKey, tokenKey, statusKey) = (Array(#""event_id":""#.utf8), Array(#""token":""#.utf8), Array(#""status":""#.utf8))

@@ -50,7 +50,7 @@ extension PipelineBenchmark {
             \(line("postgres", cpu("postgres")))
             \(line("broker: tansu", cpu("tansu")))
             \(line("broker: proxy", cpu("proxy")))
-            \(line("mock-apns", cpu("mock-apns")))\(androidShare > 0 ? "\n" + line("mock-fcm", cpu("mock-fcm")) : "")
+            \(line("mock-apns", cpu("mock-apns")))\(androidShare > 0 ? "\n" + line("mock-fcm", cpu("mock-fcm")) : "")\(browserShare > 0 ? "\n" + line("mock-webpush", cpu("mock-webpush")) : "")
             \(line("herald-bench", benchSeconds)) (producer and result reader)
               machine busy \(fixed(busy)) % of \(ProcessInfo.processInfo.activeProcessorCount) cores
             herald memory: peak RSS (VmHWM\(instances > 1 ? ", largest instance" : "")) \(fixed(Double(run.peakKilobytes) / 1024, 1)) MB; RSS\(instances > 1 ? " (all instances)" : "") first tenth \(fixed(Double(firstRSS) / 1024, 1)) MB -> last tenth \(fixed(Double(lastRSS) / 1024, 1)) MB (\(fixed(Double(lastRSS - firstRSS) / 1024, 1)) MB), 2 s after the last result \(fixed(Double(run.rssAfterKilobytes) / 1024, 1)) MB
@@ -138,13 +138,14 @@ extension PipelineBenchmark {
         return failures
     }
 
-    /// The mock FCM's summary against the Android notifications (nothing to check without one).
-    func fcmMockFailures(_ summary: String?, expected: Int) -> [String] {
+    /// A child mock's summary (`mock-fcm`'s or `mock-webpush`'s, printed as it stops) against the
+    /// notifications it should have delivered (nothing to check without that mock).
+    func deliveredFailures(of mock: String, summary: String?, expected: Int) -> [String] {
         guard let summary else { return [] }
         print("\(summary) (expected delivered=\(expected))")
         let delivered = summary.split(separator: " ").first { $0.hasPrefix("delivered=") }.flatMap { Int($0.dropFirst("delivered=".count)) }
-        guard let delivered else { return ["cannot read mock-fcm counters from '\(summary)'"] }
-        return delivered == expected ? [] : ["mock-fcm delivered \(delivered) messages, expected \(expected)"]
+        guard let delivered else { return ["cannot read \(mock) counters from '\(summary)'"] }
+        return delivered == expected ? [] : ["\(mock) delivered \(delivered) messages, expected \(expected)"]
     }
 }
 

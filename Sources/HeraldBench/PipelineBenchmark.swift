@@ -7,10 +7,13 @@ import HeraldService
 import KafkaTransport
 import Logging
 import PushPipeline
+import Crypto
+import WebPushCore
 
 // `herald-bench pipeline` measures the real `herald run` executable end to end on the local
 // services: Tansu (behind its ApiVersions proxy) and PostgreSQL from scripts/services.sh, and a
-// mock-apns child. Per shape of workload it creates fresh topics, bulk-loads the device tokens
+// mock-apns child (and a mock-fcm and a mock-webpush one with Android devices and browser
+// subscriptions, --android-share and --browser-share). Per shape of workload it creates fresh topics, bulk-loads the device tokens
 // into push.device_tokens, starts Herald, produces every event as fast as the broker takes them
 // and reads push.results until every (event, device) has exactly one result. It reports
 // notifications/s from the first produce to the last result's timestamp, produce-to-result
@@ -54,6 +57,14 @@ struct PipelineBenchmark: AsyncParsableCommand {
             """
     )
     var androidShare = 0.0
+    @Option(
+        help: """
+            Share (0 to 1) of the devices that are browser subscriptions, made on a mock-webpush with two origins and registered \
+            under the app's ID; events then carry a webpush part. --android-share + --browser-share is at most 1. 0: no browsers.
+            """
+    )
+    var browserShare = 0.0
+    @Option(name: .customLong("mock-webpush"), help: "Path of mock-webpush (default: next to herald-bench).") var mockWebPush: String?
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
     @Option(
@@ -85,6 +96,9 @@ struct PipelineBenchmark: AsyncParsableCommand {
         guard heraldEnv.allSatisfy({ $0.contains("=") }) else { throw ValidationError("--herald-env expects KEY=VALUE") }
         guard (1...100).contains(apps) else { throw ValidationError("--apps must be 1 to 100") }
         guard (0...1).contains(androidShare) else { throw ValidationError("--android-share must be 0 to 1") }
+        guard (0...1).contains(browserShare), androidShare + browserShare <= 1 + 1e-9 else {
+            throw ValidationError("--browser-share must be 0 to 1, and --android-share + --browser-share at most 1")
+        }
         guard apps == 1 || campaignUrgentRate == 0 else { throw ValidationError("--apps and --campaign-urgent-rate do not combine") }
     }
 
@@ -100,7 +114,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             environment: ["HERALD_POSTGRES_URL": services.postgresURL, "HERALD_LOG_LEVEL": "warning"]
         )
         print(
-            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(apps) app(s), \(instances) herald instance(s), Android share \(androidShare), herald-env [\(heraldEnv.joined(separator: " "))]"
+            "pipeline benchmark: \(count) notifications per shape, \(partitions) partitions, \(apps) app(s), \(instances) herald instance(s), Android share \(androidShare), browser share \(browserShare), herald-env [\(heraldEnv.joined(separator: " "))]"
         )
         let brokerRate = try await KafkaLoad.brokerAlone(services: services, records: count, partitions: partitions, logger: logger)
         print("broker alone: \(count) records of ~90 B produced and read back at \(fixed(brokerRate)) records/s")
@@ -159,25 +173,35 @@ struct PipelineBenchmark: AsyncParsableCommand {
         logger: Logger
     ) async throws -> Double {
         let tag = "hb\(UUID().uuidString.prefix(8).lowercased())"
-        let workload = Workload(shape: shape, notifications: count, seed: seed, tag: tag, apps: apps, androidShare: androidShare)
+        var drawn = Workload(
+            shape: shape, notifications: count, seed: seed, tag: tag, apps: apps, androidShare: androidShare, browserShare: browserShare)
         let topics = ["requests", "tokens", "results", "unregistered", "dlq", "channels", "channel-results", "requests.bulk"].map {
             "\(tag).push.\($0)"
         }
+        try services.createTopics(topics, partitions: partitions)
+        let workspace = try Workspace()
+        // The browsers' push service first: the workload's browser tokens are its subscriptions.
+        let browsers = try await startBrowserMock(for: &drawn, workspace: workspace, logger: logger)
+        var webPushSummary: String?
+        defer { if webPushSummary == nil { _ = browsers?.mock.stop() } }
+        let workload = drawn
         let urgent =
             urgentRate > 0 ? UrgentLoad(perSecond: urgentRate, topic: topics[0], bundleID: workload.bundleID, users: min(1_000, workload.userCount)) : nil
-        try services.createTopics(topics, partitions: partitions)
         let loadStart = ContinuousClock.now
         try await services.withPostgres(logger: logger) { try await workload.load(into: $0, analyze: analyze, logger: logger) }
+        let loadSeconds = (ContinuousClock.now - loadStart).inSeconds
+        let subscriptionsMade = browsers.map {
+            "; \(workload.webPushTokenCount) browser subscriptions made on \($0.mock.origins.joined(separator: " ")) in \(fixed($0.seconds, 1)) s"
+        }
         print(
             """
 
             == shape \(shape) (\(shape.summary); 1-3 devices per user), topics \(tag).push.*
-            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications (\(workload.fcmTokenCount) to Android devices); \
-            tokens loaded \(analyze ? "with" : "without") ANALYZE in \(fixed((ContinuousClock.now - loadStart).inSeconds, 1)) s
+            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications (\(workload.fcmTokenCount) to Android devices, \(workload.webPushTokenCount) to browsers); \
+            tokens loaded \(analyze ? "with" : "without") ANALYZE in \(fixed(loadSeconds, 1)) s\(subscriptionsMade ?? "")
             """
         )
 
-        let workspace = try Workspace()
         let mock = try await MockAPNSProcess.start(
             executable: mockAPNS ?? Workspace.siblingExecutable("mock-apns"),
             workspace: workspace,
@@ -207,6 +231,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
             environment["HERALD_FCM_CA_PATH"] = fcmMock.caPath
             environment["HERALD_FCM_SERVICE_ACCOUNT_PATH"] = fcmMock.accountPath
         }
+        environment.merge(browsers?.environment ?? [:]) { _, browser in browser }
         for entry in heraldEnv {
             let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             environment[String(parts[0])] = String(parts[1])
@@ -236,7 +261,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
             for child in heralds { try await child.waitUntilReady() }
             run = try await measure(
                 workload, rate: rate, topics: topics, urgent: urgent, heralds: heralds, mockPID: mock.process.processIdentifier,
-                fcmMockPID: fcmMock?.process.processIdentifier, services: services, logger: logger)
+                fcmMockPID: fcmMock?.process.processIdentifier, webPushMockPID: browsers?.mock.process.processIdentifier, services: services,
+                logger: logger)
             for child in heralds {
                 let status = try await child.stop()
                 guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
@@ -265,6 +291,7 @@ struct PipelineBenchmark: AsyncParsableCommand {
         let summary = mock.stop()
         mockSummary = summary
         fcmSummary = fcmMock?.stop()
+        webPushSummary = browsers?.mock.stop()
         services.deleteTopics(topics)  // only now: no child process runs (see ProcStats.pids)
 
         let runs = autovacuumRuns.sorted { $0.key < $1.key }.map { "\($0.key) +\($0.value)" }
@@ -273,8 +300,11 @@ struct PipelineBenchmark: AsyncParsableCommand {
             "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(fixed(sender.run.requestsPerSecond)) requests/s, \(fixed(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
         let failures =
             report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
-            + mockFailures(summary, expected: workload.tokens.count - workload.fcmTokenCount + sender.sent + (urgent?.progress.results ?? 0))
-            + fcmMockFailures(fcmSummary, expected: workload.fcmTokenCount)
+            + mockFailures(
+                summary,
+                expected: workload.tokens.count - workload.fcmTokenCount - workload.webPushTokenCount + sender.sent + (urgent?.progress.results ?? 0))
+            + deliveredFailures(of: "mock-fcm", summary: fcmSummary, expected: workload.fcmTokenCount)
+            + deliveredFailures(of: "mock-webpush", summary: webPushSummary, expected: workload.webPushTokenCount)
         if let urgent {
             let (idle, during) = (urgent.summary(.idle), urgent.summary(.campaign))
             print(
@@ -286,5 +316,46 @@ struct PipelineBenchmark: AsyncParsableCommand {
         }
         guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
         return run.throughput
+    }
+}
+
+extension PipelineBenchmark {
+    /// With browsers in the workload: starts mock-webpush with two origins, makes one
+    /// subscription per browser token (split between the origins, bound to a new VAPID key whose
+    /// PEM it writes to the workspace), makes them the workload's browser tokens, and returns the
+    /// mock, herald's HERALD_WEBPUSH_* environment and the seconds the subscriptions took; nil
+    /// without browsers.
+    func startBrowserMock(
+        for workload: inout Workload,
+        workspace: Workspace,
+        logger: Logger
+    ) async throws -> (mock: MockWebPushProcess, environment: [String: String], seconds: Double)? {
+        guard browserShare > 0 else { return nil }
+        let mock = try await MockWebPushProcess.start(
+            executable: mockWebPush ?? Workspace.siblingExecutable("mock-webpush"), workspace: workspace, origins: 2)
+        do {
+            let key = P256.Signing.PrivateKey()
+            let keyPath = workspace.path("vapid.pem")
+            try key.pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
+            let started = ContinuousClock.now
+            let subscriptions = try await MockWebPushSubscriber.subscribe(
+                count: workload.webPushTokenCount,
+                origins: mock.origins,
+                // VAPIDSigner spells the public key as browsers take it (base64url of the point).
+                applicationServerKey: VAPIDSigner(key: key, subject: "mailto:bench@example.com").publicKeyText,
+                caPath: mock.caPath,
+                logger: logger
+            )
+            workload.assignSubscriptions(subscriptions)
+            let seconds = (ContinuousClock.now - started).inSeconds
+            let environment = [
+                "HERALD_WEBPUSH_VAPID_KEY_PATH": keyPath, "HERALD_WEBPUSH_SUBJECT": "mailto:bench@example.com",
+                "HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1", "HERALD_WEBPUSH_CA_PATH": mock.caPath,
+            ]
+            return (mock, environment, seconds)
+        } catch {
+            _ = mock.stop()
+            throw error
+        }
     }
 }

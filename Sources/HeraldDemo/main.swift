@@ -1,4 +1,5 @@
 import APNSCore
+import AsyncHTTPClient
 import PushCore
 import KafkaMessages
 import ArgumentParser
@@ -6,6 +7,9 @@ import Crypto
 import Foundation
 import KafkaTransport
 import Logging
+import NIOCore
+import NIOHTTP1
+import NIOSSL
 
 /// The demo's client side: makes a provider key, registers sample devices, publishes sample
 /// events and prints what Herald reported on its result topics.
@@ -38,6 +42,9 @@ struct Publish: AsyncParsableCommand {
     @Option(help: "The Android app's package.") var androidPackage = "com.example.shop.android"
     @Option(help: "How many notification events to publish.") var events = 20
     @Option(help: "A device token the mock APNs reports as unregistered (410).") var unregisteredToken: String
+    @Option(help: "The web app's id (the registry's topic for its browsers).") var webApp = "shop-web"
+    @Option(help: "The push service origin alice's browser subscribes at (the mock's).") var pushService: String
+    @Option(help: "PEM of the CA the mock push service's certificate is issued by.") var pushServiceCA: String
     @Option(help: "Seconds to wait for all results.") var timeout = 90
 
     func run() async throws {
@@ -49,8 +56,9 @@ struct Publish: AsyncParsableCommand {
         )
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
 
-        // alice: an iPhone (production), an iPad (sandbox) and a Pixel (Android, through FCM);
-        // bob: one iPhone whose app was deleted (APNs answers 410); carol: no device at all.
+        // alice: an iPhone (production), an iPad (sandbox), a Pixel (Android, through FCM) and a
+        // browser (Web Push); bob: one iPhone whose app was deleted (APNs answers 410); carol: no
+        // device at all.
         let devices: [(user: String, token: String, environment: String, platform: String)] = [
             ("alice", Self.token(seed: 1), "production", "apns"),
             ("alice", Self.token(seed: 2), "sandbox", "apns"),
@@ -70,7 +78,18 @@ struct Publish: AsyncParsableCommand {
                 )
             )
         }
-        print("registered \(devices.count) devices for alice (one of them Android) and bob; carol has none")
+        let browser = try await Self.subscribe(at: pushService, trusting: pushServiceCA)
+        try await producer.send(
+            KafkaOutgoingMessage(
+                topic: "push.tokens",
+                key: Array(browser.endpoint.utf8),
+                value: Self.json([
+                    "action": "register", "user_id": "alice", "topic": webApp, "platform": "webpush", "timestamp": "2026-11-01T09:00:00Z",
+                    "subscription": ["endpoint": browser.endpoint, "keys": ["p256dh": browser.p256dh, "auth": browser.auth]],
+                ])
+            )
+        )
+        print("registered \(devices.count + 1) devices for alice (one Android, one browser) and bob; carol has none")
         // Registrations and events travel on different topics: give Herald a moment to store them.
         try await Task.sleep(for: .seconds(3))
 
@@ -87,6 +106,7 @@ struct Publish: AsyncParsableCommand {
                             "package": androidPackage,
                             "message": ["notification": ["title": "Shipped", "body": "Order \(index) is on its way"], "data": ["order": "\(index)"]],
                         ],
+                        "webpush": ["app": webApp, "message": ["title": "Shipped", "body": "Order \(index) is on its way"]],
                     ])
                 )
             )
@@ -137,9 +157,9 @@ struct Publish: AsyncParsableCommand {
         )
         print("published a score update to the channel")
 
-        // alice has 3 devices, bob 1 (unregistered after the first 410), carol 0: 5 results per
+        // alice has 4 devices, bob 1 (unregistered after the first 410), carol 0: 6 results per
         // event, plus the broadcast's one.
-        let expectedResults = events * 5 + 1
+        let expectedResults = events * 6 + 1
         while ContinuousClock.now < deadline,
             records.filter({ $0.topic == "push.results" }).count < expectedResults
                 || !records.contains(where: { $0.topic == "push.dlq" })
@@ -176,6 +196,33 @@ struct Publish: AsyncParsableCommand {
             let error = deadLetter.headers.first { $0.key == "herald-error" }?.value.map { String(decoding: $0, as: UTF8.self) }
             print("push.dlq: herald-error=\(error ?? "?")")
         }
+    }
+
+    /// A browser's push subscription at `origin`, as `pushManager.subscribe()` makes one: the
+    /// mock push service's `POST /subscribe`.
+    static func subscribe(at origin: String, trusting caPath: String) async throws -> (endpoint: String, p256dh: String, auth: String) {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.additionalTrustRoots = [.file(caPath)]
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(tlsConfiguration: tls))
+        var request = HTTPClientRequest(url: origin + "/subscribe")
+        request.method = .POST
+        let answer: (HTTPClientResponse, ByteBuffer)
+        do {
+            let response = try await client.execute(request, timeout: .seconds(10))
+            answer = (response, try await response.body.collect(upTo: 64 * 1024))
+        } catch {
+            try await client.shutdown()
+            throw error
+        }
+        try await client.shutdown()
+        let (response, body) = answer
+        guard response.status == .created, let object = try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any],
+            let endpoint = object["endpoint"] as? String, let keys = object["keys"] as? [String: String],
+            let p256dh = keys["p256dh"], let auth = keys["auth"]
+        else {
+            throw ValidationError("the push service at \(origin) gave no subscription (\(response.status))")
+        }
+        return (endpoint, p256dh, auth)
     }
 
     /// alice's Pixel: an FCM registration token as an app gets one (opaque, mixed case).

@@ -2,8 +2,6 @@
 // the pool keys it, and a subscription's endpoint split into that origin and its `:path`.
 
 import Logging
-import NIOCore
-import Synchronization
 import HTTP2TLS
 import HTTP2Transport
 
@@ -72,74 +70,28 @@ struct WebPushTarget {
     }
 }
 
-/// One HTTP/2 connection to one push service origin: a `Sendable` face for the loop-bound
-/// ``WebPushConnectionHandler`` (the transport's frame code), pooled by
-/// ``WebPushHTTP2Transport``; its streams start as every platform's do (``HTTP2StreamConnection``).
-final class WebPushConnection: HTTP2StreamConnection {
-    let id: Int
-    /// The origin the connection goes to: its pool's endpoint.
-    let endpoint: WebPushOrigin
-    private let channel: any Channel
-    let handler: NIOLoopBound<WebPushConnectionHandler>
-    private let requestIDs = Atomic<UInt64>(0)
+/// One HTTP/2 connection to one push service origin: the shared transport's connection with
+/// ``WebPushExchange``, pooled by ``WebPushHTTP2Transport`` under its origin.
+typealias WebPushConnection = HTTP2ExchangeConnection<WebPushExchange, WebPushOrigin>
 
-    private init(id: Int, endpoint: WebPushOrigin, channel: any Channel, handler: NIOLoopBound<WebPushConnectionHandler>) {
-        self.id = id
-        self.endpoint = endpoint
-        self.channel = channel
-        self.handler = handler
-    }
+/// Everything needed to open connections to push services; built once per client.
+struct WebPushConnectionFactory: Sendable {
+    var connector: HTTP2TLSConnector
+    var maximumAnswerBytes: Int
 
-    /// Everything needed to open connections to push services; built once per client.
-    struct Factory: Sendable {
-        var connector: HTTP2TLSConnector
-        var maximumAnswerBytes: Int
-
-        /// Connects to `origin`, completes TLS (ALPN h2) and waits for the server's first
-        /// SETTINGS frame. Returns the connection and the server's stream limit.
-        func connect(
-            id: Int,
-            to origin: WebPushOrigin,
-            logger: Logger,
-            onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
-        ) async throws -> (WebPushConnection, streamLimit: Int) {
-            let maximumAnswerBytes = self.maximumAnswerBytes
-            let (channel, handler, streamLimit) = try await connector.connect(to: origin.address) { configuration, ready in
-                WebPushConnectionHandler(
-                    configuration: configuration,
-                    maximumAnswerBytes: maximumAnswerBytes,
-                    readyPromise: ready,
-                    logger: logger,
-                    onEvent: onEvent
-                )
-            }
-            return (WebPushConnection(id: id, endpoint: origin, channel: channel, handler: handler), streamLimit)
-        }
-    }
-
-    /// A new ID for a stream of this connection.
-    func nextRequestID() -> UInt64 {
-        requestIDs.wrappingAdd(1, ordering: .relaxed).newValue
-    }
-
-    /// Takes no new streams and closes when in-flight streams finished, at the latest after `timeout`.
-    func closeGracefully(within timeout: Duration) {
-        let handler = self.handler
-        channel.eventLoop.execute { handler.value.closeGracefully(within: TimeAmount(timeout)) }
-    }
-
-    /// Closes at once; in-flight streams fail with a connection error.
-    func close() {
-        channel.close(promise: nil)
-    }
-
-    /// Runs until the channel closes (cancellation closes it).
-    func runUntilClosed() async {
-        let channel = self.channel
-        await withTaskCancellationHandler {
-            try? await channel.closeFuture.get()
-        } onCancel: {
-            channel.close(promise: nil)
+    /// Connects to `origin`, completes TLS (ALPN h2) and waits for the server's first SETTINGS
+    /// frame. Returns the connection and the server's stream limit.
+    func connect(
+        id: Int,
+        to origin: WebPushOrigin,
+        logger: Logger,
+        onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+    ) async throws -> (WebPushConnection, streamLimit: Int) {
+        let maximumAnswerBytes = self.maximumAnswerBytes
+        return try await WebPushConnection.connect(
+            id: id, endpoint: origin, address: origin.address, connector: connector, logger: logger, onEvent: onEvent
+        ) { _ in
+            WebPushExchange(maximumAnswerBytes: maximumAnswerBytes)
         }
     }
 }

@@ -12,7 +12,7 @@ import Synchronization
 import HTTP2TLS
 import HTTP2Transport
 
-/// Web Push's HTTP/2 connections on the shared transport: ``WebPushConnectionHandler`` (an
+/// Web Push's HTTP/2 connections on the shared transport: ``WebPushConnection`` (an
 /// `HTTP2ConnectionCore` with ``WebPushExchange``) and the transport's pool state machine, with
 /// an endpoint per push-service origin, as FCM's transport has its one endpoint and APNs' its
 /// environments. The state machine makes an origin's pool the first time a request names it, so
@@ -30,7 +30,7 @@ final class WebPushHTTP2Transport: Sendable {
     /// How often a request whose stream was not processed moves to another connection.
     private static let maximumUnprocessedRetries = 3
 
-    private let factory: WebPushConnection.Factory
+    private let factory: WebPushConnectionFactory
     private let shutdownGracePeriod: Duration
     private let goAways: Counter
     private let logger: Logger
@@ -48,7 +48,7 @@ final class WebPushHTTP2Transport: Sendable {
         if let path = configuration.additionalTrustRootsPEMPath {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(path))]
         }
-        factory = WebPushConnection.Factory(
+        factory = WebPushConnectionFactory(
             connector: HTTP2TLSConnector(
                 eventLoopGroup: eventLoopGroup,
                 sslContext: try NIOSSLContext(configuration: tls),

@@ -20,7 +20,9 @@ struct MetricsTests {
         )
         let topics = testbed.topics
         try await testbed.withMocks {
-            let (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
+            var (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
+            // A VAPID key, so the web push client's families are exported too (it connects only when asked).
+            environment.merge(try BrowserWorld(directory: testbed.directory).vapidEnvironment) { _, browser in browser }
             let herald = try await testbed.startHerald(environment)
             try await testbed.register(devices + [gone])
             try await testbed.waitForActiveTokens(users: users, count: devices.count + 1)

@@ -168,13 +168,17 @@ struct BrowserWorld {
             .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 
+    /// The web app's VAPID key and contact.
+    var vapidEnvironment: [String: String] {
+        ["HERALD_WEBPUSH_VAPID_KEY_PATH": directory.appendingPathComponent("vapid.pem").path, "HERALD_WEBPUSH_SUBJECT": "mailto:ops@example.com"]
+    }
+
+    /// ``vapidEnvironment`` and the mock's host and CA (written once it runs).
     var environment: [String: String] {
-        [
-            "HERALD_WEBPUSH_VAPID_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
-            "HERALD_WEBPUSH_SUBJECT": "mailto:ops@example.com",
+        vapidEnvironment.merging([
             "HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1",
             "HERALD_WEBPUSH_CA_PATH": directory.appendingPathComponent("webpush-ca.pem").path,
-        ]
+        ]) { first, _ in first }
     }
 
     /// Registers `subscription` for `user` through push.tokens, as an app's API would.
