@@ -160,7 +160,9 @@ let package = Package(
             name: "HTTP2TLS",
             dependencies: [
                 "HTTP2Transport",
+                "PushCore",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

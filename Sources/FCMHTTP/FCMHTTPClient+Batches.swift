@@ -1,3 +1,4 @@
+import HTTP2TLS
 import PushCore
 public import FCMCore
 import NIOCore
@@ -27,8 +28,10 @@ extension FCMHTTPClient {
         // A batch comes from one lane: its first request's precedence is every request's.
         let precedence = requests.first?.precedence ?? .urgent
         let pools = Batch.Pools(
-            wait: { self.transport.wait($0.map(\.waiter), deadline: deadlineOfStreams, precedence: precedence) },
-            stopWaiting: { self.transport.stopWaiting($0.map(\.id)) }
+            wait: { waiters in
+                self.transport.wait(waiters.map { (endpoint: .sole, waiter: $0.waiter) }, deadline: deadlineOfStreams, precedence: precedence)
+            },
+            stopWaiting: { waiters in self.transport.stopWaiting(waiters.map { (endpoint: .sole, id: $0.id) }) }
         )
         await Batch.send(
             leased,
@@ -101,7 +104,7 @@ extension FCMHTTPClient {
             }
             sendable.append((index, SentWith(projectID: projectID, token: project.token), project.path))
         }
-        let connections = transport.leaseFreeStreams(upTo: sendable.count, precedence: requests.first?.precedence ?? .urgent)
+        let connections = transport.leaseFreeStreams(.sole, upTo: sendable.count, precedence: requests.first?.precedence ?? .urgent)
         let now = WallClock.millisecondsSince1970()
         let sends = sendable.map { sendRequest(requests[$0.index], path: $0.path, token: $0.project.token, nowMilliseconds: now) }
         let leased: [Batch.Leased] = zip(sendable, connections).enumerated().map { position, leased in

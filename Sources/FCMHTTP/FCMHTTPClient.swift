@@ -1,3 +1,4 @@
+import HTTP2TLS
 import PushCore
 import AsyncHTTPClient
 public import FCMCore
@@ -24,6 +25,8 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// The OAuth token exchange's client (AsyncHTTPClient: one request per project an hour).
     private let httpClient: HTTPClient
     let transport: FCMHTTP2Transport
+    /// The path every send's path starts with: the base URL's own path, if any.
+    let pathPrefix: String
     let credentials: Mutex<FCMCredentials>
     private let logger: Logger
     private let metrics: FCMClientMetrics
@@ -34,7 +37,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
     public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
         let metrics = FCMClientMetrics(factory: metricsFactory)
-        let transport = try FCMHTTP2Transport(
+        let (transport, pathPrefix) = try Self.makeTransport(
             configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, countingGoAwaysIn: metrics.goAways, logger: logger)
         var tls = TLSConfiguration.makeClientConfiguration()
         if let path = configuration.additionalTrustRootsPEMPath {
@@ -57,6 +60,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
         }
         self.httpClient = httpClient
         self.transport = transport
+        self.pathPrefix = pathPrefix
         self.credentials = Mutex(configuration.credentials)
         self.logger = logger
         self.metrics = metrics
@@ -115,7 +119,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
             let sentAt = ContinuousClock.now
             var response: FCMResponse
             do {
-                response = self.response(to: try await transport.send(send, deadline: deadline, precedence: request.precedence), sentAt: sentAt)
+                response = self.response(to: try await transport.send(send, to: .sole, deadline: deadline, precedence: request.precedence), sentAt: sentAt)
             } catch {
                 if Task.isCancelled, ContinuousClock.now < deadline { throw CancellationError() }
                 throw failure(error, sentAt: sentAt, deadline: deadline)
@@ -132,7 +136,7 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
 
     /// The path of the send endpoint of `projectID`.
     func sendPath(projectID: String) -> String {
-        "\(transport.pathPrefix)/v1/projects/\(projectID)/messages:send"
+        "\(pathPrefix)/v1/projects/\(projectID)/messages:send"
     }
 
     /// The HTTP/2 request that sends `request` to `path` with `token`, its TTL counted from

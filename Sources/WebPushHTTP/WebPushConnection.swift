@@ -69,29 +69,3 @@ struct WebPushTarget {
         }
     }
 }
-
-/// One HTTP/2 connection to one push service origin: the shared transport's connection with
-/// ``WebPushExchange``, pooled by ``WebPushHTTP2Transport`` under its origin.
-typealias WebPushConnection = HTTP2ExchangeConnection<WebPushExchange, WebPushOrigin>
-
-/// Everything needed to open connections to push services; built once per client.
-struct WebPushConnectionFactory: Sendable {
-    var connector: HTTP2TLSConnector
-    var maximumAnswerBytes: Int
-
-    /// Connects to `origin`, completes TLS (ALPN h2) and waits for the server's first SETTINGS
-    /// frame. Returns the connection and the server's stream limit.
-    func connect(
-        id: Int,
-        to origin: WebPushOrigin,
-        logger: Logger,
-        onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
-    ) async throws -> (WebPushConnection, streamLimit: Int) {
-        let maximumAnswerBytes = self.maximumAnswerBytes
-        return try await WebPushConnection.connect(
-            id: id, endpoint: origin, address: origin.address, connector: connector, logger: logger, onEvent: onEvent
-        ) { _ in
-            WebPushExchange(maximumAnswerBytes: maximumAnswerBytes)
-        }
-    }
-}

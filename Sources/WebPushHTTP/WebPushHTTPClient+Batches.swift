@@ -1,6 +1,7 @@
 // WebPushHTTPClient+Batches.swift: a batch of Web Push messages started as one
 // `HTTP2StreamBatch`, as APNs' and FCM's are.
 
+import HTTP2TLS
 import PushCore
 public import WebPushCore
 import NIOCore
@@ -30,9 +31,9 @@ extension WebPushHTTPClient {
         let (deadlineOfStreams, sentAt) = (nioDeadline ?? .now(), ContinuousClock.now)
         let pools = Batch.Pools(
             wait: { waiters in
-                self.transport.wait(waiters.map { (origin: $0.context, waiter: $0.waiter) }, deadline: deadlineOfStreams, precedence: precedence)
+                self.transport.wait(waiters.map { (endpoint: $0.context, waiter: $0.waiter) }, deadline: deadlineOfStreams, precedence: precedence)
             },
-            stopWaiting: { waiters in self.transport.stopWaiting(waiters.map { (origin: $0.context, id: $0.id) }) }
+            stopWaiting: { waiters in self.transport.stopWaiting(waiters.map { (endpoint: $0.context, id: $0.id) }) }
         )
         await Batch.send(leased, waiting: waiting, deadline: deadlineOfStreams, alone: alone, pools: pools) { stream, result in
             self.transport.release(stream.connection, status: try? result.get().status)

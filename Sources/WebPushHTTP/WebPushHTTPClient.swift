@@ -1,6 +1,7 @@
 // WebPushHTTPClient.swift: the Web Push sender (RFC 8030, 8291, 8292) on Herald's shared HTTP/2
 // transport: checks a subscription's host, signs with the app's VAPID key, encrypts, sends.
 
+import HTTP2TLS
 import PushCore
 public import WebPushCore
 public import Logging
@@ -30,7 +31,7 @@ public final class WebPushHTTPClient: WebPushClientProtocol, Service, Sendable {
     /// the connections' GOAWAYs are recorded through `metricsFactory` (``WebPushClientMetrics``).
     public init(configuration: WebPushClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
         let metrics = WebPushClientMetrics(factory: metricsFactory)
-        transport = try WebPushHTTP2Transport(
+        transport = try Self.makeTransport(
             configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, countingGoAwaysIn: metrics.goAways, logger: logger)
         credentials = Mutex(configuration.credentials)
         allowList = configuration.allowList
