@@ -146,6 +146,57 @@ extension WebPushDeliveryIntegrationTests {
     }
 }
 
+extension WebPushDeliveryIntegrationTests {
+    /// SIGKILL while browser pushes are in flight (the mock answers each after 300 ms), then a
+    /// new member of the group: every event gets its result, every browser at least its copy,
+    /// and the copies pushed twice are at most HERALD_MAX_CONCURRENT_SENDS (what was in flight).
+    @Test func aCrashMidRunRepeatsAtMostWhatWasInFlight() async throws {
+        let testbed = try HeraldTestbed()
+        let browsers = try BrowserWorld(directory: testbed.directory, answerDelayMilliseconds: 300)
+        let maxInFlight = 8
+        try await testbed.withMocks {
+            try await withRunningServices(ServiceGroup(services: [browsers.server], logger: testbed.logger)) {
+                _ = try await browsers.server.origins()
+                let users = (0..<40).map { "user-\($0)" }
+                var subscriptions: [MockWebPushSubscription] = []
+                for (index, user) in users.enumerated() {
+                    let subscription = try browsers.server.subscribe(origin: index % 2, applicationServerKey: browsers.publicKey)
+                    subscriptions.append(subscription)
+                    try await browsers.register(user: user, subscription, through: testbed)
+                }
+                var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+                environment.merge(browsers.environment) { _, browser in browser }
+                environment["HERALD_MAX_CONCURRENT_SENDS"] = String(maxInFlight)
+                var herald = try await testbed.startHerald(environment)
+                try await browsers.waitForSubscriptions(users: users, count: users.count, testbed: testbed)
+                for (index, user) in users.enumerated() {
+                    try await browsers.publishEvent(id: "crash-\(index)", users: [user], testbed: testbed, phones: false)
+                }
+                let clock = ContinuousClock()
+                let killBy = clock.now + .seconds(60)
+                while browsers.server.stats.deliveries < 10, clock.now < killBy { try await Task.sleep(for: .milliseconds(20)) }
+                herald.send(SIGKILL)
+                #expect(try await herald.waitForExit(timeout: .seconds(10)) != nil)
+                let deliveredAtCrash = browsers.server.stats.deliveries
+                herald = try HeraldProcess(environment: herald.environment, logPath: herald.logPath)
+                let records = try await TopicReader(topics: [testbed.topics.results]).read(timeout: .seconds(120)) { records in
+                    Set(records.compactMap(ResultRecord.init).map(\.eventID)).count >= users.count
+                }
+                let results = records.compactMap(ResultRecord.init)
+                #expect(Set(results.map(\.eventID)).count == users.count, "every event has its result")
+                #expect(results.allSatisfy { $0.status == "delivered" }, "\(Dictionary(grouping: results, by: \.status).mapValues(\.count))")
+                let copies = subscriptions.map { browsers.server.deliveryCount(endpoint: $0.endpoint) }
+                #expect(copies.allSatisfy { $0 >= 1 }, "every browser got its message: \(copies)")
+                let repeated = copies.reduce(0) { $0 + max($1 - 1, 0) }
+                #expect(repeated <= maxInFlight, "a crash repeats at most what was in flight: \(repeated) repeats, bound \(maxInFlight)")
+                print("web push crash: \(deliveredAtCrash) delivered at the SIGKILL, \(repeated) pushed twice (bound \(maxInFlight))")
+                herald.send(SIGTERM)
+                #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
+            }
+        }
+    }
+}
+
 /// The browser side of a test: a mock push service with two origins, a web app with its VAPID
 /// key, and the HERALD_WEBPUSH_* configuration pointing at them.
 struct BrowserWorld {
@@ -154,10 +205,11 @@ struct BrowserWorld {
     let key = P256.Signing.PrivateKey()
     let directory: URL
 
-    init(directory: URL) throws {
+    init(directory: URL, answerDelayMilliseconds: Int = 0) throws {
         self.directory = directory
         var configuration = MockWebPushConfiguration()
         configuration.caCertificatePath = directory.appendingPathComponent("webpush-ca.pem").path
+        configuration.answerDelayMilliseconds = answerDelayMilliseconds
         server = MockWebPushServer(configuration: configuration, logger: Logger(label: "mock-webpush"))
         try key.pemRepresentation.write(to: directory.appendingPathComponent("vapid.pem"), atomically: true, encoding: .utf8)
     }
