@@ -65,6 +65,13 @@ struct PipelineBenchmark: AsyncParsableCommand {
     )
     var browserShare = 0.0
     @Option(name: .customLong("mock-webpush"), help: "Path of mock-webpush (default: next to herald-bench).") var mockWebPush: String?
+    @Flag(
+        help: """
+            Let mock-webpush decrypt each message and verify its VAPID signature, as in the tests; off by \
+            default here: on this machine the mock's cryptography would take the cores Herald runs on.
+            """
+    )
+    var mockWebPushCryptography = false
     @Option(help: "SVG plot path (default .local/bench/pipeline-<shape>.svg; with several runs, -<shape> goes before .svg).")
     var plot: String?
     @Option(
@@ -332,7 +339,8 @@ extension PipelineBenchmark {
     ) async throws -> (mock: MockWebPushProcess, environment: [String: String], seconds: Double)? {
         guard browserShare > 0 else { return nil }
         let mock = try await MockWebPushProcess.start(
-            executable: mockWebPush ?? Workspace.siblingExecutable("mock-webpush"), workspace: workspace, origins: 2)
+            executable: mockWebPush ?? Workspace.siblingExecutable("mock-webpush"), workspace: workspace, origins: 2,
+            extraArguments: mockWebPushCryptography ? [] : ["--no-cryptography"])
         do {
             let key = P256.Signing.PrivateKey()
             let keyPath = workspace.path("vapid.pem")

@@ -6,6 +6,8 @@ import APNSCore
 import APNSHTTP2
 import FCMCore
 import FCMHTTP
+import WebPushCore
+import WebPushHTTP
 import Foundation
 import PushStores
 import KafkaTransport
@@ -43,6 +45,7 @@ package enum OperatorCommands {
             lines.append("apns: no credential (only `herald migrate` can run)")
         }
         lines += describeFCM(configuration.fcm)
+        lines += describeWebPush(configuration.webPush, allowList: pipeline.webPushHosts)
         lines += [
             "windows: \(pipeline.maxInFlightMessages) messages, \(pipeline.maxConcurrentSends) sends, poll batch \(pipeline.pollBatchSize), ledger batch \(pipeline.maxOutcomesPerLedgerWrite)",
             "retries: \(pipeline.retry.maxAttempts) attempts within \(pipeline.retry.deliveryDeadline)",
@@ -64,6 +67,20 @@ package enum OperatorCommands {
         lines.append("fcm default credential: \(fcm.credentials.fallback?.description ?? "none (only the credentials file's packages are served)")")
         for entry in fcm.credentials.entries {
             lines.append("fcm credential for \(entry.packages.joined(separator: ", ")): \(entry.serviceAccount)")
+        }
+        return lines
+    }
+
+    static func describeWebPush(_ webPush: WebPushClientConfiguration?, allowList: WebPushHostAllowList) -> [String] {
+        var lines = ["webpush allowed hosts: \(allowList.entries.joined(separator: ", "))"]
+        guard let webPush else { return lines + ["webpush: no VAPID key (browsers get rejected results, NoCredentialForApp)"] }
+        lines.append("webpush trust roots: \(webPush.additionalTrustRootsPEMPath ?? "system"), \(webPush.connectionsPerOrigin) connections per origin")
+        func describe(_ entry: WebPushCredentials.Entry) -> String {
+            "VAPID key \(entry.current.publicKeyText.prefix(12))…, subject \(entry.current.subject), \(entry.previous.count) previous key(s)"
+        }
+        lines.append("webpush default credential: \(webPush.credentials.fallback.map(describe) ?? "none (only the credentials file's apps are served)")")
+        for entry in webPush.credentials.entries {
+            lines.append("webpush credential for \(entry.apps.joined(separator: ", ")): \(describe(entry))")
         }
         return lines
     }

@@ -22,6 +22,11 @@ public struct MockWebPushConfiguration: Sendable {
     public var requestLogLimit: Int = 10_000
     /// Time before each complete request is answered, for benchmarks; 0 adds none.
     public var answerDelayMilliseconds: Int = 0
+    /// Whether each message is decrypted and its VAPID signature verified (an ECDH and an ECDSA
+    /// verification per request). False only for a benchmark on a machine Herald shares with
+    /// the mock: a real push service does that work on its own machines. The headers, the
+    /// subscription and the size are checked either way; deliveries then keep no plaintext.
+    public var checksCryptography = true
 
     /// Creates a configuration; every setting defaults to the value documented on its property.
     public init(

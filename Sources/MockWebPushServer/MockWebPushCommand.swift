@@ -40,19 +40,24 @@ struct MockWebPushCommand: AsyncParsableCommand {
     @Option(name: .customLong("answer-delay-ms"), help: "Milliseconds before each request is answered.")
     var answerDelayMilliseconds: Int = 0
 
+    @Flag(
+        name: .customLong("no-cryptography"),
+        help: "Neither decrypt messages nor verify VAPID signatures (a benchmark beside Herald on one machine: a real push service does that on its own)."
+    )
+    var noCryptography = false
+
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         let logger = Logger(label: "mock-webpush")
-        let server = MockWebPushServer(
-            configuration: MockWebPushConfiguration(
-                host: host,
-                ports: ports,
-                caCertificatePath: caOut,
-                seed: seed,
-                answerDelayMilliseconds: answerDelayMilliseconds
-            ),
-            logger: logger
+        var configuration = MockWebPushConfiguration(
+            host: host,
+            ports: ports,
+            caCertificatePath: caOut,
+            seed: seed,
+            answerDelayMilliseconds: answerDelayMilliseconds
         )
+        configuration.checksCryptography = !noCryptography
+        let server = MockWebPushServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [.init(service: server)],

@@ -43,9 +43,9 @@ import Testing
                 """,
                 logger: logger
             )
-            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text, text[]) AS " + ActiveDevicesStatement.sql), logger: logger)
+            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text, text[], text) AS " + ActiveDevicesStatement.sql), logger: logger)
             let plan = try await connection.query(
-                "EXPLAIN EXECUTE lookup_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'])",
+                "EXPLAIN EXECUTE lookup_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'], 'plan-web')",
                 logger: logger
             ).collect().map { try $0.decode(String.self) }
             try await connection.query("ROLLBACK", logger: logger)
@@ -112,12 +112,12 @@ import Testing
         let today = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970())
         let plan = try await Self.withPipelinePoolConnection { connection in
             let prepare =
-                "PREPARE both_plan(text, text, text[], integer, uuid[], integer) AS " + DevicesAndRecordedDeliveriesStatement.sql
+                "PREPARE both_plan(text, text, text[], text, integer, uuid[], integer) AS " + DevicesAndRecordedDeliveriesStatement.sql
             try await connection.query(PostgresQuery(unsafeSQL: prepare), logger: logger)
             let plan = try await connection.query(
                 PostgresQuery(
                     unsafeSQL: """
-                        EXPLAIN EXECUTE both_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'], \(today), \
+                        EXPLAIN EXECUTE both_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'], 'plan-web', \(today), \
                         ARRAY['6f1ed002-ab5d-4d7a-8a0a-2f0a1d2b3c4d']::uuid[], \(today))
                         """
                 ),
@@ -127,7 +127,7 @@ import Testing
             return plan
         }
         #expect(plan.contains("device_tokens_active_by_user_first") && plan.contains("Index Cond: (user_id = ANY ($3))"), "\(plan)")
-        #expect(plan.contains("Index Scan using delivery_ledger_") && plan.contains("Index Cond: ((event_key = ANY ($5))"), "\(plan)")
+        #expect(plan.contains("Index Scan using delivery_ledger_") && plan.contains("Index Cond: ((event_key = ANY ($6))"), "\(plan)")
         #expect(plan.contains("Subplans Removed"), "pruned to the day's partition when it starts: \(plan)")
         #expect(!plan.contains("Seq Scan"), "\(plan)")
     }

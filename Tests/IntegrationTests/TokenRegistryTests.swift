@@ -386,11 +386,11 @@ struct TokenRegistryTests {
             let first = try await database.appliedMigrations()
             try await store.migrate()
             let second = try await database.appliedMigrations()
-            #expect(first.map(\.version) == [1, 2, 3, 4, 5, 6, 7])
+            #expect(first.map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8])
             #expect(
                 first.map(\.name) == [
                     "device tokens", "delivery ledger", "token tombstones", "device tokens by user first", "partitioned delivery ledger",
-                    "android devices", "typed ledger targets",
+                    "android devices", "typed ledger targets", "web push subscriptions",
                 ]
             )
             #expect(second == first, "a second run applies nothing: same versions, same applied_at")

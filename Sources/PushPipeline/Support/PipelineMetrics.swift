@@ -203,7 +203,7 @@ public struct SenderMetrics: Sendable {
         // 401 and 403 exist at 0 from the start, for HeraldWebPushVAPIDRefused's rate.
         webPushResponses = LabelledCounters(
             "herald_webpush_responses_total", label: "status", initialValues: ["201", "401", "403"], factory: factory)
-        webPushRetries = LabelledCounters("herald_webpush_retries_total", label: "cause", factory: factory)
+        webPushRetries = LabelledCounters("herald_webpush_retries_total", label: "cause", initialValues: ["429"], factory: factory)
     }
 
     /// Counts a web push attempt's outcome: the push service's status, or the transport cause
