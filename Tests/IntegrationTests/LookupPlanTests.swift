@@ -43,7 +43,8 @@ import Testing
                 """,
                 logger: logger
             )
-            try await connection.query(PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text, text[], text) AS " + ActiveDevicesStatement.sql), logger: logger)
+            try await connection.query(
+                PostgresQuery(unsafeSQL: "PREPARE lookup_plan(text, text, text[], text) AS " + ActiveDevicesStatement.sql), logger: logger)
             let plan = try await connection.query(
                 "EXPLAIN EXECUTE lookup_plan('com.example.plan', 'com.example.plan.android', ARRAY['u-1', 'u-2'], 'plan-web')",
                 logger: logger
