@@ -4,6 +4,7 @@
 import HTTP2TLS
 import PushCore
 public import WebPushCore
+import Foundation
 import NIOCore
 import HTTP2Transport
 
@@ -27,7 +28,10 @@ extension WebPushHTTPClient {
         let precedence = requests.first?.precedence ?? .urgent
         // Past the deadline or cancelled: the single path says so per request.
         let nioDeadline = Task.isCancelled ? nil : NIODeadline.fromContinuousClock(deadline)
-        let (leased, waiting, alone) = nioDeadline == nil ? ([], [], Array(requests.indices)) : leaseFreeStreams(for: requests, precedence: precedence)
+        let (leased, waiting, alone) =
+            nioDeadline == nil
+            ? ([], [], Array(requests.indices))
+            : leaseFreeStreams(for: requests, prepared: await prepareAll(requests), precedence: precedence)
         let (deadlineOfStreams, sentAt) = (nioDeadline ?? .now(), ContinuousClock.now)
         let pools = Batch.Pools(
             wait: { waiters in
@@ -62,19 +66,47 @@ extension WebPushHTTPClient {
     /// the single path is its index.
     private typealias Batch = HTTP2StreamBatch<WebPushConnection, WebPushOrigin, Int>
 
-    /// Each message ready to go (allowed, signed, encrypted) with a stream of its origin as far
-    /// as streams are free (one lock section per origin), else to wait for one; the indexes of
-    /// the rest.
+    /// Each request checked, signed and encrypted (``prepare(_:nowMilliseconds:)``), nil for one
+    /// that cannot be (the single path says why).
+    ///
+    /// A batch's encryption runs in parallel on Swift's global executor, in one chunk per core:
+    /// an ECDH and a key generation per message are most of a browser's cost, and on the
+    /// caller's executor (`herald run`'s pipeline event loop) they held one core while the other
+    /// idled (BENCHMARKS.md, "pipeline burst, a third of the devices browsers").
+    private func prepareAll(_ requests: [WebPushRequest]) async -> [(origin: WebPushOrigin, request: WebPushSendRequest)?] {
+        let now = WallClock.millisecondsSince1970()
+        let chunks = min(ProcessInfo.processInfo.activeProcessorCount, requests.count / Self.messagesPerChunk)
+        guard chunks > 1 else { return requests.map { try? prepare($0, nowMilliseconds: now) } }
+        let chunkSize = (requests.count + chunks - 1) / chunks
+        return await withTaskGroup(of: (Int, [(origin: WebPushOrigin, request: WebPushSendRequest)?]).self) { group in
+            for start in stride(from: 0, to: requests.count, by: chunkSize) {
+                group.addTask(executorPreference: globalConcurrentExecutor) {
+                    (start, requests[start..<min(start + chunkSize, requests.count)].map { try? self.prepare($0, nowMilliseconds: now) })
+                }
+            }
+            var prepared = [(origin: WebPushOrigin, request: WebPushSendRequest)?](repeating: nil, count: requests.count)
+            for await (start, chunk) in group {
+                prepared.replaceSubrange(start..<start + chunk.count, with: chunk)
+            }
+            return prepared
+        }
+    }
+
+    /// The fewest messages worth a chunk of their own: below it, a task costs more than it saves.
+    private static var messagesPerChunk: Int { 8 }
+
+    /// Each prepared message with a stream of its origin as far as streams are free (one lock
+    /// section per origin), else to wait for one; the indexes of the rest.
     private func leaseFreeStreams(
         for requests: [WebPushRequest],
+        prepared: [(origin: WebPushOrigin, request: WebPushSendRequest)?],
         precedence: StreamPrecedence
     ) -> (leased: [Batch.Leased], waiting: [Batch.Waiting], alone: [Int]) {
-        let now = WallClock.millisecondsSince1970()
         var byOrigin: [WebPushOrigin: [(index: Int, request: WebPushSendRequest)]] = [:]
         var alone: [Int] = []
-        for (index, request) in requests.enumerated() {
+        for index in requests.indices {
             // The single path throws what stopped it here.
-            guard let prepared = try? prepare(request, nowMilliseconds: now) else {
+            guard let prepared = prepared[index] else {
                 alone.append(index)
                 continue
             }
