@@ -7,13 +7,7 @@ extension CredentialsFile {
     /// from `service_account_path` (relative to the file); throws ``ConfigurationError`` naming
     /// the entry and the field, never key material. APNs entries are not checked here.
     package static func fcmEntries(path: String) throws -> [FCMCredentials.Entry] {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
-        }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        let (data, directory) = try read(path)
         return try parseFCM(data, relativeTo: directory, fileName: path)
     }
 

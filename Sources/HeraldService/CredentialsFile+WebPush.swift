@@ -6,13 +6,7 @@ extension CredentialsFile {
     /// from `vapid_key_path` and `previous_vapid_key_paths` (relative to the file); throws
     /// ``ConfigurationError`` naming the entry and the field, never key material.
     package static func webPushEntries(path: String) throws -> [WebPushCredentials.Entry] {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
-        }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        let (data, directory) = try read(path)
         return try parseWebPush(data, relativeTo: directory, fileName: path)
     }
 

@@ -44,16 +44,19 @@ package enum CredentialsFile {
     static func loadReportingCertificates(path: String) throws -> (
         credentials: [String: APNSClientConfiguration.Authentication], problems: [String]
     ) {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
-        }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        let (data, directory) = try read(path)
         var problems: [String] = []
         let credentials = try parse(data, relativeTo: directory, fileName: path, certificateProblems: &problems)
         return (credentials, problems)
+    }
+
+    /// The file's bytes and the directory its relative paths start from.
+    static func read(_ path: String) throws -> (data: Data, directory: String) {
+        do {
+            return (try Data(contentsOf: URL(fileURLWithPath: path)), URL(fileURLWithPath: path).deletingLastPathComponent().path)
+        } catch {
+            throw ConfigurationError("cannot read HERALD_CREDENTIALS_FILE=\(path)")
+        }
     }
 
     /// One entry as written in the file.
