@@ -124,9 +124,10 @@ extension RequestProcessor {
                 let subscription = try? WebPushSubscription(
                     endpoint: device.token, p256dh: keys.p256dh, auth: keys.auth, allowing: configuration.webPushHosts)
             else {
-                var outcome = WebPushAttempts().outcome(.rejected, reason: InputRejection.Code.invalidToken.rawValue)
-                outcome.attempts = 0
-                record(outcome, of: delivery, trace: nil, consumedAt: consumedAt)
+                // No attempt: the outcome of an empty history.
+                record(
+                    WebPushAttempts().outcome(.rejected, reason: InputRejection.Code.invalidToken.rawValue), of: delivery, trace: nil,
+                    consumedAt: consumedAt)
                 continue
             }
             browsers.append((delivery, part.request(to: subscription, vapidPublicKey: keys.vapidPublicKey, precedence: delivery.precedence)))
