@@ -25,7 +25,7 @@ import UnixSignals
 ///
 /// A file that no longer reads or parses changes nothing: the credentials in use stay, and the
 /// problem is logged once (until it changes) and counted in
-/// `herald_apns_credentials_reloads_total{result="failed"}`. So does a file that gains FCM
+/// `herald_credentials_reloads_total{result="failed"}`. So does a file that gains FCM
 /// entries when Herald started without any FCM credential (no FCM client runs: restart it).
 package final class CredentialsReloader: Service {
     /// The FCM client and the credentials it was last given (the default account included).
@@ -84,7 +84,7 @@ package final class CredentialsReloader: Service {
         self.checkInterval = checkInterval
         self.logger = logger
         func counter(_ result: String) -> Counter {
-            Counter(label: "herald_apns_credentials_reloads_total", dimensions: [("result", result)], factory: metricsFactory)
+            Counter(label: "herald_credentials_reloads_total", dimensions: [("result", result)], factory: metricsFactory)
         }
         reloads = (counter("applied"), counter("unchanged"), counter("failed"))
     }

@@ -7,34 +7,35 @@ public import WebPushCore
 import Foundation
 
 extension WebPushClientConfiguration {
-    /// The keys read, relative to the reader given to ``init(reading:entries:)``: under a reader
-    /// scoped to `herald`, the environment names them HERALD_WEBPUSH_VAPID_KEY_PATH,
-    /// HERALD_WEBPUSH_SUBJECT, HERALD_WEBPUSH_ALLOWED_HOSTS, HERALD_WEBPUSH_CA_PATH and
-    /// HERALD_WEBPUSH_CONNECTIONS_PER_HOST. None of their values is secret (paths, a contact,
-    /// host names, a count): the key's content is read from its file, never through the reader.
+    /// The keys read, relative to the reader given to ``init(reading:entries:allowList:)``: under
+    /// a reader scoped to `herald`, the environment names them HERALD_WEBPUSH_VAPID_KEY_PATH,
+    /// HERALD_WEBPUSH_SUBJECT, HERALD_WEBPUSH_CA_PATH and HERALD_WEBPUSH_CONNECTIONS_PER_HOST.
+    /// None of their values is secret (paths, a contact, a count): the key's content is read from
+    /// its file, never through the reader. HERALD_WEBPUSH_ALLOWED_HOSTS is the pipeline's key
+    /// (`PipelineConfiguration.webPushHosts`), read once and given as `allowList`.
     public static let configKeys: [ConfigKey] = [
-        ["webpush", "vapid_key_path"], ["webpush", "subject"], ["webpush", "allowed_hosts"], ["webpush", "ca_path"],
-        ["webpush", "connections_per_host"],
+        ["webpush", "vapid_key_path"], ["webpush", "subject"], ["webpush", "ca_path"], ["webpush", "connections_per_host"],
     ]
 
     /// Reads the web push settings from `config`: the VAPID key that signs for the apps
     /// `entries` do not list (`webpush.vapid_key_path`, a P-256 private key in PEM or its 32
     /// bytes in base64url) with its contact (`webpush.subject`, `mailto:` or `https:`, required
-    /// with the key), the allowed push-service hosts (`webpush.allowed_hosts`, comma-separated,
-    /// `*.domain` for its subdomains; ``WebPushHostAllowList/standard`` when unset), the extra
-    /// trust roots (`webpush.ca_path`) and the connections per origin
-    /// (`webpush.connections_per_host`, 1 to 64).
+    /// with the key), the extra trust roots (`webpush.ca_path`) and the connections per origin
+    /// (`webpush.connections_per_host`, 1 to 64); messages go only to `allowList`'s hosts.
     ///
     /// Returns nil when no VAPID key is configured at all: a deployment without web push builds
     /// no client. Throws naming the key when a value is not usable; every key is checked first.
-    public init?(reading config: ConfigReader, entries: [WebPushCredentials.Entry] = []) throws(ConfigurationValueError) {
+    public init?(
+        reading config: ConfigReader,
+        entries: [WebPushCredentials.Entry] = [],
+        allowList: WebPushHostAllowList = .standard
+    ) throws(ConfigurationValueError) {
         let webpush = config.scoped(to: "webpush")
         let name: (ConfigKey) -> String = \.environmentName
         let keyPath = webpush.string(forKey: "vapid_key_path")
         let subject = webpush.string(forKey: "subject")
         let caPath = webpush.string(forKey: "ca_path")
         let connections = try config.int(forKey: ["webpush", "connections_per_host"], default: Self.defaultConnectionsPerOrigin, in: 1...64)
-        let allowList = try Self.parseAllowList(webpush.string(forKey: "allowed_hosts"), name: name(["webpush", "allowed_hosts"]))
         if let caPath, !FileManager.default.isReadableFile(atPath: caPath) {
             throw ConfigurationValueError("cannot read \(name(["webpush", "ca_path"]))=\(caPath)")
         }
@@ -54,15 +55,5 @@ extension WebPushClientConfiguration {
         guard fallback != nil || !entries.isEmpty else { return nil }
         self.init(credentials: WebPushCredentials(entries: entries, fallback: fallback), allowList: allowList, additionalTrustRootsPEMPath: caPath)
         connectionsPerOrigin = connections
-    }
-
-    /// The allow-list `text` gives (``WebPushHostAllowList/init(parsing:)``), the standard one
-    /// when unset; `name` is the key named in errors.
-    private static func parseAllowList(_ text: String?, name: String) throws(ConfigurationValueError) -> WebPushHostAllowList {
-        guard let text else { return .standard }
-        guard let allowList = WebPushHostAllowList(parsing: text) else {
-            throw ConfigurationValueError("\(name) must list host names or *.domain entries, comma-separated")
-        }
-        return allowList
     }
 }

@@ -200,7 +200,7 @@ import _CryptoExtras
                     return path?.split(separator: "/").dropFirst(2).first.map(String.init)
                 }
                 func reloads(_ result: String) -> Bool {
-                    registry.emitToString().contains("herald_apns_credentials_reloads_total{result=\"\(result)\"} 1")
+                    registry.emitToString().contains("herald_credentials_reloads_total{result=\"\(result)\"} 1")
                 }
                 #expect(try await project(of: "com.new") == "default-project")
 

@@ -183,7 +183,8 @@ struct NotificationPipelineTests {
 
     /// A record without a timestamp takes its ledger day from its poll: redelivered after a UTC
     /// midnight, it finds the outcomes its first delivery recorded the day before (found by
-    /// `LaneSimulationTests`, seed 1, once it simulated records without a timestamp).
+    /// the former model of the pipeline in the simulation, seed 1, once it simulated records without
+    /// a timestamp).
     @Test func aRecordWithoutATimestampRedeliveredAfterMidnightIsNotPushedAgain() async throws {
         let store = try await Self.registeredStore()
         let apns = ScriptedAPNSClient()

@@ -10,28 +10,40 @@ import PushPipeline
 import PushPipelineTesting
 import Synchronization
 import Testing
+import WebPushCore
 
 /// The delivery guarantee checked on the code that ships: real ``NotificationPipeline`` instances
-/// (their consume loops, state machine, ledger writer, sender, publisher) as the members of one
-/// simulated consumer group, over one shared ledger and registry (``InMemoryTokenRegistry``), and
-/// an APNs and an FCM whose every answer a seed decides (200; 400 or INVALID_ARGUMENT naming a
-/// field; 429 or QUOTA_EXCEEDED; 503 or UNAVAILABLE; a time-out), for users with iPhones and
-/// Android phones (one whose FCM token is the text of its iPhone's APNs token). The seed also
-/// decides the world's moves, taken while events are being delivered: a partition moved to the
-/// other member with a drain, or lost (the group gave it away after a session time-out), and a
-/// member crashed (its task cancelled, its partitions given to the other member from the
-/// committed offsets) and started again.
+/// (their consume loops, state machine, ledger writer, sender, publisher) as the members of two
+/// simulated consumer groups, the urgent lane's on push.requests and the bulk lane's (paced) on
+/// push.requests.bulk, over one shared registry and ledger, for users with iPhones, Android
+/// phones (one whose FCM token is the text of its iPhone's APNs token) and browsers. What the
+/// world answers, a seed decides:
+/// - APNs, FCM and the web push service: 200/201; a final refusal (400, INVALID_ARGUMENT naming a
+///   field, 413); 429 or QUOTA_EXCEEDED; 503 or UNAVAILABLE; a stream refused by a GOAWAY (nothing
+///   pushed); a time-out;
+/// - PostgreSQL (``SimulatedPostgres``): each registry or ledger call answers after a latency,
+///   fails before it lands, lands and then fails (the connection lost before the answer), or runs
+///   past the pipeline's time limit (a dead connection);
+/// - the records' timestamps straddle a UTC midnight, and a quarter carry none (their ledger day
+///   is the day they are polled).
+/// The seed also decides the world's moves, taken while events are being delivered: a partition
+/// of either lane moved to the other member with a drain, or lost (the group gave it away after
+/// a session time-out), and a member crashed (its task cancelled, both lanes' partitions given to
+/// the other member from the committed offsets) and started again.
 ///
+/// Checked at every send: none starts for a partition its member was told it gave up or lost
+/// (but one that passed its fence as it closed: at most the send permits per move).
 /// Checked at every commit: an offset is committed only once every result of every message below
 /// it is published. Checked at the end, once every partition is committed to its end: every
-/// device of every event has a result, every copy of a result is the first one byte for byte, and
-/// no device got an event twice from APNs, except a send in flight when its member crashed or its
-/// partition was lost (never more than the send permits each time).
+/// device of every event has a result, every copy of a result is the first one byte for byte
+/// (but for an untimed record polled on both sides of the midnight), and no device got an event
+/// twice, except a send in flight when its member crashed or its partition was lost (never more
+/// than the send permits each time).
 ///
 /// Real time, not a virtual clock: the seed decides what happens, not exactly when. A failure
 /// names its seed; `HERALD_PIPELINE_SIMULATION_SEED=<n>` runs that seed alone, and
-/// `HERALD_PIPELINE_SIMULATION_SEEDS=<n>` runs n seeds (the test command runs 6).
-@Suite(.serialized, .timeLimit(.minutes(5)))
+/// `HERALD_PIPELINE_SIMULATION_SEEDS=<n>` runs n seeds (the test command runs 40).
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct ShippedPipelineSimulationTests {
     @Test func everyDeviceGetsItsResultAndNoneIsPushedTwiceUnderMovesLossesAndCrashes() async throws {
         let environment = ProcessInfo.processInfo.environment
@@ -39,7 +51,7 @@ struct ShippedPipelineSimulationTests {
             if let seed = environment["HERALD_PIPELINE_SIMULATION_SEED"].flatMap(UInt64.init) {
                 [seed]
             } else {
-                Array(1...UInt64(environment["HERALD_PIPELINE_SIMULATION_SEEDS"].flatMap(Int.init) ?? 6))
+                Array(1...UInt64(environment["HERALD_PIPELINE_SIMULATION_SEEDS"].flatMap(Int.init) ?? 40))
             }
         for seed in seeds {
             let world = try await SimulatedWorld(seed: seed)
@@ -50,23 +62,45 @@ struct ShippedPipelineSimulationTests {
     }
 }
 
-/// The events, the registry, the group, APNs and the members of one seed's run.
+/// One event of a seed's run: where its record is, and its users' devices (`apns <token>`,
+/// `fcm <token>` or `webpush <endpoint>`).
+struct SimulatedEvent: Sendable {
+    var id: String
+    var topic: String
+    var partition: Int32
+    var offset: Int64
+    var devices: [String]
+    /// Whether its record carries no timestamp.
+    var isUntimed: Bool
+}
+
+/// The events, the registry, the groups, the push services and the members of one seed's run.
 final class SimulatedWorld: Sendable {
-    static let partitions: [Int32] = [0, 1, 2]
-    static let topic = "push.requests"
+    static let topics = PushTopics()
     static let app = "com.example.shop"
     static let package = "com.example.shop.android"
+    static let webApp = "shop-web"
     static let maxConcurrentSends = 8
+    /// 2026-11-28T00:00:00Z: the records' timestamps straddle it.
+    static let midnightMilliseconds: Int64 = 1_795_737_600_000
 
     let seed: UInt64
     let registry = InMemoryTokenRegistry()
+    let postgres: SimulatedPostgres
     let publisher = InMemoryMessagePublisher()
     let apns: SimulatedAPNs
     let fcm: SimulatedFCM
-    let group: SimulatedGroup
-    /// Each event's ID, and its users' devices (`apns <token>` or `fcm <token>`).
-    let events: [(id: String, devices: [String])]
+    let webPush: SimulatedWebPush
+    /// The urgent lane's group (push.requests, three partitions) and the bulk lane's
+    /// (push.requests.bulk, two).
+    let groups: [SimulatedGroup]
+    let events: [SimulatedEvent]
+    /// Each event by its ID, and the event of each APNs request's apns-id.
+    let eventsByID: [String: SimulatedEvent]
+    let eventIDOfAPNSID: [String: String]
     private let violations = Mutex<[String]>([])
+    /// The sends that started after their member was told it gave their partition up.
+    private let lateSends = Mutex<[String]>([])
 
     init(seed: UInt64) async throws {
         self.seed = seed
@@ -80,6 +114,15 @@ final class SimulatedWorld: Sendable {
             for token in tokens {
                 registry.register(DeviceToken(userID: "u\(user)", token: token, environment: .production), topic: Self.app)
             }
+            // Every fourth user also has a browser.
+            if user % 4 == 1 {
+                let endpoint = "https://fcm.googleapis.com/fcm/send/s\(seed)-u\(user)"
+                devicesOfUser["u\(user)", default: []].append("webpush \(endpoint)")
+                let keys = WebPushKeys(p256dh: WebPushInputTests.p256dh, auth: WebPushInputTests.auth)
+                registry.register(
+                    DeviceToken(userID: "u\(user)", token: endpoint, environment: .production, platform: .webpush, webPush: keys),
+                    topic: Self.webApp)
+            }
             // Every third user also has an Android phone; user 0's FCM token is the text of its
             // iPhone's token (one event, two targets with one string: the ledger and the claims
             // must keep them apart).
@@ -88,32 +131,49 @@ final class SimulatedWorld: Sendable {
             devicesOfUser["u\(user)", default: []].append("fcm \(android)")
             registry.register(DeviceToken(userID: "u\(user)", token: android, environment: .production, platform: .fcm), topic: Self.package)
         }
-        var events: [(String, [String])] = []
-        var messages: [Int32: [KafkaMessage]] = [:]
+        let partitions: [String: [Int32]] = [Self.topics.requests: [0, 1, 2], Self.topics.bulkRequests: [0, 1]]
+        var events: [SimulatedEvent] = []
+        var messages: [String: [Int32: [KafkaMessage]]] = [:]
         for index in 0..<90 {
             let users = Array(devicesOfUser.keys.sorted().shuffled(using: &generator).prefix(Int.random(in: 1...3, using: &generator)))
             let id = "s\(seed)-e\(index)"
-            let partition = Self.partitions[index % Self.partitions.count]
+            // A third of the events are a campaign's, on the bulk lane.
+            let topic = index % 3 == 2 ? Self.topics.bulkRequests : Self.topics.requests
+            let partition = partitions[topic]![index % partitions[topic]!.count]
             let list = users.map { "\"\($0)\"" }.joined(separator: ",")
             let json =
                 #"{"id":"\#(id)","user_ids":[\#(list)],"topic":"\#(Self.app)","payload":{"aps":{"alert":"hi"}},"#
-                + #""fcm":{"package":"\#(Self.package)","message":{"data":{"event":"\#(id)"}}}}"#
-            let offset = Int64(messages[partition, default: []].count)
-            messages[partition, default: []].append(
+                + #""fcm":{"package":"\#(Self.package)","message":{"data":{"event":"\#(id)"}}},"#
+                + #""webpush":{"app":"\#(Self.webApp)","message":"\#(id)"}}"#
+            let offset = Int64(messages[topic, default: [:]][partition, default: []].count)
+            messages[topic, default: [:]][partition, default: []].append(
                 KafkaMessage(
-                    topic: Self.topic, partition: partition, offset: offset, key: Array(id.utf8), value: Array(json.utf8),
-                    timestampMilliseconds: 1_795_690_800_000 + Int64(index)))
-            events.append((id, users.flatMap { devicesOfUser[$0] ?? [] }))
+                    topic: topic, partition: partition, offset: offset, key: Array(id.utf8), value: Array(json.utf8),
+                    timestampMilliseconds: index % 4 == 3 ? nil : Self.midnightMilliseconds - 45 + Int64(index)))
+            events.append(
+                SimulatedEvent(
+                    id: id, topic: topic, partition: partition, offset: offset, devices: users.flatMap { devicesOfUser[$0] ?? [] },
+                    isUntimed: index % 4 == 3))
         }
         self.events = events
+        eventsByID = Dictionary(uniqueKeysWithValues: events.map { ($0.id, $0) })
+        eventIDOfAPNSID = Dictionary(
+            events.flatMap { event in
+                event.devices.filter { $0.hasPrefix("apns ") }.map { (NotificationID.derive(eventID: event.id, token: String($0.dropFirst(5))), event.id) }
+            }
+        ) { first, _ in first }
+        postgres = SimulatedPostgres(registry: registry, seed: seed, untimedEvents: Set(events.filter(\.isUntimed).map(\.id)))
         apns = SimulatedAPNs(seed: seed)
         fcm = SimulatedFCM(seed: seed)
-        group = SimulatedGroup(messages: messages)
-        group.onCommit = { [weak self] partition, offset in self?.checkCommit(partition: partition, below: offset) }
+        webPush = SimulatedWebPush(seed: seed)
+        groups = [Self.topics.requests, Self.topics.bulkRequests].map { SimulatedGroup(topic: $0, messages: messages[$0] ?? [:]) }
+        for group in groups {
+            group.onCommit = { [weak self] topic, partition, offset in self?.checkCommit(topic: topic, partition: partition, below: offset) }
+        }
     }
 
-    /// A pipeline instance of member `member`, fast to retry and to drain.
-    func pipeline(for member: SimulatedMember) -> NotificationPipeline {
+    /// A pipeline instance of the members `urgent` and `bulk`, fast to retry and to drain.
+    func pipeline(urgent: SimulatedMember, bulk: SimulatedMember) -> NotificationPipeline {
         var configuration = PipelineConfiguration()
         // The load-shedding pause scaled down with the backoff: a fifth of the answers are 503s
         // and time-outs, which would otherwise slow every send by seconds.
@@ -121,15 +181,24 @@ final class SimulatedWorld: Sendable {
             maxAttempts: 6, deliveryDeadline: .seconds(30), requestTimeout: .milliseconds(300), initialBackoff: .milliseconds(5),
             maximumBackoff: .milliseconds(40),
             loadShedding: LoadSheddingPolicy(initialPause: .milliseconds(2), maximumPause: .milliseconds(40), halfLife: .milliseconds(100)))
+        // Google's minute after QUOTA_EXCEEDED, scaled down as the backoff is: at a minute, the
+        // project's gate holds every Android send of the run until its delivery deadline.
+        configuration.retry.quotaExceededWait = .milliseconds(20)
         configuration.maxConcurrentSends = Self.maxConcurrentSends
         configuration.commitInterval = .milliseconds(10)
         configuration.revocationDrainTimeout = .seconds(2)
         configuration.pollBatchSize = 8
+        configuration.bulkMaxRate = 500
+        configuration.storeOperationTimeout = SimulatedPostgres.timeLimit
+        configuration.storeRetry = Backoff(initial: .milliseconds(5), maximum: .milliseconds(40))
         var logger = Logger(label: "simulation")
-        logger.logLevel = .critical
+        // HERALD_PIPELINE_SIMULATION_LOG=<level> prints the members' logs (the seed and slot in each line).
+        logger.logLevel = ProcessInfo.processInfo.environment["HERALD_PIPELINE_SIMULATION_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        logger[metadataKey: "member"] = "s\(seed)/\(urgent.slot)"
+        let services = MemberPushServices(world: self, members: [urgent, bulk])
         return NotificationPipeline(
-            configuration: configuration, source: member, publisher: publisher, store: registry, ledger: registry, apns: apns, fcm: fcm,
-            logger: logger)
+            configuration: configuration, source: urgent, bulkSource: bulk, publisher: publisher, store: postgres, ledger: postgres,
+            apns: services, fcm: services, webPush: services, logger: logger)
     }
 
     /// Runs the seed's moves while the events are delivered, then waits until every partition is
@@ -139,18 +208,24 @@ final class SimulatedWorld: Sendable {
         var crashes = 0
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             func start(slot: Int) {
-                let member = group.startMember(slot: slot)
-                let pipeline = pipeline(for: member)
-                member.listener = pipeline
-                tasks.addTask { try? await pipeline.runUntilCrashed(member) }
+                let urgent = groups[0].startMember(slot: slot)
+                let bulk = groups[1].startMember(slot: slot)
+                let pipeline = pipeline(urgent: urgent, bulk: bulk)
+                urgent.listener = pipeline
+                bulk.listener = pipeline
+                tasks.addTask { try? await pipeline.runUntilCrashed(urgent) }
             }
             for slot in 0..<2 { start(slot: slot) }
-            for (index, partition) in Self.partitions.enumerated() { group.assign(partition, toSlot: index % 2) }
-            group.release(messagesPerPartition: 10)
-            for _ in 0..<12 {
+            for group in groups {
+                for (index, partition) in group.partitions.enumerated() { group.assign(partition, toSlot: index % 2) }
+            }
+            for group in groups { group.release(messagesPerPartition: 10) }
+            for move in 0..<12 {
+                if move == 6 { postgres.passMidnight() }
                 try await Task.sleep(for: .milliseconds(Int.random(in: 20...120, using: &generator)))
-                group.release(messagesPerPartition: 10)
-                let partition = Self.partitions.randomElement(using: &generator)!
+                for group in groups { group.release(messagesPerPartition: 10) }
+                let group = groups[Int.random(in: 0..<3, using: &generator) == 2 ? 1 : 0]
+                let partition = group.partitions.randomElement(using: &generator)!
                 switch Int.random(in: 0..<10, using: &generator) {
                 case 0..<5:
                     await group.move(partition, lost: false)
@@ -159,34 +234,44 @@ final class SimulatedWorld: Sendable {
                 case 7..<9:
                     let slot = Int.random(in: 0..<2, using: &generator)
                     crashes += 1
-                    group.crash(slot: slot)
+                    for group in groups { group.crash(slot: slot) }
                     start(slot: slot)
                 default:
                     break
                 }
             }
-            group.release(messagesPerPartition: 1_000)
+            for group in groups { group.release(messagesPerPartition: 1_000) }
             let deadline = ContinuousClock.now + .seconds(60)
-            while !group.isCommittedToTheEnd, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-            if !group.isCommittedToTheEnd { record("not every partition was committed to its end: \(group.committedSummary)") }
-            group.stopEveryMember()
+            while !groups.allSatisfy(\.isCommittedToTheEnd), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            for group in groups where !group.isCommittedToTheEnd {
+                record("not every partition of \(group.topic) was committed to its end: \(group.committedSummary)")
+            }
+            for group in groups { group.stopEveryMember() }
             tasks.cancelAll()
         }
         checkResults(crashes: crashes)
         return violations.withLock { $0 }
     }
 
+    /// A send that `member` started for `eventID` after it was told its partition was revoked
+    /// or lost: its fence should have stopped it.
+    func checkSendStart(eventID: String, by members: [SimulatedMember]) {
+        guard let event = eventsByID[eventID], let member = members.first(where: { $0.topic == event.topic }) else { return }
+        if member.wasToldItHasGone(event.partition) {
+            lateSends.withLock { $0.append("\(event.id) of \(event.topic)/\(event.partition)") }
+        }
+    }
+
     private func record(_ violation: String) {
         violations.withLock { $0.append(violation) }
     }
 
-    /// Every result of every message below `offset` of `partition` is published.
-    private func checkCommit(partition: Int32, below offset: Int64) {
+    /// Every result of every message below `offset` of `partition` of `topic` is published.
+    private func checkCommit(topic: String, partition: Int32, below offset: Int64) {
         let published = publishedResults()
-        for index in stride(from: Int(partition), to: events.count, by: Self.partitions.count) where Int64(index / Self.partitions.count) < offset {
-            let event = events[index]
+        for event in events where event.topic == topic && event.partition == partition && event.offset < offset {
             let missing = Set(event.devices).subtracting(published[event.id, default: [:]].keys)
-            if !missing.isEmpty { record("offset \(offset) of partition \(partition) committed before \(event.id)'s results for \(missing.count) devices") }
+            if !missing.isEmpty { record("offset \(offset) of \(topic)/\(partition) committed before \(event.id)'s results for \(missing.count) devices") }
         }
     }
 
@@ -208,16 +293,33 @@ final class SimulatedWorld: Sendable {
         for event in events {
             for device in event.devices {
                 let copies = published[event.id]?[device] ?? []
-                if copies.isEmpty { record("\(event.id): no result for a device") }
-                if Set(copies).count > 1 { record("\(event.id): results that differ for one device") }
+                if copies.isEmpty { record("\(event.id): no result for \(device.prefix(12))…") }
+                // An untimed record's ledger day is its poll's: two members that poll it on both
+                // sides of a midnight at once (a loss, a crash) record under two days, and both
+                // outcomes stand (docs/design.md, "Ledger days"). Only a legacy broker's record
+                // (message format v0) has no timestamp.
+                if Set(copies).count > 1, !event.isUntimed { record("\(event.id): results that differ for one device") }
                 let token = String(device.split(separator: " ")[1])
-                let pushes = device.hasPrefix("apns ") ? apns.delivered(event: event.id, token: token) : fcm.delivered(event: event.id, token: token)
+                let pushes =
+                    switch device.split(separator: " ")[0] {
+                    case "apns": apns.delivered(event: event.id, token: token)
+                    case "fcm": fcm.delivered(event: event.id, token: token)
+                    default: webPush.delivered(event: event.id, endpoint: token)
+                    }
                 repeated += max(0, pushes - 1)
             }
         }
-        let allowed = crashes * Self.maxConcurrentSends + group.lostCount * Self.maxConcurrentSends
+        let lost = groups.map(\.lostCount).reduce(0, +)
+        // A send that passed its fence the moment before the fence closed starts after it: at
+        // most the send permits per move. One that starts later means the fence did not close.
+        let moves = groups.map(\.moveCount).reduce(0, +)
+        let late = lateSends.withLock { $0 }
+        if late.count > moves * Self.maxConcurrentSends {
+            record("\(late.count) sends started after their member gave the partition up, with \(moves) moves: \(late.prefix(4))")
+        }
+        let allowed = (crashes + lost) * Self.maxConcurrentSends
         if repeated > allowed {
-            record("\(repeated) devices pushed twice with \(crashes) crashes and \(group.lostCount) lost partitions (at most \(allowed))")
+            record("\(repeated) devices pushed twice with \(crashes) crashes and \(lost) lost partitions (at most \(allowed))")
         }
     }
 }
@@ -232,6 +334,33 @@ extension NotificationPipeline {
             try await group.next()
             group.cancelAll()
         }
+    }
+}
+
+/// One pipeline's push services: each send is checked (``SimulatedWorld/checkSendStart(eventID:by:)``)
+/// and passed on to the world's simulated APNs, FCM or web push service.
+final class MemberPushServices: APNSClientProtocol, FCMClientProtocol, WebPushClientProtocol {
+    private unowned let world: SimulatedWorld
+    private let members: [SimulatedMember]
+
+    init(world: SimulatedWorld, members: [SimulatedMember]) {
+        self.world = world
+        self.members = members
+    }
+
+    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
+        world.checkSendStart(eventID: world.eventIDOfAPNSID[request.apnsID] ?? "", by: members)
+        return try await world.apns.send(request, environment: environment, deadline: deadline)
+    }
+
+    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+        world.checkSendStart(eventID: SimulatedFCM.eventID(of: request), by: members)
+        return try await world.fcm.send(request, deadline: deadline)
+    }
+
+    func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {
+        world.checkSendStart(eventID: String(decoding: request.plaintext, as: UTF8.self), by: members)
+        return try await world.webPush.send(request, deadline: deadline)
     }
 }
 
@@ -277,6 +406,8 @@ final class SimulatedAPNs: APNSClientProtocol {
         case 78..<86: return APNSResponse(status: 503, apnsID: request.apnsID, reason: .serviceUnavailable)
         // A final refusal; not 410, which would change the registry the expectations are built from.
         case 86..<91: return APNSResponse(status: 400, apnsID: request.apnsID, reason: .badDeviceToken)
+        // Above a GOAWAY's last stream id: refused before APNs read it.
+        case 91..<95: throw TransportError.streamReset("simulated GOAWAY")
         default: throw TransportError.deadlineExceeded("simulated time-out")
         }
     }
@@ -294,10 +425,14 @@ final class SimulatedFCM: FCMClientProtocol {
 
     init(seed: UInt64) { answers = SeededAnswers(seed: ~seed) }
 
-    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+    /// The event a request is for: its message's `data.event`.
+    static func eventID(of request: FCMRequest) -> String {
         let body = String(decoding: request.body(nowMilliseconds: 0), as: UTF8.self)
-        let event = body.split(separator: #""event":""#).last?.split(separator: "\"").first.map(String.init) ?? ""
-        let key = "\(event)|\(request.target.value)"
+        return body.split(separator: #""event":""#).last?.split(separator: "\"").first.map(String.init) ?? ""
+    }
+
+    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+        let key = "\(Self.eventID(of: request))|\(request.target.value)"
         func error(_ status: Int, _ canonical: String, _ code: FCMErrorCode) -> FCMResponse {
             FCMResponse(status: status, error: FCMErrorBody(code: status, status: canonical, errorCode: code))
         }
@@ -312,6 +447,7 @@ final class SimulatedFCM: FCMClientProtocol {
             var refused = error(400, "INVALID_ARGUMENT", .invalidArgument)
             refused.error?.fieldViolations = [.init(field: "message.data[0].value", description: "bad")]
             return refused
+        case 91..<95: throw TransportError.streamReset("simulated GOAWAY")
         default: throw TransportError.deadlineExceeded("simulated time-out")
         }
     }
@@ -319,6 +455,108 @@ final class SimulatedFCM: FCMClientProtocol {
     /// How often FCM accepted the event `event` for `token` (200).
     func delivered(event: String, token: String) -> Int {
         answers.acceptedCount("\(event)|\(token)")
+    }
+}
+
+/// A web push service as the seed decides, as ``SimulatedAPNs`` does for APNs; the message's
+/// plaintext names its event. Its answers are RFC 8030's: 201 with the message's `Location`;
+/// 413 (final); 429 with Retry-After; 503.
+final class SimulatedWebPush: WebPushClientProtocol {
+    private let answers: SeededAnswers
+
+    init(seed: UInt64) { answers = SeededAnswers(seed: seed &+ 0x9E37_79B9) }
+
+    func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {
+        let key = "\(String(decoding: request.plaintext, as: UTF8.self))|\(request.subscription.endpoint)"
+        let (attempt, choice) = try await answers.nextAttempt(key)
+        switch choice {
+        case 0..<70:
+            answers.accepted(key)
+            return WebPushResponse(status: 201, location: "https://fcm.googleapis.com/m/\(attempt)")
+        case 70..<78: return WebPushResponse(status: 429, retryAfter: .milliseconds(5))
+        case 78..<86: return WebPushResponse(status: 503)
+        case 86..<91: return WebPushResponse(status: 413)
+        case 91..<95: throw TransportError.streamReset("simulated GOAWAY")
+        default: throw TransportError.deadlineExceeded("simulated time-out")
+        }
+    }
+
+    /// How often the service accepted the event `event` for `endpoint` (201).
+    func delivered(event: String, endpoint: String) -> Int {
+        answers.acceptedCount("\(event)|\(endpoint)")
+    }
+}
+
+/// PostgreSQL as the seed decides, in front of the shared registry and ledger: each call answers
+/// after a drawn latency (80 in 100), fails before it lands (8), lands and then fails, as when
+/// the connection is lost before the answer (6), or runs past the pipeline's time limit, as on a
+/// dead connection, and lands when it ends unless it was cancelled first (6).
+///
+/// Until ``passMidnight()``, the outcomes of events whose record has no timestamp land under the
+/// day before the one the pipeline names: the pipeline reads the wall clock for their day, so
+/// this is their first delivery before a UTC midnight, seen from a redelivery after it.
+final class SimulatedPostgres: DeviceTokenStore, DeliveryLedger {
+    /// The pipeline's time limit on one call (its `storeOperationTimeout`).
+    static let timeLimit: Duration = .milliseconds(100)
+
+    struct ConnectionLost: Error {}
+
+    private let registry: InMemoryTokenRegistry
+    private let answers: SeededAnswers
+    /// The events whose records carry no timestamp.
+    private let untimedEvents: Set<String>
+    private let isBeforeMidnight = Atomic(true)
+
+    init(registry: InMemoryTokenRegistry, seed: UInt64, untimedEvents: Set<String>) {
+        self.registry = registry
+        self.untimedEvents = untimedEvents
+        answers = SeededAnswers(seed: seed &+ 0x5BD1_E995)
+    }
+
+    /// From now on, outcomes land under the day the pipeline names.
+    func passMidnight() { isBeforeMidnight.store(false, ordering: .relaxed) }
+
+    private func call<Answer>(_ key: String, _ body: () async throws -> Answer) async throws -> Answer {
+        switch try await answers.nextAttempt(key).choice {
+        case 0..<80: return try await body()
+        case 80..<88: throw ConnectionLost()
+        case 88..<94:
+            _ = try await body()
+            throw ConnectionLost()
+        default:
+            try await Task.sleep(for: Self.timeLimit * 2)
+            return try await body()
+        }
+    }
+
+    func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws -> [String: [DeviceToken]] {
+        try await call("devices|\(userIDs.sorted())") {
+            try await registry.activeDevices(apnsTopic: apnsTopic, fcmPackage: fcmPackage, webPushApp: webPushApp, userIDs: userIDs)
+        }
+    }
+
+    func apply(_ update: TokenRegistryUpdate) async throws -> Bool {
+        try await call("apply|\(update.token)") { try await registry.apply(update) }
+    }
+
+    func markUnregistered(topic: String, token: String, at time: Timestamp) async throws -> Bool {
+        try await call("mark|\(token)") { try await registry.markUnregistered(topic: topic, token: token, at: time) }
+    }
+
+    func failure(of error: any Error) -> StoreFailure { .transient("connection") }
+
+    func recordedDeliveries(of events: [LedgerEvent]) async throws -> [LedgerEvent: [LedgerTarget: RecordedDelivery]] {
+        try await call("ledger|\(events.map(\.eventID).sorted())") { try await registry.recordedDeliveries(of: events) }
+    }
+
+    func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
+        let beforeMidnight = isBeforeMidnight.load(ordering: .relaxed)
+        let batch = batch.map { entry in
+            var delivery = entry.delivery
+            if beforeMidnight, untimedEvents.contains(delivery.event.eventID) { delivery.event.day -= 1 }
+            return (delivery: delivery, mark: entry.mark)
+        }
+        return try await call("record|\(batch.map { "\($0.delivery.event.eventID) \($0.delivery.token)" }.sorted())") { try await registry.record(batch) }
     }
 }
 
@@ -334,8 +572,9 @@ extension String {
 /// crashed member is replaced by a new one in its slot). A commit from a member that does not own
 /// the partition is refused, as the broker refuses one of a dead generation.
 final class SimulatedGroup: @unchecked Sendable {
-    // @unchecked Sendable: every stored property is behind `state` (a Mutex), except `onCommit`,
-    // which is set once in the world's initializer before any member exists and only read after.
+    // @unchecked Sendable: every stored property is behind `state` (a Mutex) or a constant, except
+    // `onCommit`, which is set once in the world's initializer before any member exists and only
+    // read after.
     private struct State {
         var messages: [Int32: [KafkaMessage]]
         var released: [Int32: Int] = [:]
@@ -343,12 +582,18 @@ final class SimulatedGroup: @unchecked Sendable {
         var owner: [Int32: SimulatedMember] = [:]
         var members: [Int: SimulatedMember] = [:]
         var lost = 0
+        var moves = 0
     }
 
     private let state: Mutex<State>
-    var onCommit: @Sendable (Int32, Int64) -> Void = { _, _ in }
+    /// The topic the group's members read.
+    let topic: String
+    let partitions: [Int32]
+    var onCommit: @Sendable (String, Int32, Int64) -> Void = { _, _, _ in }
 
-    init(messages: [Int32: [KafkaMessage]]) {
+    init(topic: String, messages: [Int32: [KafkaMessage]]) {
+        self.topic = topic
+        partitions = messages.keys.sorted()
         state = Mutex(State(messages: messages))
     }
 
@@ -370,6 +615,9 @@ final class SimulatedGroup: @unchecked Sendable {
 
     var lostCount: Int { state.withLock { $0.lost } }
 
+    /// Partitions revoked or lost so far.
+    var moveCount: Int { state.withLock { $0.moves } }
+
     var isCommittedToTheEnd: Bool {
         state.withLock { state in state.messages.allSatisfy { state.committed[$0.key, default: 0] == Int64($0.value.count) } }
     }
@@ -390,17 +638,24 @@ final class SimulatedGroup: @unchecked Sendable {
     }
 
     /// Moves `partition` to the other slot's member: revoked with a drain (on a thread of its own,
-    /// as librdkafka's callback runs) and its returned offsets committed, or lost (nothing committed).
+    /// as librdkafka's callback runs), its returned offsets committed, and then assigned; or lost:
+    /// the group gave it to the other member after a session time-out, which reads it at once,
+    /// and the old member learns it a moment later (nothing of its is committed from then on).
     func move(_ partition: Int32, lost: Bool) async {
         guard let from = state.withLock({ $0.owner[partition] }) else { return }
+        state.withLock { $0.moves += 1 }
+        if lost {
+            state.withLock { $0.lost += 1 }
+            assign(partition, toSlot: 1 - from.slot)
+            try? await Task.sleep(for: .milliseconds(5))
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 from.revoke(partition, lost: lost)
                 continuation.resume()
             }
         }
-        if lost { state.withLock { $0.lost += 1 } }
-        assign(partition, toSlot: 1 - from.slot)
+        if !lost { assign(partition, toSlot: 1 - from.slot) }
     }
 
     /// Crashes the member in `slot`: it ends at once, and after a session time-out its partitions
@@ -434,7 +689,7 @@ final class SimulatedGroup: @unchecked Sendable {
             let partition = topicPartition.partition
             let owned = state.withLock { $0.owner[partition] === member }
             guard owned, !member.hasEnded else { throw SimulatedCommitRefused() }
-            onCommit(partition, offset)
+            onCommit(topic, partition, offset)
             state.withLock { $0.committed[partition] = max($0.committed[partition, default: 0], offset) }
         }
     }
@@ -446,6 +701,8 @@ struct SimulatedCommitRefused: Error {}
 final class SimulatedMember: MessageSource {
     private struct State {
         var positions: [Int32: Int64] = [:]
+        /// The partitions whose revocation or loss the listener was told of (and not given back since).
+        var gone: Set<Int32> = []
         var listener: (any KafkaRebalanceListener)?
         var ended = false
         var endWaiters: [CheckedContinuation<Void, Never>] = []
@@ -467,21 +724,35 @@ final class SimulatedMember: MessageSource {
 
     var hasEnded: Bool { state.withLock { $0.ended } }
 
+    /// The topic this member reads.
+    var topic: String { group.topic }
+
+    func wasToldItHasGone(_ partition: Int32) -> Bool { state.withLock { $0.gone.contains(partition) } }
+
     func assigned(_ partition: Int32, from offset: Int64) {
-        state.withLock { $0.positions[partition] = offset }
-        listener?.partitionsAssigned([KafkaTopicPartition(topic: SimulatedWorld.topic, partition: partition)])
+        state.withLock { state in
+            state.positions[partition] = offset
+            state.gone.remove(partition)
+        }
+        listener?.partitionsAssigned([KafkaTopicPartition(topic: group.topic, partition: partition)])
     }
 
     /// Revokes `partition` as librdkafka's callback does (blocking this thread for the drain), or
     /// reports it lost; commits what a revocation returns.
     func revoke(_ partition: Int32, lost: Bool) {
-        let topicPartition = KafkaTopicPartition(topic: SimulatedWorld.topic, partition: partition)
+        let topicPartition = KafkaTopicPartition(topic: group.topic, partition: partition)
         if lost {
+            // Lost means already working at the new owner: from the callback's start, nothing
+            // more of it may be sent here.
+            state.withLock { _ = $0.gone.insert(partition) }
             listener?.partitionsLost([topicPartition])
         } else if let offsets = listener?.partitionsRevoked([topicPartition]), !offsets.isEmpty {
             try? group.commit(offsets, by: self)
         }
-        _ = state.withLock { $0.positions.removeValue(forKey: partition) }
+        state.withLock { state in
+            state.positions[partition] = nil
+            state.gone.insert(partition)
+        }
     }
 
     /// Ends this member at once, as a SIGKILL ends a process: it polls and commits nothing more.

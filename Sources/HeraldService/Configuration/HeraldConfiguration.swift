@@ -153,7 +153,7 @@ package struct HeraldConfiguration: Sendable {
         let fcmEntries = try credentialsFile.map(CredentialsFile.fcmEntries(path:)) ?? []
         fcm = try FCMClientConfiguration(reading: config, applicationDefault: source.unscoped, entries: fcmEntries)
         let webPushEntries = try credentialsFile.map(CredentialsFile.webPushEntries(path:)) ?? []
-        webPush = try WebPushClientConfiguration(reading: config, entries: webPushEntries)
+        webPush = try WebPushClientConfiguration(reading: config, entries: webPushEntries, allowList: pipeline.webPushHosts)
         shutdownGracePeriod = try config.duration(
             forKey: ["shutdown_grace_s"],
             unit: .seconds(1),
