@@ -194,20 +194,8 @@ struct PipelineBenchmark: AsyncParsableCommand {
         let workload = drawn
         let urgent =
             urgentRate > 0 ? UrgentLoad(perSecond: urgentRate, topic: topics[0], bundleID: workload.bundleID, users: min(1_000, workload.userCount)) : nil
-        let loadStart = ContinuousClock.now
-        try await services.withPostgres(logger: logger) { try await workload.load(into: $0, analyze: analyze, logger: logger) }
-        let loadSeconds = (ContinuousClock.now - loadStart).inSeconds
-        let subscriptionsMade = browsers.map {
-            "; \(workload.webPushTokenCount) browser subscriptions made on \($0.mock.origins.joined(separator: " ")) in \(fixed($0.seconds, 1)) s"
-        }
-        print(
-            """
-
-            == shape \(shape) (\(shape.summary); 1-3 devices per user), topics \(tag).push.*
-            \(workload.eventCount) events, \(workload.userCount) users, \(workload.tokens.count) notifications (\(workload.fcmTokenCount) to Android devices, \(workload.webPushTokenCount) to browsers); \
-            tokens loaded \(analyze ? "with" : "without") ANALYZE in \(fixed(loadSeconds, 1)) s\(subscriptionsMade ?? "")
-            """
-        )
+        let setUp = ShapeSetUp(shape: shape, tag: tag, topics: topics, workspace: workspace, workload: workload, urgent: urgent)
+        try await loadTokens(of: setUp, analyze: analyze, browsers: browsers, services: services, logger: logger)
 
         let mock = try await MockAPNSProcess.start(
             executable: mockAPNS ?? Workspace.siblingExecutable("mock-apns"),
@@ -220,109 +208,25 @@ struct PipelineBenchmark: AsyncParsableCommand {
             androidShare > 0 ? try await MockFCMProcess.start(executable: mockFCM ?? Workspace.siblingExecutable("mock-fcm"), workspace: workspace) : nil
         var fcmSummary: String?
         defer { if fcmSummary == nil { _ = fcmMock?.stop() } }
-        var environment = [
-            "HERALD_KAFKA_BROKERS": services.brokers, "HERALD_KAFKA_GROUP": "\(tag).herald",
-            "HERALD_TOPIC_REQUESTS": topics[0], "HERALD_TOPIC_TOKENS": topics[1], "HERALD_TOPIC_RESULTS": topics[2],
-            "HERALD_TOPIC_UNREGISTERED": topics[3], "HERALD_TOPIC_DLQ": topics[4],
-            "HERALD_TOPIC_CHANNELS": topics[5], "HERALD_TOPIC_CHANNEL_RESULTS": topics[6], "HERALD_TOPIC_BULK_REQUESTS": topics[7],
-            "HERALD_POSTGRES_URL": services.postgresURL,
-            // MockAPNSProcess.start wrote the provider key (PEM of credentials.privateKey) here.
-            "HERALD_APNS_KEY_PATH": workspace.path("AuthKey.p8"),
-            "HERALD_APNS_KEY_ID": mock.credentials.keyID, "HERALD_APNS_TEAM_ID": mock.credentials.teamID,
-            "HERALD_APNS_PRODUCTION_URL": "https://127.0.0.1:\(mock.port)", "HERALD_APNS_SANDBOX_URL": "https://127.0.0.1:\(mock.port)",
-            "HERALD_APNS_CA_PATH": mock.caPath,
-            "HERALD_LOG_LEVEL": "warning", "HERALD_LOG_FORMAT": "text", "HERALD_KAFKA_SESSION_TIMEOUT_MS": "6000",
-        ]
-        if let fcmMock {
-            environment["HERALD_FCM_URL"] = "https://127.0.0.1:\(fcmMock.port)"
-            environment["HERALD_FCM_CA_PATH"] = fcmMock.caPath
-            environment["HERALD_FCM_SERVICE_ACCOUNT_PATH"] = fcmMock.accountPath
-        }
-        environment.merge(browsers?.environment ?? [:]) { _, browser in browser }
-        for entry in heraldEnv {
-            let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            environment[String(parts[0])] = String(parts[1])
-        }
-        let configuration = try await HeraldConfiguration(environment: environment)
-        let (pipeline, connections) = (configuration.pipeline, configuration.apns?.connectionsPerEndpoint ?? 2)
-        print(
-            "herald: \(connections) APNs connections, \(pipeline.maxConcurrentSends) concurrent sends, "
-                + "\(pipeline.maxInFlightMessages) in-flight messages, poll batch \(pipeline.pollBatchSize), ledger batch \(pipeline.maxOutcomesPerLedgerWrite)"
+        let environment = heraldEnvironment(
+            for: setUp, services: services, mock: mock, fcmMock: fcmMock, browserEnvironment: browsers?.environment ?? [:])
+        let settings = try await heraldSettings(from: environment)
+        let mockPIDs = (
+            apns: mock.process.processIdentifier, fcm: fcmMock?.process.processIdentifier, webPush: browsers?.mock.process.processIdentifier
         )
-
-        var heralds: [HeraldChild] = []
-        defer { for herald in heralds { herald.killIfRunning() } }
-        let run: PipelineRun
-        let autovacuumBefore = try await services.autovacuumCounts(logger: logger)
-        var autovacuumRuns: [String: Int] = [:]
-        do {
-            for index in 0..<instances {
-                heralds.append(
-                    try HeraldChild(
-                        executable: herald ?? Workspace.siblingExecutable("herald"),
-                        environment: environment,
-                        logPath: workspace.path("herald-\(index).log")
-                    )
-                )
-            }
-            for child in heralds { try await child.waitUntilReady() }
-            run = try await measure(
-                workload, rate: rate, topics: topics, urgent: urgent, heralds: heralds, mockPID: mock.process.processIdentifier,
-                fcmMockPID: fcmMock?.process.processIdentifier, webPushMockPID: browsers?.mock.process.processIdentifier, services: services,
-                logger: logger)
-            for child in heralds {
-                let status = try await child.stop()
-                guard status == 0 else { throw BenchFailure("herald (pid \(child.pid)) exited with \(status) after SIGTERM") }
-            }
-            for (key, count) in try await services.autovacuumCounts(logger: logger) where count != autovacuumBefore[key] {
-                autovacuumRuns[key] = count - (autovacuumBefore[key] ?? 0)
-            }
-            try await services.withPostgres(logger: logger) { try await workload.delete(from: $0, logger: logger) }
-        } catch {
-            try? await services.withPostgres(logger: logger) { try await workload.delete(from: $0, logger: logger) }
-            try? FileManager.default.createDirectory(atPath: ".local/bench", withIntermediateDirectories: true)
-            for (index, child) in heralds.enumerated() {
-                let kept = ".local/bench/\(tag)-herald-\(index).log"
-                try? FileManager.default.copyItem(atPath: child.logPath, toPath: kept)
-                print("herald log kept: \(kept)")
-            }
-            throw error
-        }
+        let measured = try await runHeralds(setUp, environment: environment, rate: rate, mockPIDs: mockPIDs, services: services, logger: logger)
         let sender = try await HeraldSenderClient.alone(
-            mock: mock,
-            count: workload.tokens.count,
-            connections: connections,
-            concurrency: pipeline.maxConcurrentSends,
-            logger: logger
-        )
+            mock: mock, count: workload.tokens.count, connections: settings.connections, concurrency: settings.pipeline.maxConcurrentSends,
+            logger: logger)
         let summary = mock.stop()
         mockSummary = summary
         fcmSummary = fcmMock?.stop()
         webPushSummary = browsers?.mock.stop()
         services.deleteTopics(topics)  // only now: no child process runs (see ProcStats.pids)
 
-        let runs = autovacuumRuns.sorted { $0.key < $1.key }.map { "\($0.key) +\($0.value)" }
-        print("postgres autovacuum while herald ran: \(runs.isEmpty ? "none" : runs.joined(separator: ", "))")
-        let senderLine =
-            "sender alone (same mock, \(connections) connections, \(pipeline.maxConcurrentSends) in flight): \(fixed(sender.run.requestsPerSecond)) requests/s, \(fixed(sender.run.cpuMicrosecondsPerRequest, 1)) CPU µs/request"
-        let failures =
-            report(run, shape: shape, workload: workload, sender: sender.run, senderLine: senderLine, brokerRate: brokerRate, plotPath: plotPath)
-            + mockFailures(
-                summary,
-                expected: workload.tokens.count - workload.fcmTokenCount - workload.webPushTokenCount + sender.sent + (urgent?.progress.results ?? 0))
-            + deliveredFailures(of: "mock-fcm", summary: fcmSummary, expected: workload.fcmTokenCount)
-            + deliveredFailures(of: "mock-webpush", summary: webPushSummary, expected: workload.webPushTokenCount)
-        if let urgent {
-            let (idle, during) = (urgent.summary(.idle), urgent.summary(.campaign))
-            print(
-                """
-                urgent alerts (\(urgent.perSecond)/s, produce -> first result): idle herald \(idle.text); during the campaign \(during.text); \
-                p99 during / idle \(fixed(Double(during.p99) / Double(max(1, idle.p99)), 2))
-                """
-            )
-        }
-        guard failures.isEmpty else { throw BenchFailure("FAILED (shape \(shape)): " + failures.joined(separator: "; ")) }
-        return run.throughput
+        return try reportShape(
+            setUp, measured: measured, sender: sender, settings: settings, mockSummaries: (summary, fcmSummary, webPushSummary),
+            brokerRate: brokerRate, plotPath: plotPath)
     }
 }
 
@@ -336,7 +240,7 @@ extension PipelineBenchmark {
         for workload: inout Workload,
         workspace: Workspace,
         logger: Logger
-    ) async throws -> (mock: MockWebPushProcess, environment: [String: String], seconds: Double)? {
+    ) async throws -> BrowserMock? {
         guard browserShare > 0 else { return nil }
         let mock = try await MockWebPushProcess.start(
             executable: mockWebPush ?? Workspace.siblingExecutable("mock-webpush"), workspace: workspace, origins: 2,

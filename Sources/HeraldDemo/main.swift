@@ -56,6 +56,34 @@ struct Publish: AsyncParsableCommand {
         )
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
 
+        try await registerDevices(through: producer)
+        // Registrations and events travel on different topics: give Herald a moment to store them.
+        try await Task.sleep(for: .seconds(3))
+        try await publishEvents(through: producer)
+
+        let reader = try KafkaConsumer(
+            configuration: kafka,
+            groupID: "herald-demo-\(UUID().uuidString)",
+            topics: ["push.results", "push.unregistered", "push.dlq", "push.channel-results"],
+            logger: logger
+        )
+        var results = ResultLog(reader: reader, deadline: ContinuousClock.now + .seconds(timeout))
+
+        // A Live Activity broadcast channel for a match, created through push.channels, and one
+        // score update sent to every subscriber with one request.
+        let channel = try await createBroadcastChannel(through: producer, results: &results)
+        try await publishScoreUpdate(to: channel, through: producer)
+
+        // alice has 4 devices, bob 1 (unregistered after the first 410), carol 0: 6 results per
+        // event, plus the broadcast's one.
+        let expectedResults = events * 6 + 1
+        try await results.readResults(expecting: expectedResults)
+        Self.printSummary(records: results.records, expectedResults: expectedResults)
+    }
+
+    /// Registers alice's and bob's devices on push.tokens: the app devices (APNs and FCM), then
+    /// alice's browser once it has subscribed at the mock push service.
+    private func registerDevices(through producer: KafkaProducer) async throws {
         // alice: an iPhone (production), an iPad (sandbox), a Pixel (Android, through FCM) and a
         // browser (Web Push); bob: one iPhone whose app was deleted (APNs answers 410); carol: no
         // device at all.
@@ -90,9 +118,11 @@ struct Publish: AsyncParsableCommand {
             )
         )
         print("registered \(devices.count + 1) devices for alice (one Android, one browser) and bob; carol has none")
-        // Registrations and events travel on different topics: give Herald a moment to store them.
-        try await Task.sleep(for: .seconds(3))
+    }
 
+    /// Publishes `events` "order shipped" notifications for alice, bob and carol on push.requests
+    /// (APNs, FCM and Web Push content each), then one malformed message.
+    private func publishEvents(through producer: KafkaProducer) async throws {
         for index in 1...events {
             try await producer.send(
                 KafkaOutgoingMessage(
@@ -115,18 +145,11 @@ struct Publish: AsyncParsableCommand {
             KafkaOutgoingMessage(topic: "push.requests", key: Array("broken".utf8), value: Array("{this is not json".utf8))
         )
         print("published \(events) events for alice, bob and carol, and 1 malformed message")
+    }
 
-        let reader = try KafkaConsumer(
-            configuration: kafka,
-            groupID: "herald-demo-\(UUID().uuidString)",
-            topics: ["push.results", "push.unregistered", "push.dlq", "push.channel-results"],
-            logger: logger
-        )
-        let deadline = ContinuousClock.now + .seconds(timeout)
-        var records: [KafkaMessage] = []
-
-        // A Live Activity broadcast channel for a match, created through push.channels, and one
-        // score update sent to every subscriber with one request.
+    /// Asks Herald for a broadcast channel on push.channels and waits for its ID on
+    /// push.channel-results; exits with code 1 if none comes before the deadline.
+    private func createBroadcastChannel(through producer: KafkaProducer, results: inout ResultLog) async throws -> BroadcastChannel {
         let requestID = "demo-match-\(UUID().uuidString.prefix(8))"
         try await producer.send(
             KafkaOutgoingMessage(
@@ -135,38 +158,27 @@ struct Publish: AsyncParsableCommand {
                 value: Self.json(["request_id": requestID, "action": "create", "topic": bundleID, "message_storage_policy": 1])
             )
         )
-        var channelID: String?
-        while ContinuousClock.now < deadline, channelID == nil {
-            records += try await reader.poll(maxMessages: 1000, timeout: .milliseconds(250))
-            channelID = records.filter { $0.topic == "push.channel-results" }.compactMap { Self.object($0)?["channel_id"] as? String }.first
-        }
-        guard let channelID else {
+        guard let channelID = try await results.readChannelID() else {
             print("no answer on push.channel-results within \(timeout) s")
             throw ExitCode(1)
         }
         print("created broadcast channel \(channelID) through push.channels")
+        return BroadcastChannel(requestID: requestID, channelID: channelID)
+    }
+
+    /// Sends one score update to every subscriber of `channel` with a single request on push.requests.
+    private func publishScoreUpdate(to channel: BroadcastChannel, through producer: KafkaProducer) async throws {
         try await producer.send(
             KafkaOutgoingMessage(
                 topic: "push.requests",
-                key: Array(requestID.utf8),
+                key: Array(channel.requestID.utf8),
                 value: Self.json([
-                    "id": "\(requestID)-goal", "channel_id": channelID, "topic": bundleID,
+                    "id": "\(channel.requestID)-goal", "channel_id": channel.channelID, "topic": bundleID,
                     "payload": ["aps": ["timestamp": WallClock.millisecondsSince1970() / 1000, "event": "update", "content-state": ["home": 1, "away": 0]]],
                 ])
             )
         )
         print("published a score update to the channel")
-
-        // alice has 4 devices, bob 1 (unregistered after the first 410), carol 0: 6 results per
-        // event, plus the broadcast's one.
-        let expectedResults = events * 6 + 1
-        while ContinuousClock.now < deadline,
-            records.filter({ $0.topic == "push.results" }).count < expectedResults
-                || !records.contains(where: { $0.topic == "push.dlq" })
-        {
-            records += try await reader.poll(maxMessages: 1000, timeout: .milliseconds(250))
-        }
-        Self.printSummary(records: records, expectedResults: expectedResults)
     }
 
     static func object(_ record: KafkaMessage) -> [String: Any]? {
@@ -234,5 +246,47 @@ struct Publish: AsyncParsableCommand {
 
     static func json(_ object: [String: Any]) -> [UInt8] {
         Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data())
+    }
+}
+
+/// A broadcast channel the demo created: the request ID it was asked for with (the score
+/// update's key and ID prefix) and the channel ID Herald answered with.
+private struct BroadcastChannel {
+    let requestID: String
+    let channelID: String
+}
+
+/// Herald's answers as the demo reads them: the consumer of the result topics, the time by which
+/// every answer is due, and the records read so far (from every topic, in arrival order).
+private struct ResultLog {
+    let reader: KafkaConsumer
+    let deadline: ContinuousClock.Instant
+    var records: [KafkaMessage] = []
+
+    /// Reads until an answer on push.channel-results names a channel or the deadline passes; that
+    /// channel's ID, or nil if none came in time.
+    mutating func readChannelID() async throws -> String? {
+        var channelID: String?
+        while ContinuousClock.now < deadline, channelID == nil {
+            try await readMore()
+            channelID = records.filter { $0.topic == "push.channel-results" }.compactMap { Publish.object($0)?["channel_id"] as? String }.first
+        }
+        return channelID
+    }
+
+    /// Reads until push.results holds `expectedResults` records and push.dlq at least one, or the
+    /// deadline passes.
+    mutating func readResults(expecting expectedResults: Int) async throws {
+        while ContinuousClock.now < deadline,
+            records.filter({ $0.topic == "push.results" }).count < expectedResults
+                || !records.contains(where: { $0.topic == "push.dlq" })
+        {
+            try await readMore()
+        }
+    }
+
+    /// Appends what the result topics deliver within the next 250 ms (at most 1000 records).
+    private mutating func readMore() async throws {
+        records += try await reader.poll(maxMessages: 1000, timeout: .milliseconds(250))
     }
 }

@@ -78,15 +78,7 @@ package enum HeraldApplication {
         apnsOverride: APNSClientConfiguration? = nil,
         logger: Logger
     ) throws -> ServiceGroup {
-        // An Android-only deployment (FCM configured, no APNs credential) gets an APNs client
-        // with no credential: it never connects, and Apple devices get `rejected` results
-        // (NoCredentialForTopic), as Android devices do without FCM.
-        guard let apnsConfiguration = apnsOverride ?? configuration.apns ?? configuration.fcm.map({ _ in APNSClientConfiguration(authentication: nil) })
-        else {
-            throw ConfigurationError(
-                "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
-            )
-        }
+        let apnsConfiguration = try apnsOverride ?? Self.apnsConfiguration(configuration)
         // The pipeline's tasks and its PostgreSQL connections share one event loop: a query is
         // written from the thread that owns its socket, and its answer resumes the task on that
         // thread, with no wake-up of another. At a steady load that cut both the context switches
@@ -95,21 +87,7 @@ package enum HeraldApplication {
         // loop: with all of them on this one, the burst lost throughput (BENCHMARKS.md, "What each
         // change bought").
         let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
-        // The pipeline's queries are equality lookups and batched writes, planned generically so
-        // their plans do not depend on statistics; housekeeping deletes by age, which needs
-        // custom plans, on a pool of its own (its passes run one at a time).
-        let postgres = PostgresClient(
-            configuration: configuration.postgresURL.clientConfiguration(
-                maximumConnections: configuration.postgresPoolSize,
-                pipeline: true
-            ),
-            eventLoopGroup: pipelineLoop,
-            backgroundLogger: logger
-        )
-        let housekeepingPostgres = PostgresClient(
-            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: 2),
-            backgroundLogger: logger
-        )
+        let (postgres, housekeepingPostgres) = Self.makePostgresClients(configuration, pipelineLoop: pipelineLoop, logger: logger)
         let store = PostgresStore(client: postgres, logger: logger)
         let housekeeping = RegistryHousekeeping(
             configuration: configuration.housekeeping,
@@ -119,24 +97,13 @@ package enum HeraldApplication {
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
         let clients = try PushClients(configuration: configuration, apns: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
-        let (apns, fcm) = (clients.apns, clients.fcm)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let (consumer, bulkConsumer) = try Self.makeConsumers(configuration, logger: logger)
         let tracing = try configuration.tracesEnabled ? Self.tracingBackend(logger: logger) : nil
         let pipeline = NotificationPipeline(
-            configuration: configuration.pipeline,
-            source: consumer,
-            bulkSource: bulkConsumer,
-            publisher: producer,
-            store: store,
-            ledger: store,
-            apns: apns,
-            broadcastAPNS: clients.broadcastAPNS,
-            channelManagementAPNS: clients.channelsAPNS,
-            fcm: fcm,
-            webPush: clients.webPush,
-            metricsFactory: metricsFactory,
-            tracer: tracing?.tracer,
+            configuration: configuration.pipeline, source: consumer, bulkSource: bulkConsumer, publisher: producer, store: store, ledger: store,
+            apns: clients.apns, broadcastAPNS: clients.broadcastAPNS, channelManagementAPNS: clients.channelsAPNS, fcm: clients.fcm,
+            webPush: clients.webPush, metricsFactory: metricsFactory, tracer: tracing?.tracer,
             taskExecutor: EventLoopTaskExecutor(pipelineLoop, countingJobsIn: Counter(label: "herald_pipeline_jobs_total", factory: metricsFactory)),
             logger: logger
         )
@@ -153,7 +120,7 @@ package enum HeraldApplication {
         )
         // The push clients stop after the pipeline has drained: sends of the drain still go out.
         let senders: [ServiceGroupConfiguration.ServiceConfiguration] =
-            clients.apnsClients.map { .init(service: $0) } + (fcm.map { [.init(service: $0)] } ?? [])
+            clients.apnsClients.map { .init(service: $0) } + (clients.fcm.map { [.init(service: $0)] } ?? [])
             + (clients.webPush.map { [.init(service: $0)] } ?? [])
         var groupConfiguration = ServiceGroupConfiguration(
             services: (tracing.map { [.init(service: $0.exporter)] } ?? []) + [
@@ -179,6 +146,40 @@ package enum HeraldApplication {
         )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
+    }
+
+    /// The APNs client's configuration: the configured one, or for an Android-only deployment (FCM
+    /// configured, no APNs credential) one with no credential, which never connects (Apple
+    /// devices then get `rejected` results, NoCredentialForTopic, as Android devices do without
+    /// FCM); throws when no platform has a credential.
+    private static func apnsConfiguration(_ configuration: HeraldConfiguration) throws -> APNSClientConfiguration {
+        guard let apns = configuration.apns ?? configuration.fcm.map({ _ in APNSClientConfiguration(authentication: nil) }) else {
+            throw ConfigurationError(
+                "no credential: set HERALD_APNS_KEY_PATH, HERALD_APNS_KEY_ID and HERALD_APNS_TEAM_ID, HERALD_APNS_CERT_PATH, HERALD_CREDENTIALS_FILE, or an FCM service account (HERALD_FCM_SERVICE_ACCOUNT_PATH)"
+            )
+        }
+        return apns
+    }
+
+    /// The pipeline's PostgreSQL pool, on `pipelineLoop`, and housekeeping's. The pipeline's
+    /// queries are equality lookups and batched writes, planned generically so their plans do not
+    /// depend on statistics; housekeeping deletes by age, which needs custom plans, on a pool of
+    /// its own (its passes run one at a time).
+    private static func makePostgresClients(
+        _ configuration: HeraldConfiguration,
+        pipelineLoop: any EventLoop,
+        logger: Logger
+    ) -> (pipeline: PostgresClient, housekeeping: PostgresClient) {
+        let pipeline = PostgresClient(
+            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: configuration.postgresPoolSize, pipeline: true),
+            eventLoopGroup: pipelineLoop,
+            backgroundLogger: logger
+        )
+        let housekeeping = PostgresClient(
+            configuration: configuration.postgresURL.clientConfiguration(maximumConnections: 2),
+            backgroundLogger: logger
+        )
+        return (pipeline, housekeeping)
     }
 
     /// swift-otel's tracer and its OTLP exporter (a service that flushes when the group stops,

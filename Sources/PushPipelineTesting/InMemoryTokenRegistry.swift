@@ -39,7 +39,8 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
             environment: device.environment,
             timestamp: time,
             platform: device.platform,
-            fcmTarget: device.fcmTarget
+            fcmTarget: device.fcmTarget,
+            webPush: device.webPush
         )
         _ = apply(newer: update)
     }

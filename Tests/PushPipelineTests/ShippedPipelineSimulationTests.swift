@@ -293,7 +293,10 @@ final class SimulatedWorld: Sendable {
         for event in events {
             for device in event.devices {
                 let copies = published[event.id]?[device] ?? []
-                if copies.isEmpty { record("\(event.id): no result for \(device.prefix(12))…") }
+                if copies.isEmpty {
+                    let others = published[event.id, default: [:]].map { "\($0.key.prefix(12))… ×\($0.value.count)" }.sorted()
+                    record("\(event.id): no result for \(device.prefix(12))… (its results: \(others))")
+                }
                 // An untimed record's ledger day is its poll's: two members that poll it on both
                 // sides of a midnight at once (a loss, a crash) record under two days, and both
                 // outcomes stand (docs/design.md, "Ledger days"). Only a legacy broker's record

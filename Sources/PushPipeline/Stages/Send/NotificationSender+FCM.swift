@@ -27,7 +27,8 @@ extension NotificationSender {
         fence: SendFence = .open
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
         var history = FCMAttempts()
-        return try await attempt(request, consumedAt: consumedAt, history: &history, fence: fence)
+        guard let fcmClient else { return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason) }
+        return try await attempt(request, via: FCMSending(sender: self, client: fcmClient), consumedAt: consumedAt, history: &history, fence: fence)
     }
 
     /// Delivers every request to its Android device, each with the rules of
@@ -43,131 +44,24 @@ extension NotificationSender {
         fence: @escaping @Sendable (Int) -> SendFence,
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
-        guard fcmClient != nil else {
+        guard let fcmClient else {
             for index in requests.indices { report(index, .success(FCMAttempts().outcome(.rejected, reason: FCMNoCredentialError.resultReason))) }
             return
         }
-        let deadline = consumedAt + policy.deliveryDeadline
-        let retries = RetriesAfterFirstAnswers<FCMAttempts>()
-        var generator = SystemRandomNumberGenerator()
-        let first = requests.indices.filter { index in
-            // A first attempt to a paused project waits in a task of its own, like a retry.
-            guard !fcmProjects.isEngaged || fcmProjects.pause(project(of: requests[index]), until: deadline, using: &generator) == .zero else {
-                retries.append(index, FCMAttempts())
-                return false
-            }
-            do throws(DeliveryStopped) {
-                guard let stop = try stopBeforeAttempt(requests[index], history: FCMAttempts(), deadline: deadline, fence: fence(index)) else {
-                    return true
-                }
-                report(index, .success(stop))
-            } catch {
-                report(index, .failure(error))
-            }
-            return false
-        }
-        if !first.isEmpty {
-            await sendFirstAttempts(first, of: requests, deadline: deadline, retries: retries, report: report)
-        }
-        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
-            try await attempt(requests[index], consumedAt: consumedAt, history: &history, fence: fence(index))
-        }
-    }
-
-    /// Sends the first attempts of `requests` at `indexes` as one batch; each answer is reported
-    /// or, to be retried, added to `retries`.
-    private func sendFirstAttempts(
-        _ first: [Int],
-        of requests: [FCMRequest],
-        deadline: ContinuousClock.Instant,
-        retries: RetriesAfterFirstAnswers<FCMAttempts>,
-        report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
-    ) async {
-        guard let fcmClient else { return }
-        let sentAtMilliseconds = epochMilliseconds()
-        let requestDeadline = min(ContinuousClock.now + policy.requestTimeout, deadline)
-        await fcmClient.sendAll(first.map { requests[$0] }, deadline: requestDeadline) { position, answer in
-            let index = first[position]
-            var history = FCMAttempts(attempts: 1)
-            do throws(DeliveryStopped) {
-                let isCancelled = Self.isCancellation(answer)
-                if let outcome = try conclude(
-                    answer, of: requests[index], sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled)
-                {
-                    report(index, .success(outcome))
-                } else {
-                    retries.append(index, history)
-                }
-            } catch {
-                report(index, .failure(error))
-            }
-        }
+        await deliverAll(requests, via: FCMSending(sender: self, client: fcmClient), consumedAt: consumedAt, fence: fence, report: report)
     }
 
     /// The project whose gate `request`'s sends go through: its Firebase project, or its package
     /// when the client cannot tell.
-    private func project(of request: FCMRequest) -> String {
+    fileprivate func project(of request: FCMRequest) -> String {
         fcmClient?.project(servingPackage: request.package) ?? request.package
-    }
-
-    /// Attempts `request` until a final outcome, after the attempts `history` holds (after an
-    /// answer to retry, its wait comes first).
-    private func attempt(
-        _ request: FCMRequest,
-        consumedAt: ContinuousClock.Instant,
-        history: inout FCMAttempts,
-        fence: SendFence
-    ) async throws(DeliveryStopped) -> DeliveryOutcome {
-        guard let fcmClient else { return history.outcome(.rejected, reason: FCMNoCredentialError.resultReason) }
-        let deadline = consumedAt + policy.deliveryDeadline
-        var generator = SystemRandomNumberGenerator()
-        while true {
-            if history.attempts > 0 {
-                let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
-                guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.outcome(.failed) }
-                if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
-                metrics.recordFCMRetry(status: history.last.status, reason: history.last.reason)
-                // An answered attempt (429, 5xx) delivered nothing: its send waits without a permit.
-                if !fence.isClosed() {
-                    do { try await fence.wait(wait, history.last.status != nil) } catch { throw .cancelled }
-                }
-            }
-            // A paused project's attempt waits without a permit: nothing of it is in flight.
-            let paused = fcmProjects.isEngaged ? fcmProjects.pause(project(of: request), until: deadline, using: &generator) : .zero
-            if paused > .zero, !fence.isClosed() {
-                do { try await fence.wait(paused, true) } catch { throw .cancelled }
-            }
-            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, fence: fence) { return stop }
-            history.attempts += 1
-            let sentAtMilliseconds = epochMilliseconds()
-            let answer: Result<FCMResponse, any Error>
-            do {
-                answer = .success(try await fcmClient.send(request, deadline: min(ContinuousClock.now + policy.requestTimeout, deadline)))
-            } catch {
-                answer = .failure(error)
-            }
-            if let outcome = try conclude(answer, of: request, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Task.isCancelled) {
-                return outcome
-            }
-        }
-    }
-
-    /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
-    /// throws ``DeliveryStopped/fenced`` once `fence` is closed.
-    private func stopBeforeAttempt(
-        _ request: FCMRequest,
-        history: FCMAttempts,
-        deadline: ContinuousClock.Instant,
-        fence: SendFence
-    ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, fence: fence).map { history.outcome($0) }
     }
 
     /// Reads the answer to the attempt counted last in `history`, sent at `sentAtMilliseconds`
     /// of the wall clock: the final outcome, or nil when another attempt may follow (its wait
     /// no shorter than `history.notBefore`); throws ``DeliveryStopped/cancelled`` when the
     /// sending task was cancelled before a final answer.
-    private func conclude(
+    fileprivate func conclude(
         _ answer: Result<FCMResponse, any Error>,
         of request: FCMRequest,
         sentAtMilliseconds: Int64,
@@ -212,17 +106,52 @@ extension NotificationSender {
         if isCancelled { throw .cancelled }
         return nil
     }
+}
 
-    /// Whether the request's `expiration` (UNIX seconds; 0 never expires here) will have passed
-    /// `delay` from now.
-    private func hasExpired(_ request: FCMRequest, inAbout delay: Duration) -> Bool {
-        guard let expiration = request.expiration, expiration > 0 else { return false }
-        return epochMilliseconds() + delay.wholeMilliseconds >= expiration * 1000
+/// FCM's part in the shared attempt loop: its client, its answers read by ``NotificationSender``'s
+/// rules above, and each project's gate.
+private struct FCMSending: PlatformSending {
+    let sender: NotificationSender
+    let client: any FCMClientProtocol
+
+    func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
+        try await client.send(request, deadline: deadline)
+    }
+
+    func sendAll(
+        _ requests: [FCMRequest],
+        deadline: ContinuousClock.Instant,
+        answered: @escaping @Sendable (Int, Result<FCMResponse, any Error>) -> Void
+    ) async {
+        await client.sendAll(requests, deadline: deadline, answered: answered)
+    }
+
+    func conclude(
+        _ answer: Result<FCMResponse, any Error>,
+        of request: FCMRequest,
+        sentAtMilliseconds: Int64,
+        history: inout FCMAttempts,
+        isCancelled: Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        try sender.conclude(answer, of: request, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled)
+    }
+
+    func expiration(of request: FCMRequest) -> Int64? { request.expiration }
+
+    /// The pause of the request's project (after QUOTA_EXCEEDED, or while FCM struggles).
+    func pause(_ request: FCMRequest, until deadline: ContinuousClock.Instant) -> Duration {
+        guard sender.fcmProjects.isEngaged else { return .zero }
+        var generator = SystemRandomNumberGenerator()
+        return sender.fcmProjects.pause(sender.project(of: request), until: deadline, using: &generator)
+    }
+
+    func recordRetry(after history: FCMAttempts) {
+        sender.metrics.recordFCMRetry(status: history.last.status, reason: history.last.reason)
     }
 }
 
 /// What the attempts of one FCM request found so far.
-struct FCMAttempts: Sendable {
+struct FCMAttempts: PlatformAttemptHistory {
     var attempts = 0
     /// FCM's status, reason and message name in its last answer (no status: no answer).
     var last: (status: Int?, reason: String?, messageName: String?) = (nil, nil, nil)
@@ -231,6 +160,8 @@ struct FCMAttempts: Sendable {
     var notBefore: Duration?
     /// How many of FCM's answers were QUOTA_EXCEEDED.
     var quotaAnswers = 0
+
+    var lastWasAnswered: Bool { last.status != nil }
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
     func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {

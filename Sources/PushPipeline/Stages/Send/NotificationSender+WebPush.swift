@@ -31,92 +31,13 @@ extension NotificationSender {
             }
             return
         }
-        let deadline = consumedAt + policy.deliveryDeadline
-        let first = requests.indices.filter { index in
-            do throws(DeliveryStopped) {
-                guard let stop = try stopBeforeAttempt(requests[index], history: WebPushAttempts(), deadline: deadline, fence: fence(index)) else {
-                    return true
-                }
-                report(index, .success(stop))
-            } catch {
-                report(index, .failure(error))
-            }
-            return false
-        }
-        let retries = RetriesAfterFirstAnswers<WebPushAttempts>()
-        if !first.isEmpty {
-            let sentAtMilliseconds = epochMilliseconds()
-            let requestDeadline = min(ContinuousClock.now + policy.requestTimeout, deadline)
-            await webPushClient.sendAll(first.map { requests[$0] }, deadline: requestDeadline) { position, answer in
-                let index = first[position]
-                var history = WebPushAttempts(attempts: 1)
-                do throws(DeliveryStopped) {
-                    if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Self.isCancellation(answer)) {
-                        report(index, .success(outcome))
-                    } else {
-                        retries.append(index, history)
-                    }
-                } catch {
-                    report(index, .failure(error))
-                }
-            }
-        }
-        await retries.sendAgain(report: report) { index, history throws(DeliveryStopped) in
-            try await attempt(requests[index], client: webPushClient, consumedAt: consumedAt, history: &history, fence: fence(index))
-        }
-    }
-
-    /// Attempts `request` until a final outcome, after the attempts `history` holds (after an
-    /// answer to retry, its wait comes first).
-    private func attempt(
-        _ request: WebPushRequest,
-        client: any WebPushClientProtocol,
-        consumedAt: ContinuousClock.Instant,
-        history: inout WebPushAttempts,
-        fence: SendFence
-    ) async throws(DeliveryStopped) -> DeliveryOutcome {
-        let deadline = consumedAt + policy.deliveryDeadline
-        while true {
-            if history.attempts > 0 {
-                let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
-                guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.outcome(.failed) }
-                if hasExpired(request, inAbout: wait) { return history.outcome(.expired) }
-                metrics.recordWebPushRetry(status: history.lastStatus, cause: history.lastReason)
-                // An answered attempt (429, 5xx) delivered nothing: its send waits without a permit.
-                if !fence.isClosed() {
-                    do { try await fence.wait(wait, history.lastStatus != nil) } catch { throw .cancelled }
-                }
-            }
-            if let stop = try stopBeforeAttempt(request, history: history, deadline: deadline, fence: fence) { return stop }
-            history.attempts += 1
-            let sentAtMilliseconds = epochMilliseconds()
-            let answer: Result<WebPushResponse, any Error>
-            do {
-                answer = .success(try await client.send(request, deadline: min(ContinuousClock.now + policy.requestTimeout, deadline)))
-            } catch {
-                answer = .failure(error)
-            }
-            if let outcome = try conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: Task.isCancelled) {
-                return outcome
-            }
-        }
-    }
-
-    /// The outcome when the next attempt must not start: `expired`, `failed` at the deadline;
-    /// throws ``DeliveryStopped/fenced`` once `fence` is closed.
-    private func stopBeforeAttempt(
-        _ request: WebPushRequest,
-        history: WebPushAttempts,
-        deadline: ContinuousClock.Instant,
-        fence: SendFence
-    ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        try Self.stopStatus(expired: hasExpired(request, inAbout: .zero), deadline: deadline, fence: fence).map { history.outcome($0) }
+        await deliverAll(requests, via: WebPushSending(sender: self, client: webPushClient), consumedAt: consumedAt, fence: fence, report: report)
     }
 
     /// Reads the answer to the attempt counted last in `history`: the final outcome, or nil when
     /// another attempt may follow; throws ``DeliveryStopped/cancelled`` when the sending task was
     /// cancelled before a final answer.
-    private func conclude(
+    fileprivate func conclude(
         _ answer: Result<WebPushResponse, any Error>,
         sentAtMilliseconds: Int64,
         history: inout WebPushAttempts,
@@ -155,16 +76,47 @@ extension NotificationSender {
         if isCancelled { throw .cancelled }
         return nil
     }
+}
 
-    /// Whether the request's expiry (UNIX seconds; 0 never expires here) will have passed `delay` from now.
-    private func hasExpired(_ request: WebPushRequest, inAbout delay: Duration) -> Bool {
-        guard let expiration = request.expiration, expiration > 0 else { return false }
-        return epochMilliseconds() + delay.wholeMilliseconds >= expiration * 1000
+/// Web push's part in the shared attempt loop: its client and its answers read by
+/// ``NotificationSender``'s rules above; nothing pauses an attempt.
+private struct WebPushSending: PlatformSending {
+    let sender: NotificationSender
+    let client: any WebPushClientProtocol
+
+    func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {
+        try await client.send(request, deadline: deadline)
+    }
+
+    func sendAll(
+        _ requests: [WebPushRequest],
+        deadline: ContinuousClock.Instant,
+        answered: @escaping @Sendable (Int, Result<WebPushResponse, any Error>) -> Void
+    ) async {
+        await client.sendAll(requests, deadline: deadline, answered: answered)
+    }
+
+    func conclude(
+        _ answer: Result<WebPushResponse, any Error>,
+        of request: WebPushRequest,
+        sentAtMilliseconds: Int64,
+        history: inout WebPushAttempts,
+        isCancelled: Bool
+    ) throws(DeliveryStopped) -> DeliveryOutcome? {
+        try sender.conclude(answer, sentAtMilliseconds: sentAtMilliseconds, history: &history, isCancelled: isCancelled)
+    }
+
+    func expiration(of request: WebPushRequest) -> Int64? { request.expiration }
+
+    func pause(_ request: WebPushRequest, until deadline: ContinuousClock.Instant) -> Duration { .zero }
+
+    func recordRetry(after history: WebPushAttempts) {
+        sender.metrics.recordWebPushRetry(status: history.lastStatus, cause: history.lastReason)
     }
 }
 
 /// What the attempts of one web push request found so far.
-struct WebPushAttempts: Sendable {
+struct WebPushAttempts: PlatformAttemptHistory {
     var attempts = 0
     /// The push service's status and reason in its last answer (no status: no answer, and the
     /// reason is the transport cause).
@@ -175,6 +127,8 @@ struct WebPushAttempts: Sendable {
     var retries = RetryAttempts()
     /// The least wait before the next attempt that the last answer asked for.
     var notBefore: Duration?
+
+    var lastWasAnswered: Bool { lastStatus != nil }
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
     func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {

@@ -275,8 +275,7 @@ public struct NotificationSender: Sendable {
     /// Whether the request's `expiration` (UNIX seconds; 0 means "once, do not store" and never
     /// expires here) will have passed `delay` from now.
     private func hasExpired(_ request: APNSRequest, inAbout delay: Duration) -> Bool {
-        guard let expiration = request.expiration, expiration > 0 else { return false }
-        return epochMilliseconds() + delay.wholeMilliseconds >= expiration * 1000
+        hasExpired(request.expiration, inAbout: delay)
     }
 
     private enum Decision {
