@@ -15,13 +15,13 @@ extension HeraldSenderClient {
     }
 
     /// Sends `seconds` worth of `rate` requests per second in batches of `batch`, one
-    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` each; throws unless every
+    /// ``RetryingSender/deliverAll(_:consumedAt:fence:report:)`` each; throws unless every
     /// request was delivered.
     static func steadyLoad(
         rate: Int,
         batch: Int,
         seconds: Int,
-        through sender: NotificationSender,
+        through sender: RetryingSender,
         requests makeRequests: (Int) -> [APNSRequest]
     ) async throws -> SteadyRun {
         let batches = max(1, rate * seconds / batch)

@@ -11,7 +11,7 @@ import Prometheus
 import PushPipeline
 import Synchronization
 
-/// Herald's sender (``NotificationSender`` over ``APNSHTTP2Client``) against `h2load`, both
+/// Herald's sender (``RetryingSender`` over ``APNSHTTP2Client``) against `h2load`, both
 /// sending the same requests to the same `mock-apns` process, in alternating rounds.
 struct SenderBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -137,7 +137,7 @@ struct SenderBenchmark: AsyncParsableCommand {
 /// Herald's sender pointed at the mock: the production client with its default retry policy.
 struct HeraldSenderClient {
     let client: APNSHTTP2Client
-    let sender: NotificationSender
+    let sender: RetryingSender
 
     /// The client and sender record their metrics in a Prometheus registry, with the factory
     /// `herald run` uses, so each request pays what it pays in Herald.
@@ -155,11 +155,11 @@ struct HeraldSenderClient {
             metricsFactory: metricsFactory,
             logger: logger
         )
-        sender = NotificationSender(client: client, policy: RetryPolicy(), metrics: SenderMetrics(factory: metricsFactory))
+        sender = RetryingSender(client: client, policy: RetryPolicy(), metrics: SenderMetrics(factory: metricsFactory))
     }
 
     /// Runs `body` while the client's connections are open.
-    func withRunningClient(_ body: (NotificationSender) async throws -> Void) async throws {
+    func withRunningClient(_ body: (RetryingSender) async throws -> Void) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await client.run() }
             defer { group.cancelAll() }
@@ -169,7 +169,7 @@ struct HeraldSenderClient {
 
     /// One timed round: `requests` (built before the clock starts) with `concurrency` in flight,
     /// wall and CPU time of this process; throws unless every request was delivered.
-    static func timedRound(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async throws -> ClientRun {
+    static func timedRound(_ requests: [APNSRequest], through sender: RetryingSender, concurrency: Int) async throws -> ClientRun {
         var delivered = 0
         let run = await ClientRun.measure(requests: requests.count, cpu: .thisProcess) {
             delivered = await sendAll(requests, through: sender, concurrency: concurrency)
@@ -200,8 +200,8 @@ struct HeraldSenderClient {
 
     /// Delivers every request with at most `concurrency` in flight, as the pipeline sends: each
     /// batch is as many requests as there are free slots (the pipeline's send permits), sent by one
-    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)``. Returns how many were delivered.
-    static func sendAll(_ requests: [APNSRequest], through sender: NotificationSender, concurrency: Int) async -> Int {
+    /// ``RetryingSender/deliverAll(_:consumedAt:fence:report:)``. Returns how many were delivered.
+    static func sendAll(_ requests: [APNSRequest], through sender: RetryingSender, concurrency: Int) async -> Int {
         let slots = FreeSlots(concurrency)
         await withDiscardingTaskGroup { group in
             var next = requests.startIndex

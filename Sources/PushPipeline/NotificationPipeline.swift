@@ -34,7 +34,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private let storeOperations: StoreOperations
     private let tokenUpdates: TokenUpdates
     private let channelCommands: ChannelCommandProcessor
-    private let requests: RequestProcessor
+    private let requests: EventProcessor
     /// Everything of every message in flight: offsets, fences, claims, permits, batches.
     private let coordinator: DeliveryCoordinator
     private let logger: Logger
@@ -134,14 +134,14 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             metrics: metrics,
             logger: logger
         )
-        self.requests = RequestProcessor(
+        self.requests = EventProcessor(
             configuration: configuration,
             publisher: reliablePublisher,
             store: store,
             ledger: ledger,
             storeOperations: storeOperations,
             deadLetters: deadLetters,
-            sender: NotificationSender(
+            sender: RetryingSender(
                 client: apns,
                 broadcastClient: broadcastAPNS,
                 fcmClient: fcm,

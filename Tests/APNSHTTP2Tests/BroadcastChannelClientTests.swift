@@ -101,7 +101,7 @@ struct BroadcastChannelClientTests {
                     deadline: .now + .seconds(10)
                 )
             }
-            let sender = NotificationSender(client: harness.client, policy: Self.policy)
+            let sender = RetryingSender(client: harness.client, policy: Self.policy)
             let outcome = try await sender.deliver(
                 Self.broadcast(to: "AAAAAAAAAAAAAAAAAAAAAA=="),
                 environment: .production,

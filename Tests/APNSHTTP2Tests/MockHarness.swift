@@ -80,11 +80,11 @@ struct MockHarness: Sendable {
 
     /// Delivers `count` notifications through `sender` with at most `window` in flight at once;
     /// returns the outcomes by index. `batched`: in batches of `window`, one
-    /// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` each, as the pipeline sends.
+    /// ``RetryingSender/deliverAll(_:consumedAt:fence:report:)`` each, as the pipeline sends.
     static func deliverAll(
         _ count: Int,
         window: Int,
-        sender: NotificationSender,
+        sender: RetryingSender,
         batched: Bool = false,
         request: @escaping @Sendable (Int) -> APNSRequest = { request($0) }
     ) async throws -> [DeliveryOutcome] {

@@ -8,7 +8,7 @@ import Testing
 
 @testable import APNSHTTP2
 
-/// Herald's sender (``NotificationSender`` over ``APNSHTTP2Client``) against the mock APNs over
+/// Herald's sender (``RetryingSender`` over ``APNSHTTP2Client``) against the mock APNs over
 /// real TLS, with the mock's faults switched on.
 @Suite("Sender against a faulty mock APNs", .timeLimit(.minutes(5)))
 struct SenderAgainstMockTests {
@@ -63,7 +63,7 @@ struct SenderAgainstMockTests {
             authentication: Self.tokenAuthentication,
             configure: { $0.connectionsPerEndpoint = 2 }
         ) { harness in
-            let sender = NotificationSender(client: harness.client, policy: Self.patientPolicy)
+            let sender = RetryingSender(client: harness.client, policy: Self.patientPolicy)
             let outcomes = try await MockHarness.deliverAll(count, window: 400, sender: sender, batched: batched)
 
             #expect(outcomes.allSatisfy { $0.status == .delivered && $0.apnsStatus == 200 })
@@ -109,7 +109,7 @@ struct SenderAgainstMockTests {
             authentication: authentication,
             configure: { $0.connectionsPerEndpoint = 1 }
         ) { harness in
-            let sender = NotificationSender(client: harness.client, policy: Self.patientPolicy)
+            let sender = RetryingSender(client: harness.client, policy: Self.patientPolicy)
             let outcomes = try await MockHarness.deliverAll(200, window: 200, sender: sender)
             #expect(outcomes.allSatisfy { $0.status == .delivered && $0.attempts == 1 })
 
@@ -140,7 +140,7 @@ struct SenderAgainstMockTests {
             )
             #expect(warmUp.status == 200)
 
-            let sender = NotificationSender(client: harness.client, policy: policy)
+            let sender = RetryingSender(client: harness.client, policy: policy)
             let started = ContinuousClock.now
             let outcomes = try await MockHarness.deliverAll(20, window: 20, sender: sender, batched: batched)
             #expect(outcomes.allSatisfy { $0.status == .delivered })
@@ -173,7 +173,7 @@ struct SenderAgainstMockTests {
             pemPrivateKeyPath: files.privateKeyPath
         )
         try await MockHarness.run(mock: mock, authentication: pem) { harness in
-            let sender = NotificationSender(client: harness.client, policy: policy)
+            let sender = RetryingSender(client: harness.client, policy: policy)
             let outcome = try await sender.deliver(MockHarness.request(1), environment: .production, consumedAt: .now)
             #expect(outcome.status == .delivered)
             let received = try #require(harness.server.receivedRequests().last)
@@ -185,7 +185,7 @@ struct SenderAgainstMockTests {
         if let p12Path {
             let pkcs12 = APNSClientConfiguration.Authentication.certificate(pkcs12Path: p12Path, password: "s3cret")
             try await MockHarness.run(mock: mock, authentication: pkcs12) { harness in
-                let sender = NotificationSender(client: harness.client, policy: policy)
+                let sender = RetryingSender(client: harness.client, policy: policy)
                 let outcome = try await sender.deliver(
                     MockHarness.request(2),
                     environment: .production,
@@ -220,7 +220,7 @@ struct SenderAgainstMockTests {
         ]
         for authentication in refused {
             try await MockHarness.run(mock: mock, authentication: authentication) { harness in
-                let sender = NotificationSender(client: harness.client, policy: policy)
+                let sender = RetryingSender(client: harness.client, policy: policy)
                 let outcome = try await sender.deliver(
                     MockHarness.request(3),
                     environment: .production,

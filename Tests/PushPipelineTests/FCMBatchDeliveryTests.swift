@@ -5,7 +5,7 @@ import PushPipelineTesting
 import Synchronization
 import Testing
 
-/// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)`` for Android devices: one report
+/// ``RetryingSender/deliverAll(_:consumedAt:fence:report:)`` for Android devices: one report
 /// per request, FCM's rules applied to each first answer where it arrives, retries after their
 /// wait, fenced requests never sent.
 @Suite(.timeLimit(.minutes(1)))
@@ -38,7 +38,7 @@ struct FCMBatchDeliveryTests {
         let unavailable = FCMResponse(status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable))
         let gone = FCMResponse(status: 404, error: FCMErrorBody(code: 404, status: "NOT_FOUND", errorCode: .unregistered))
         let client = ScriptedBatchClient(["busy": [unavailable], "gone": [gone]])
-        let sender = NotificationSender(
+        let sender = RetryingSender(
             client: ScriptedAPNSClient(),
             fcmClient: client,
             policy: RetryPolicy(maxAttempts: 3, initialBackoff: .milliseconds(1), maximumBackoff: .milliseconds(5))

@@ -43,8 +43,8 @@ import Testing
             "gone": error(404, "NOT_FOUND", .unregistered),
             "odd": error(400, "INVALID_ARGUMENT", FCMErrorCode(rawValue: "CODE_GOOGLE_ADDS_LATER")),
         ])
-        let sender = NotificationSender(
-            client: ScriptedAPNSClient(), fcmClient: fcm, policy: NotificationSenderTests.fastPolicy,
+        let sender = RetryingSender(
+            client: ScriptedAPNSClient(), fcmClient: fcm, policy: RetryingSenderTests.fastPolicy,
             metrics: SenderMetrics(factory: PrometheusMetricsFactory(registry: registry)))
         for token in ["ok", "busy", "gone", "odd"] {
             _ = try await sender.deliver(try FCMBatchDeliveryTests.request(token), consumedAt: .now)

@@ -4,17 +4,17 @@ import PushStores
 public import APNSCore
 
 /// Carries out channel management commands against Apple's channel management API through a
-/// ``NotificationSender``, so a command gets the notifications' retry rules: 2xx is `ok`, 429,
+/// ``RetryingSender``, so a command gets the notifications' retry rules: 2xx is `ok`, 429,
 /// 5xx and lost connections are retried with backoff until the attempts or the deadline run out
 /// (`failed`), any other answer is `rejected` with Apple's reason. Used by push.channels
 /// (``NotificationPipeline``) and `herald channel`.
 public struct ChannelManager: Sendable {
-    private let sender: NotificationSender
+    private let sender: RetryingSender
 
     /// `client` reaches the channel management hosts; `policy` bounds attempts and time; the
     /// attempts are counted in `metrics`.
     public init(client: any APNSClientProtocol, policy: RetryPolicy, metrics: SenderMetrics = SenderMetrics()) {
-        sender = NotificationSender(client: client, policy: policy, metrics: metrics)
+        sender = RetryingSender(client: client, policy: policy, metrics: metrics)
     }
 
     /// Performs `command`; throws only when cancelled.

@@ -2,7 +2,7 @@ import PushCore
 import PushStores
 
 /// One platform's part in the attempt loop FCM and web push share
-/// (``NotificationSender/deliverAll(_:via:consumedAt:fence:report:)``): how a request is sent,
+/// (``RetryingSender/deliverAll(_:via:consumedAt:fence:report:)``): how a request is sent,
 /// how an answer is read, and what may hold an attempt back. APNs keeps a loop of its own: its
 /// load shedding holds the send permit while it waits, and its first attempts go out in batches
 /// per connection and endpoint.
@@ -58,7 +58,7 @@ protocol PlatformAttemptHistory: Sendable {
     func outcome(_ status: DeliveryResult.Status, reason: String?) -> DeliveryOutcome
 }
 
-extension NotificationSender {
+extension RetryingSender {
     /// Delivers every request through `platform`, and calls `report` once per request with its
     /// index and its outcome, or why it stopped without one (`fence(index)` is asked before each
     /// of its attempts and waited on between them), as each is known: for first answers on the

@@ -11,7 +11,7 @@ import Tracing
 /// Sending one notification to one destination (a device or a channel): the ticket that
 /// travels with it, the APNs request with its trace and log line, and the hand-over of the
 /// outcome to the ledger writer.
-extension RequestProcessor {
+extension EventProcessor {
     /// What travels with one result until it is published: the message and event it belongs
     /// to, the (event, token) claim and send permit a sent one holds, and the status to count.
     struct DeliveryTicket: Sendable {

@@ -15,7 +15,7 @@ public import WebPushCore
 ///   `invalid_token`, before any connection.
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts``, time by ``RetryPolicy/deliveryDeadline``
 ///   (then `failed`); a notification whose `expiration` passes first is `expired`.
-extension NotificationSender {
+extension RetryingSender {
     /// Delivers every request to its subscription, as ``deliverAll(_:consumedAt:fence:report:)``
     /// does for FCM: first attempts in one batch (``WebPushClientProtocol/sendAll(_:deadline:answered:)``),
     /// a task of its own for each request that must wait to be retried.
@@ -79,9 +79,9 @@ extension NotificationSender {
 }
 
 /// Web push's part in the shared attempt loop: its client and its answers read by
-/// ``NotificationSender``'s rules above; nothing pauses an attempt.
+/// ``RetryingSender``'s rules above; nothing pauses an attempt.
 private struct WebPushSending: PlatformSending {
-    let sender: NotificationSender
+    let sender: RetryingSender
     let client: any WebPushClientProtocol
 
     func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {

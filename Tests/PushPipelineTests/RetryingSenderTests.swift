@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
-struct NotificationSenderTests {
+struct RetryingSenderTests {
     static func request(_ token: String, expiration: Int64? = nil) -> APNSRequest {
         APNSRequest(
             deviceToken: token,
@@ -34,7 +34,7 @@ struct NotificationSenderTests {
             scripts: [
                 "aa": [.status(503, .serviceUnavailable), .status(429, .tooManyRequests), .status(500), .status(200)]
             ], afterwards: .repeatLast)
-        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let sender = RetryingSender(client: client, policy: Self.fastPolicy)
         let outcome = try await sender.deliver(Self.request("aa"), environment: .production, consumedAt: .now)
         #expect(outcome == DeliveryOutcome(status: .delivered, apnsStatus: 200, reason: nil, attempts: 4))
     }
@@ -46,7 +46,7 @@ struct NotificationSenderTests {
                 "gone": [.status(410, .unregistered, timestamp: 1_700_000_000_123)],
                 "big": [.status(413, .payloadTooLarge)],
             ], afterwards: .repeatLast)
-        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let sender = RetryingSender(client: client, policy: Self.fastPolicy)
         let bad = try await sender.deliver(Self.request("bad"), environment: .production, consumedAt: .now)
         #expect(bad == DeliveryOutcome(status: .rejected, apnsStatus: 400, reason: "BadDeviceToken", attempts: 1))
         let gone = try await sender.deliver(Self.request("gone"), environment: .production, consumedAt: .now)
@@ -59,7 +59,7 @@ struct NotificationSenderTests {
 
     @Test func attemptsAreBounded() async throws {
         let client = ScriptedAPNSClient(scripts: ["busy": [.status(503, .serviceUnavailable)]], afterwards: .repeatLast)
-        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let sender = RetryingSender(client: client, policy: Self.fastPolicy)
         let outcome = try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now)
         #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: 503, reason: "ServiceUnavailable", attempts: 5))
         #expect(client.callCount("busy") == 5)
@@ -67,7 +67,7 @@ struct NotificationSenderTests {
 
     @Test func aClosedFenceStopsTheNextAttemptAndTheFirst() async throws {
         let client = ScriptedAPNSClient(scripts: ["busy": [.status(503, .serviceUnavailable)], "late": [.status(200)]], afterwards: .repeatLast)
-        let sender = NotificationSender(client: client, policy: Self.fastPolicy)
+        let sender = RetryingSender(client: client, policy: Self.fastPolicy)
         // Open for the first two attempts, closed before the third.
         await #expect(throws: DeliveryStopped.fenced) {
             try await sender.deliver(Self.request("busy"), environment: .production, consumedAt: .now, fence: .checking { client.callCount("busy") >= 2 })
@@ -85,7 +85,7 @@ struct NotificationSenderTests {
         policy.maxAttempts = 1000
         policy.deliveryDeadline = .milliseconds(300)
         policy.maximumBackoff = .milliseconds(50)
-        let sender = NotificationSender(client: client, policy: policy)
+        let sender = RetryingSender(client: client, policy: policy)
         let started = ContinuousClock.now
         let outcome = try await sender.deliver(Self.request("slow"), environment: .production, consumedAt: started)
         #expect(outcome.status == .failed)
@@ -115,7 +115,7 @@ struct NotificationSenderTests {
         for (error, reason) in causes {
             // An APNs answer first, then no answer: the result names the last attempt's cause.
             let client = ScriptedAPNSClient(scripts: ["aa": [.status(503, .serviceUnavailable), .transport(error)]], afterwards: .repeatLast)
-            let outcome = try await NotificationSender(client: client, policy: policy)
+            let outcome = try await RetryingSender(client: client, policy: policy)
                 .deliver(Self.request("aa"), environment: .production, consumedAt: .now)
             #expect(outcome == DeliveryOutcome(status: .failed, apnsStatus: nil, reason: reason, attempts: 2))
         }
@@ -134,7 +134,7 @@ struct NotificationSenderTests {
         policy.maxAttempts = 12
         policy.initialBackoff = .seconds(5)
         policy.maximumBackoff = .seconds(5)
-        let sender = NotificationSender(client: client, policy: policy, epochMilliseconds: epochMilliseconds)
+        let sender = RetryingSender(client: client, policy: policy, epochMilliseconds: epochMilliseconds)
 
         // Already past: never sent.
         let past = try await sender.deliver(
@@ -158,7 +158,7 @@ struct NotificationSenderTests {
 
         // Expiration 0 means "deliver once, do not store": it never expires in Herald.
         let client200 = ScriptedAPNSClient(scripts: [:], afterwards: .repeatLast)
-        let zero = try await NotificationSender(client: client200, policy: policy, epochMilliseconds: epochMilliseconds)
+        let zero = try await RetryingSender(client: client200, policy: policy, epochMilliseconds: epochMilliseconds)
             .deliver(Self.request("bb", expiration: 0), environment: .production, consumedAt: .now)
         #expect(zero.status == .delivered)
     }
@@ -170,7 +170,7 @@ struct NotificationSenderTests {
         policy.initialBackoff = .milliseconds(200)
         policy.maximumBackoff = .milliseconds(200)
         policy.loadShedding = LoadSheddingPolicy(initialPause: .seconds(1), maximumPause: .seconds(1))
-        let sender = NotificationSender(client: client, policy: policy)
+        let sender = RetryingSender(client: client, policy: policy)
         async let hot = sender.deliver(Self.request("hot"), environment: .production, consumedAt: .now)
         try await Task.sleep(for: .milliseconds(50))
         #expect(sender.loadSheddingPause == .zero)
@@ -195,7 +195,7 @@ struct NotificationSenderTests {
             maximumPause: .seconds(2),
             halfLife: .seconds(30)
         )
-        let sender = NotificationSender(client: client, policy: policy)
+        let sender = RetryingSender(client: client, policy: policy)
         let sick = try await sender.deliver(Self.request("sick"), environment: .production, consumedAt: .now)
         #expect(sick.status == .delivered)
         #expect(sick.attempts == 2)
@@ -216,7 +216,7 @@ struct NotificationSenderTests {
             ], afterwards: .repeatLast)
         var policy = Self.fastPolicy
         policy.loadShedding = LoadSheddingPolicy(initialPause: .milliseconds(100), halfLife: .seconds(30))
-        let sender = NotificationSender(client: client, policy: policy)
+        let sender = RetryingSender(client: client, policy: policy)
 
         let refused = try await sender.deliver(Self.request("refused"), environment: .production, consumedAt: .now)
         #expect(refused.status == .delivered)
@@ -234,7 +234,7 @@ struct NotificationSenderTests {
         var policy = Self.fastPolicy
         policy.initialBackoff = .seconds(10)
         policy.maximumBackoff = .seconds(10)
-        let sender = NotificationSender(client: client, policy: policy)
+        let sender = RetryingSender(client: client, policy: policy)
         let started = ContinuousClock.now
         await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {

@@ -3,7 +3,7 @@ import PushStores
 /// Copies of an event (duplicates on push.requests, or a redelivery racing the first copy):
 /// a destination another copy is sending to waits for that claim to be settled, and one
 /// recorded lately is republished from the ledger, so no copy pushes a device twice.
-extension RequestProcessor {
+extension EventProcessor {
     /// Another copy of the event is sending to this destination: waits for it to record its
     /// outcome, then republishes that (or sends, if it never recorded one).
     func deliverWhenUnclaimed(_ delivery: Delivery, consumedAt: ContinuousClock.Instant) async {

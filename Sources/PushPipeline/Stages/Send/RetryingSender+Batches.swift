@@ -4,8 +4,8 @@ import Synchronization
 /// A batch's first attempts in one call to the client (``APNSClientProtocol/sendAll(_:environment:deadline:answered:)``),
 /// their answers read where they arrive, and a task only for a request that must wait to be
 /// retried (from when the batch's first attempts were all answered, at most the request
-/// timeout after they started). The rules are ``NotificationSender/deliver(_:environment:consumedAt:fence:)``'s.
-extension NotificationSender {
+/// timeout after they started). The rules are ``RetryingSender/deliver(_:environment:consumedAt:fence:)``'s.
+extension RetryingSender {
     /// Delivers every request, each with the rules of
     /// ``deliver(_:environment:consumedAt:fence:)``, and calls `report` once per request with
     /// its index and its outcome, or why it stopped without one (`fence(index)` is asked before

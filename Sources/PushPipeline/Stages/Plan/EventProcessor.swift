@@ -11,17 +11,17 @@ import FCMCore
 /// Turns poll batches of push.requests messages into results: validates the events (dead
 /// letters for bad ones), resolves their users' devices and recorded outcomes, claims each
 /// (event, ``Recipient``: a device, or the channel of a broadcast) so no copy pushes twice,
-/// sends through the ``NotificationSender``, hands
+/// sends through the ``RetryingSender``, hands
 /// outcomes to the ledger writer and publishes what stands; finishes each message in the
 /// coordinator once its last result is published.
-final class RequestProcessor: Sendable {
+final class EventProcessor: Sendable {
     let configuration: PipelineConfiguration
     let publisher: ReliablePublisher
     let store: any DeviceTokenStore
     let ledger: any DeliveryLedger
     let storeOperations: StoreOperations
     let deadLetters: DeadLetters
-    let sender: NotificationSender
+    let sender: RetryingSender
     /// The claims, send permits and batch progress of every notification in flight.
     let coordinator: DeliveryCoordinator
     /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
@@ -56,7 +56,7 @@ final class RequestProcessor: Sendable {
         ledger: any DeliveryLedger,
         storeOperations: StoreOperations,
         deadLetters: DeadLetters,
-        sender: NotificationSender,
+        sender: RetryingSender,
         coordinator: DeliveryCoordinator,
         tracer: (any Tracer)?,
         metrics: PipelineMetrics,

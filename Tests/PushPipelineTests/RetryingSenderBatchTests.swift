@@ -6,10 +6,10 @@ import PushPipelineTesting
 import Synchronization
 import Testing
 
-/// ``NotificationSender/deliverAll(_:consumedAt:fence:report:)``: a batch follows the rules of
-/// one ``NotificationSender/deliver(_:environment:consumedAt:fence:)`` per request.
+/// ``RetryingSender/deliverAll(_:consumedAt:fence:report:)``: a batch follows the rules of
+/// one ``RetryingSender/deliver(_:environment:consumedAt:fence:)`` per request.
 @Suite(.timeLimit(.minutes(1)))
-struct NotificationSenderBatchTests {
+struct RetryingSenderBatchTests {
     /// Every kind of answer and every reason not to send, one request each.
     static let scripts: [String: [ScriptedAPNSClient.Answer]] = [
         "ok": [.status(200)],
@@ -25,14 +25,14 @@ struct NotificationSenderBatchTests {
         tokens.map { token in
             // "expired" expired in 2001: no attempt may start.
             let expiration: Int64? = token == "expired" ? 1_000_000_000 : nil
-            return (NotificationSenderTests.request(token, expiration: expiration), .production)
+            return (RetryingSenderTests.request(token, expiration: expiration), .production)
         }
     }
 
     /// Runs a batch and returns each request's reports by index.
     static func reports(
         _ requests: [(request: APNSRequest, environment: APNSEnvironment)],
-        through sender: NotificationSender,
+        through sender: RetryingSender,
         unless fenced: @escaping @Sendable (Int) -> Bool = { _ in false }
     ) async -> [Int: [Result<DeliveryOutcome, DeliveryStopped>]] {
         let reports = Mutex<[Int: [Result<DeliveryOutcome, DeliveryStopped>]]>([:])
@@ -46,14 +46,14 @@ struct NotificationSenderBatchTests {
         let requests = Self.requests()
         let fencedIndex = Self.tokens.firstIndex(of: "fenced")!
         let batchClient = ScriptedAPNSClient(scripts: Self.scripts, afterwards: .repeatLast)
-        let batch = NotificationSender(client: batchClient, policy: NotificationSenderTests.fastPolicy)
+        let batch = RetryingSender(client: batchClient, policy: RetryingSenderTests.fastPolicy)
         let reports = await Self.reports(requests, through: batch) { $0 == fencedIndex }
 
         #expect(reports.keys.sorted() == Array(requests.indices))
         #expect(reports.values.allSatisfy { $0.count == 1 }, "one report per request")
         // The same requests, each on its own through a client with the same scripts.
         let aloneClient = ScriptedAPNSClient(scripts: Self.scripts, afterwards: .repeatLast)
-        let alone = NotificationSender(client: aloneClient, policy: NotificationSenderTests.fastPolicy)
+        let alone = RetryingSender(client: aloneClient, policy: RetryingSenderTests.fastPolicy)
         for (index, (request, environment)) in requests.enumerated() {
             let expected: Result<DeliveryOutcome, DeliveryStopped>
             do throws(DeliveryStopped) {
@@ -80,11 +80,11 @@ struct NotificationSenderBatchTests {
 
     @Test func aCancelledBatchReportsEveryRequestOnce() async throws {
         let client = ScriptedAPNSClient(scripts: ["busy": [.status(503)], "slow": [.status(429)]], afterwards: .repeatLast)
-        var policy = NotificationSenderTests.fastPolicy
+        var policy = RetryingSenderTests.fastPolicy
         policy.initialBackoff = .seconds(10)
         policy.maximumBackoff = .seconds(10)
-        let sender = NotificationSender(client: client, policy: policy)
-        let requests = ["ok", "busy", "slow"].map { (request: NotificationSenderTests.request($0), environment: APNSEnvironment.production) }
+        let sender = RetryingSender(client: client, policy: policy)
+        let requests = ["ok", "busy", "slow"].map { (request: RetryingSenderTests.request($0), environment: APNSEnvironment.production) }
         let started = ContinuousClock.now
         let reports = await withTaskGroup(of: [Int: [Result<DeliveryOutcome, DeliveryStopped>]].self) { group in
             group.addTask { await Self.reports(requests, through: sender) }

@@ -18,7 +18,7 @@ public import FCMCore
 ///   `NoCredentialForPackage`, unsent.
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts``, time by ``RetryPolicy/deliveryDeadline``
 ///   (then `failed`); a notification whose `expiration` passes first is `expired`.
-extension NotificationSender {
+extension RetryingSender {
     /// Delivers `request` to its Android device. Before each attempt asks `fence`, and waits
     /// between attempts on it, as ``deliver(_:environment:consumedAt:fence:)`` does.
     public func deliver(
@@ -108,10 +108,10 @@ extension NotificationSender {
     }
 }
 
-/// FCM's part in the shared attempt loop: its client, its answers read by ``NotificationSender``'s
+/// FCM's part in the shared attempt loop: its client, its answers read by ``RetryingSender``'s
 /// rules above, and each project's gate.
 private struct FCMSending: PlatformSending {
-    let sender: NotificationSender
+    let sender: RetryingSender
     let client: any FCMClientProtocol
 
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {

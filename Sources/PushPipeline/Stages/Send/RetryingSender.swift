@@ -50,7 +50,7 @@ public struct DeliveryOutcome: Sendable, Hashable {
     }
 }
 
-/// Why ``NotificationSender/deliver(_:environment:consumedAt:unless:)`` stopped without an outcome.
+/// Why ``RetryingSender/deliver(_:environment:consumedAt:unless:)`` stopped without an outcome.
 public enum DeliveryStopped: Error, Sendable, Hashable {
     /// The caller's task was cancelled.
     case cancelled
@@ -72,7 +72,7 @@ public enum DeliveryStopped: Error, Sendable, Hashable {
 /// - Attempts are bounded by ``RetryPolicy/maxAttempts`` and time by
 ///   ``RetryPolicy/deliveryDeadline`` (then `failed`); a notification whose `expiration` passes
 ///   before it could be sent is `expired`.
-public struct NotificationSender: Sendable {
+public struct RetryingSender: Sendable {
     let client: any APNSClientProtocol
     let broadcastClient: any APNSClientProtocol
     /// Sends to Android devices; nil: none is served (each gets `rejected`, `NoCredentialForPackage`).

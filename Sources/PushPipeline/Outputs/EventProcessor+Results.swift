@@ -7,7 +7,7 @@ import FCMCore
 
 /// Results: publishing what the ledger recorded (or what needs no send), rebuilding a recorded
 /// outcome's records from its event, and the ledger's key of an event.
-extension RequestProcessor {
+extension EventProcessor {
     /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
     /// that stand together, then gives the permits back and finishes the messages.
     func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
