@@ -134,6 +134,51 @@ def kubernetes(paths):
                 problems.append(f"{path}: scale-down removes {p['value']} members per {p.get('periodSeconds')} s")
     fact("scaling down removes a few members at a time, after a stabilisation window", problems)
 
+    # Each member opens up to HERALD_POSTGRES_POOL_SIZE connections and housekeeping 2 more; KEDA
+    # may run maxReplicaCount of them beside the migration Job: the server must admit them all.
+    problems = []
+    for path, d in scalers:
+        declared = d.get("metadata", {}).get("annotations", {}).get("herald.dev/postgres-max-connections")
+        if declared is None:
+            problems.append(f"{path}: no herald.dev/postgres-max-connections annotation states the server's max_connections")
+            continue
+        pool = int(config(path, "HERALD_POSTGRES_POOL_SIZE") or default_pool_size())
+        members = d["spec"].get("maxReplicaCount", 100)
+        need = members * (pool + HOUSEKEEPING_CONNECTIONS) + default_pool_size() + SUPERUSER_RESERVED
+        if need > int(declared):
+            problems.append(
+                f"{path}: {members} members × ({pool} + {HOUSEKEEPING_CONNECTIONS}) + the migration's {default_pool_size()} "
+                f"+ {SUPERUSER_RESERVED} reserved = {need} connections > max_connections {declared}"
+            )
+    if not scalers:
+        problems.append("no ScaledObject rendered")
+    fact("the most members KEDA may run stay within PostgreSQL's stated max_connections", problems)
+
+    problems = []
+    for path, d in scalers:
+        spec = d["spec"]
+        up = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {}).get("scaleUp", {})
+        policies = up.get("policies", [])
+        if not policies or up.get("stabilizationWindowSeconds", 0) < 30 or any(p.get("type") != "Pods" or p.get("value", 0) > 4 for p in policies):
+            problems.append(f"{path}: scale-up not bounded to a few members at a time after a window: {up!r}")
+        fallback = spec.get("fallback", {})
+        if not fallback or not spec.get("minReplicaCount", 0) <= fallback.get("replicas", -1) <= spec.get("maxReplicaCount", 0):
+            problems.append(f"{path}: no fallback member count between min and max for when KEDA cannot read the lag: {fallback!r}")
+    with open(os.path.join(ROOT, "docs/runbooks.md")) as f:
+        if "autoscaling.keda.sh/paused-replicas" not in f.read():
+            problems.append("docs/runbooks.md: does not say how to pause the autoscaling during an incident")
+    fact("scaling up adds a few members at a time, falls back to a fixed count, and can be paused", problems)
+
+    problems = []
+    for path, d in by_kind(documents, "Deployment"):
+        if d["spec"].get("minReadySeconds", 0) < 5:
+            problems.append(f"{path}: minReadySeconds {d['spec'].get('minReadySeconds', 0)}: a member failing right after its first probe does not halt the rollout")
+        labels = d["spec"]["template"].get("metadata", {}).get("labels", {})
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/part-of"):
+            if key not in labels:
+                problems.append(f"{path}: the pod template has no {key} label")
+    fact("a rollout waits for each new member to stay ready; pods carry the recommended labels", problems)
+
     # `herald migrate` (the Job, the partition CronJob) drops ledger days by the retention it is
     # given: the members' and the migrations' of one install must be the same setting, never the
     # default on one side and the operator's value on the other.
@@ -264,7 +309,9 @@ def kubernetes(paths):
             resources = c.get("resources", {})
             if not resources.get("requests", {}).get("cpu") or not resources.get("requests", {}).get("memory") or not resources.get("limits", {}).get("memory"):
                 problems.append(f"{where}: container {c['name']} without CPU and memory requests and a memory limit")
-    fact("every container (the migration's too) has requests and a memory limit", problems)
+            elif resources["requests"]["memory"] != resources["limits"]["memory"]:
+                problems.append(f"{where}: container {c['name']} requests {resources['requests']['memory']} of memory below its limit {resources['limits']['memory']}: evicted first under pressure")
+    fact("every container (the migration's too) has requests and a memory limit, memory requested up to its limit", problems)
 
     problems = []
     for path in overlays:
@@ -344,6 +391,28 @@ def flush_timeout_s():
     return int(match.group(1))
 
 
+def default_pool_size():
+    """PostgresURL's default pool size, as the source declares it."""
+    with open(os.path.join(ROOT, "Sources/HeraldService/Configuration/PostgresURL.swift")) as f:
+        match = re.search(r"static let defaultPoolSize = (\d+)", f.read())
+    if not match:
+        sys.exit("PostgresURL.swift: no `defaultPoolSize = N` to count the connection budget with")
+    return int(match.group(1))
+
+
+def default_drain_s():
+    """Herald's default drain cap (HERALD_SHUTDOWN_GRACE_S), in seconds, as the source declares it."""
+    with open(os.path.join(ROOT, "Sources/HeraldService/Configuration/HeraldConfiguration.swift")) as f:
+        match = re.search(r"defaultShutdownGracePeriod: Duration = \.seconds\((\d+)\)", f.read())
+    if not match:
+        sys.exit("HeraldConfiguration.swift: no `defaultShutdownGracePeriod: Duration = .seconds(N)` to check compose's grace against")
+    return int(match.group(1))
+
+
+# Housekeeping's own PostgreSQL pool per member, and PostgreSQL's superuser_reserved_connections.
+HOUSEKEEPING_CONNECTIONS = 2
+SUPERUSER_RESERVED = 3
+
 # Herald's own services in the compose file, which must run as the Kubernetes manifests do.
 HERALD_SERVICES = ("herald", "herald-migrate", "mock-apns", "shared-volume")
 
@@ -409,6 +478,16 @@ def compose(path):
         if "no-new-privileges:true" not in service.get("security_opt", []):
             problems.append(f"{name}: no security_opt no-new-privileges:true")
     fact("Herald's compose services run read-only, without capabilities or new privileges", problems)
+
+    problems = []
+    herald = services.get("herald", {})
+    drain = int(environment(herald).get("HERALD_SHUTDOWN_GRACE_S") or default_drain_s())
+    need = drain + flush_timeout_s() + CONSUMER_CLOSE_S + MARGIN_S
+    grace = str(herald.get("stop_grace_period", "10s"))
+    match = re.fullmatch(r"(\d+)s", grace)
+    if not match or int(match.group(1)) < need:
+        problems.append(f"herald: stop_grace_period {grace} < drain {drain} + flush + close + margin = {need} s")
+    fact("compose lets Herald drain before it kills it (stop_grace_period)", problems)
 
     problems = []
     mock = services.get("mock-apns", {})
