@@ -10,7 +10,7 @@ import PushPipeline
 @main
 struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Delivers Apple push notifications for notification events on Kafka.",
+        abstract: "Delivers push notifications (APNs, FCM, Web Push) for notification events on Kafka.",
         discussion: "Configured by HERALD_* environment variables and the YAML or JSON file HERALD_CONFIG_FILE names (see docs/configuration.md).",
         subcommands: [Run.self, Migrate.self, Config.self, Token.self, Send.self, Channel.self],
         defaultSubcommand: Run.self

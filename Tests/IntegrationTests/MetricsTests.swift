@@ -66,10 +66,12 @@ struct MetricsTests {
             #expect(metrics.value("herald_apns_retries_total", ["cause": "429"]) == Double(tooMany))
             let requests = production.values.reduce(0, +) + sandbox.values.reduce(0, +)
             #expect(metrics.value("herald_apns_request_duration_seconds_count") == Double(requests), "one per APNs request")
-            #expect(metrics.value("herald_notification_duration_seconds_count") == Double(expectedResults), "one per result")
-            #expect(metrics.value("herald_notification_ready_duration_seconds_count") == Double(expectedResults), "one per result")
-            let ready = try #require(metrics.value("herald_notification_ready_duration_seconds_sum"))
-            let published = try #require(metrics.value("herald_notification_duration_seconds_sum"))
+            let urgent = ["lane": "urgent"]
+            #expect(metrics.value("herald_notification_duration_seconds_count", urgent) == Double(expectedResults), "one per result")
+            #expect(metrics.value("herald_notification_ready_duration_seconds_count", urgent) == Double(expectedResults), "one per result")
+            #expect((metrics.value("herald_notification_duration_seconds_count", ["lane": "bulk"]) ?? 0) == 0, "nothing on the bulk topic")
+            let ready = try #require(metrics.value("herald_notification_ready_duration_seconds_sum", urgent))
+            let published = try #require(metrics.value("herald_notification_duration_seconds_sum", urgent))
             #expect(ready > 0 && ready < published, "each result is handed to the producer before the broker acknowledges it")
             for stage in ["poll", "token_lookup", "ledger_lookup", "ledger_write", "result_publish", "offset_commit"] {
                 #expect((metrics.value("herald_stage_duration_seconds_count", ["stage": stage]) ?? 0) >= 1, "\(stage)")

@@ -732,12 +732,13 @@ final class SimulatedMember: MessageSource {
 
     func wasToldItHasGone(_ partition: Int32) -> Bool { state.withLock { $0.gone.contains(partition) } }
 
+    /// Gives `partition` to this member from `offset`: the listener hears of it before any of its
+    /// records can be polled, as librdkafka fetches a partition only once its rebalance callback
+    /// has assigned it.
     func assigned(_ partition: Int32, from offset: Int64) {
-        state.withLock { state in
-            state.positions[partition] = offset
-            state.gone.remove(partition)
-        }
+        state.withLock { _ = $0.gone.remove(partition) }
         listener?.partitionsAssigned([KafkaTopicPartition(topic: group.topic, partition: partition)])
+        state.withLock { $0.positions[partition] = offset }
     }
 
     /// Revokes `partition` as librdkafka's callback does (blocking this thread for the drain), or

@@ -32,7 +32,7 @@ extension EventProcessor {
             results.map { .init(batch: $0.ticket.batch.id, message: $0.ticket.message, permit: $0.ticket.claim == nil ? nil : $0.ticket.batch.lane.priority) }
         )
         for (messages, ticket) in results {
-            metrics.recordPublished(consumedAt: ticket.batch.consumedAt, handedOver: started, now: published)
+            metrics.recordPublished(lane: ticket.batch.lane.priority, consumedAt: ticket.batch.consumedAt, handedOver: started, now: published)
             if let status = ticket.status {
                 metrics.recordResult(status, lane: ticket.batch.lane.priority, platform: ticket.platform)
                 if messages.contains(where: { $0.topic == configuration.topics.unregistered }) {

@@ -35,8 +35,8 @@ public final class PipelineMetrics: Sendable {
     private let commits: Counter
     private let rebalances: [String: Counter]
     private let stages: [Stage: Timer]
-    private let endToEnd: Timer
-    private let untilHandedToBroker: Timer
+    private let endToEnd: [InputLane.Priority: Timer]
+    private let untilHandedToBroker: [InputLane.Priority: Timer]
     private let deadLetters: LabelledCounters
     private let permanentPublishErrors: LabelledCounters
     private let publishErrors: LabelledCounters
@@ -90,8 +90,10 @@ public final class PipelineMetrics: Sendable {
                 ($0, Timer(label: "herald_stage_duration_seconds", dimensions: [("stage", $0.rawValue)], factory: factory))
             }
         )
-        endToEnd = Timer(label: "herald_notification_duration_seconds", factory: factory)
-        untilHandedToBroker = Timer(label: "herald_notification_ready_duration_seconds", factory: factory)
+        endToEnd = perLane { Timer(label: "herald_notification_duration_seconds", dimensions: [("lane", $0.label)], factory: factory) }
+        untilHandedToBroker = perLane {
+            Timer(label: "herald_notification_ready_duration_seconds", dimensions: [("lane", $0.label)], factory: factory)
+        }
         // Known label values start at 0, so a rate over them is defined before the first one.
         deadLetters = LabelledCounters(
             "herald_dead_letters_total",
@@ -154,11 +156,16 @@ public final class PipelineMetrics: Sendable {
         stages[stage]?.record(duration: start.duration(to: .now))
     }
 
-    /// Records a result's time from its message's poll to its hand-over to the producer (its
-    /// ledger record written) and to its publication (the broker's acknowledgement).
-    func recordPublished(consumedAt: ContinuousClock.Instant, handedOver: ContinuousClock.Instant, now: ContinuousClock.Instant) {
-        untilHandedToBroker.record(duration: consumedAt.duration(to: handedOver))
-        endToEnd.record(duration: consumedAt.duration(to: now))
+    /// Records a result's time, in `lane`, from its message's poll to its hand-over to the
+    /// producer (its ledger record written) and to its publication (the broker's acknowledgement).
+    func recordPublished(
+        lane: InputLane.Priority,
+        consumedAt: ContinuousClock.Instant,
+        handedOver: ContinuousClock.Instant,
+        now: ContinuousClock.Instant
+    ) {
+        untilHandedToBroker[lane]?.record(duration: consumedAt.duration(to: handedOver))
+        endToEnd[lane]?.record(duration: consumedAt.duration(to: now))
     }
 
     /// Sets the gauges of the pipeline's current state.
