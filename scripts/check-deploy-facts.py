@@ -179,6 +179,18 @@ def kubernetes(paths):
                 problems.append(f"{path}: the pod template has no {key} label")
     fact("a rollout waits for each new member to stay ready; pods carry the recommended labels", problems)
 
+    # The service's role may not change the schema (docs/kubernetes.md): in every install the
+    # ledger's day partitions are kept by a scheduled `herald migrate`, and the members leave them.
+    problems = []
+    for path in overlays:
+        if config(path, "HERALD_HOUSEKEEPING_PARTITIONS") != "false":
+            problems.append(f"{path}: the members keep the ledger's partitions (HERALD_HOUSEKEEPING_PARTITIONS not false) with a role that may not")
+        cronjobs = [d for p, d in documents if p == path and d.get("kind") == "CronJob"]
+        runs = [c for d in cronjobs for c in d["spec"]["jobTemplate"]["spec"]["template"]["spec"].get("containers", []) if c.get("args", [""])[0] == "migrate"]
+        if not runs:
+            problems.append(f"{path}: no CronJob runs `herald migrate`: new days stop three days after the last migration")
+    fact("every install keeps the ledger's day partitions with the migration role, on a schedule", problems)
+
     # `herald migrate` (the Job, the partition CronJob) drops ledger days by the retention it is
     # given: the members' and the migrations' of one install must be the same setting, never the
     # default on one side and the operator's value on the other.
