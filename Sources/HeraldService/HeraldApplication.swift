@@ -89,13 +89,14 @@ package enum HeraldApplication {
         let pipelineLoop = MultiThreadedEventLoopGroup.singleton.next()
         let (postgres, housekeepingPostgres) = Self.makePostgresClients(configuration, pipelineLoop: pipelineLoop, logger: logger)
         let store = PostgresStore(client: postgres, logger: logger)
+        let metrics = PrometheusCollectorRegistry()
+        let metricsFactory = Self.metricsFactory(metrics)
         let housekeeping = RegistryHousekeeping(
             configuration: configuration.housekeeping,
             store: PostgresStore(client: housekeepingPostgres, logger: logger),
+            metricsFactory: metricsFactory,
             logger: logger
         )
-        let metrics = PrometheusCollectorRegistry()
-        let metricsFactory = Self.metricsFactory(metrics)
         let clients = try PushClients(configuration: configuration, apns: apnsConfiguration, metricsFactory: metricsFactory, logger: logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let (consumer, bulkConsumer) = try Self.makeConsumers(configuration, logger: logger)

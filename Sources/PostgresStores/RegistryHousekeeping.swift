@@ -2,6 +2,7 @@ import PushCore
 import APNSCore
 package import PushStores
 package import Logging
+package import Metrics
 import PostgresNIO
 import ServiceLifecycle
 
@@ -59,25 +60,32 @@ package struct HousekeepingReport: Sendable, Hashable {
 ///
 /// The ledger's partitions are changed by one instance at a time (an advisory lock); every
 /// other step is an idempotent delete or an ordering-rule update, so instances running passes
-/// at the same time only repeat each other's work. A failed pass is logged and retried at the
-/// next interval.
+/// at the same time only repeat each other's work. A failed pass is logged, counted
+/// (`herald_housekeeping_passes_total{result="failed"}`) and retried at the next interval.
 package final class RegistryHousekeeping: Service, Sendable {
     private let configuration: HousekeepingConfiguration
     private let store: any RegistryHousekeepingStore
     private let now: @Sendable () -> Timestamp
     private let logger: Logger
+    /// Passes that succeeded and that failed.
+    private let passes: (succeeded: Counter, failed: Counter)
 
     /// - Parameter now: the wall clock the cut-offs are computed from (injectable for tests).
     package init(
         configuration: HousekeepingConfiguration,
         store: any RegistryHousekeepingStore,
         now: @escaping @Sendable () -> Timestamp = { Timestamp(microsecondsSince1970: WallClock.microsecondsSince1970()) },
+        metricsFactory: any MetricsFactory = MetricsSystem.factory,
         logger: Logger
     ) {
         self.configuration = configuration
         self.store = store
         self.now = now
         self.logger = logger
+        func passes(_ result: String) -> Counter {
+            Counter(label: "herald_housekeeping_passes_total", dimensions: [("result", result)], factory: metricsFactory)
+        }
+        self.passes = (passes("succeeded"), passes("failed"))
     }
 
     /// Runs a pass now and then every `interval`, until graceful shutdown or cancellation.
@@ -86,6 +94,7 @@ package final class RegistryHousekeeping: Service, Sendable {
             while !Task.isCancelled {
                 do {
                     let report = try await self.runPass()
+                    self.passes.succeeded.increment()
                     self.logger.info(
                         "housekeeping pass",
                         metadata: [
@@ -101,6 +110,7 @@ package final class RegistryHousekeeping: Service, Sendable {
                 } catch  where Task.isCancelled {
                     return
                 } catch {
+                    self.passes.failed.increment()
                     self.logger.warning("housekeeping pass failed", metadata: ["error": "\(error)"])
                 }
                 do {

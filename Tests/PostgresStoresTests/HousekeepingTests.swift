@@ -2,6 +2,7 @@ import PostgresStores
 import PushStores
 import Foundation
 import Logging
+import MetricsTestKit
 import ServiceLifecycle
 import ServiceLifecycleTestKit
 import Synchronization
@@ -116,7 +117,8 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
         configuration.interval = .milliseconds(20)
         let store = RecordingHousekeepingStore()
         store.failures.store(1, ordering: .relaxed)
-        let housekeeping = RegistryHousekeeping(configuration: configuration, store: store, logger: Logger(label: "test"))
+        let metrics = TestMetrics()
+        let housekeeping = RegistryHousekeeping(configuration: configuration, store: store, metricsFactory: metrics, logger: Logger(label: "test"))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await housekeeping.run() }
@@ -131,5 +133,8 @@ final class RecordingHousekeepingStore: RegistryHousekeepingStore {
             }
         }
         #expect(store.passes >= 3)
+        // The failed pass is counted, so an alert can tell (HeraldHousekeepingFailing).
+        #expect(try metrics.expectCounter("herald_housekeeping_passes_total", [("result", "failed")]).totalValue == 1)
+        #expect(try metrics.expectCounter("herald_housekeeping_passes_total", [("result", "succeeded")]).totalValue >= 3)
     }
 }
