@@ -119,6 +119,7 @@ package enum HeraldApplication {
             drain: drain,
             logger: logger
         )
+        let certificateWatch = Self.certificateWatch(configuration, metricsFactory: metricsFactory, logger: logger)
         // The push clients stop after the pipeline has drained: sends of the drain still go out.
         let senders: [ServiceGroupConfiguration.ServiceConfiguration] =
             clients.apnsClients.map { .init(service: $0) } + (clients.fcm.map { [.init(service: $0)] } ?? [])
@@ -129,8 +130,7 @@ package enum HeraldApplication {
                 .init(service: housekeepingPostgres),
                 // Needs only PostgreSQL: stops just before it.
                 .init(service: housekeeping),
-            ] + senders + [
-                .init(service: clients.credentialsReloader),
+            ] + senders + [.init(service: clients.credentialsReloader)] + certificateWatch + [
                 // Stopped after the pipeline has drained, so it answers throughout the drain.
                 .init(service: database),
                 .init(service: health),
@@ -147,6 +147,19 @@ package enum HeraldApplication {
         )
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         return ServiceGroup(configuration: groupConfiguration)
+    }
+
+    /// The watch of the TLS files the clients loaded at start (none when there are none): when one
+    /// changes on disk, the group stops gracefully, to be started again with it.
+    private static func certificateWatch(
+        _ configuration: HeraldConfiguration,
+        metricsFactory: any MetricsFactory,
+        logger: Logger
+    ) -> [ServiceGroupConfiguration.ServiceConfiguration] {
+        let files = CertificateWatch.files(of: configuration)
+        guard !files.isEmpty else { return [] }
+        let watch = CertificateWatch(files: files, interval: configuration.credentialsCheckInterval, metricsFactory: metricsFactory, logger: logger)
+        return [.init(service: watch, successTerminationBehavior: .gracefullyShutdownGroup)]
     }
 
     /// The APNs client's configuration: the configured one, or for an Android-only deployment (FCM

@@ -18,6 +18,8 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
     /// key, for servers that authenticate clients by certificate (`hostssl ... cert`); read
     /// when the configuration is, so a file that cannot be used stops Herald at start-up.
     package var sslClientCertificate: (chain: [NIOSSLCertificate], key: NIOSSLPrivateKey)?
+    /// Where ``sslClientCertificate``'s chain was read from (``CertificateWatch`` watches it).
+    package var sslClientCertificatePath: String?
 
     /// The most connections a pool opens when HERALD_POSTGRES_POOL_SIZE is unset.
     package static let defaultPoolSize = 20
@@ -56,6 +58,7 @@ package struct PostgresURL: Sendable, CustomStringConvertible {
         if let path = sslRootCertificatePath, !FileManager.default.isReadableFile(atPath: path) {
             throw ConfigurationError("HERALD_POSTGRES_URL: cannot read sslrootcert=\(path)")
         }
+        sslClientCertificatePath = query["sslcert"]
         switch (query["sslcert"], query["sslkey"]) {
         case (nil, nil):
             sslClientCertificate = nil
