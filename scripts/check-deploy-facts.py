@@ -499,7 +499,9 @@ def compose(path):
     match = re.fullmatch(r"(\d+)s", grace)
     if not match or int(match.group(1)) < need:
         problems.append(f"herald: stop_grace_period {grace} < drain {drain} + flush + close + margin = {need} s")
-    fact("compose lets Herald drain before it kills it (stop_grace_period)", problems)
+    if herald.get("restart") not in ("always", "unless-stopped"):
+        problems.append(f"herald: restart {herald.get('restart')!r}: a graceful stop for a changed TLS file (exit 0) would leave it down")
+    fact("compose lets Herald drain before it kills it (stop_grace_period), and starts it again after a clean exit", problems)
 
     problems = []
     mock = services.get("mock-apns", {})
