@@ -134,6 +134,21 @@ def kubernetes(paths):
                 problems.append(f"{path}: scale-down removes {p['value']} members per {p.get('periodSeconds')} s")
     fact("scaling down removes a few members at a time, after a stabilisation window", problems)
 
+    # KEDA counts records (events), not notifications: the threshold is derived from the events
+    # one member clears per second and the backlog an urgent event may wait behind, both stated.
+    problems = []
+    for path, d in scalers:
+        annotations = d.get("metadata", {}).get("annotations", {})
+        rate, seconds = annotations.get("herald.dev/events-per-second-per-member"), annotations.get("herald.dev/urgent-backlog-seconds")
+        if rate is None or seconds is None:
+            problems.append(f"{path}: no herald.dev/events-per-second-per-member and herald.dev/urgent-backlog-seconds to derive lagThreshold from")
+            continue
+        for trigger in d["spec"].get("triggers", []):
+            threshold = int(trigger.get("metadata", {}).get("lagThreshold", 0))
+            if threshold != int(rate) * int(seconds):
+                problems.append(f"{path}: lagThreshold {threshold} is not {rate} events/s × {seconds} s")
+    fact("KEDA's lag threshold is derived from a member's events per second and the urgent backlog", problems)
+
     # Each member opens up to HERALD_POSTGRES_POOL_SIZE connections and housekeeping 2 more; KEDA
     # may run maxReplicaCount of them beside the migration Job: the server must admit them all.
     problems = []
