@@ -149,6 +149,24 @@ def kubernetes(paths):
                 problems.append(f"{path}: lagThreshold {threshold} is not {rate} events/s × {seconds} s")
     fact("KEDA's lag threshold is derived from a member's events per second and the urgent backlog", problems)
 
+    # A migration that fails keeps each attempt's pod and log, and does not retry a configuration
+    # error; GitOps controllers run the Job before the members and recreate it per release.
+    problems = []
+    for path, d in documents:
+        if d.get("kind") not in ("Job", "CronJob"):
+            continue
+        job = d["spec"] if d["kind"] == "Job" else d["spec"]["jobTemplate"]["spec"]
+        name = f"{path}: {d['kind']} {d['metadata']['name']}"
+        if job["template"]["spec"].get("restartPolicy") != "Never":
+            problems.append(f"{name}: restartPolicy {job['template']['spec'].get('restartPolicy')!r}: a retry in the same pod loses the failed attempt's log")
+        if not any(2 in r.get("onExitCodes", {}).get("values", []) and r.get("action") == "FailJob" for r in job.get("podFailurePolicy", {}).get("rules", [])):
+            problems.append(f"{name}: no podFailurePolicy failing the Job on a configuration error (exit status 2)")
+        if d["kind"] == "Job":
+            annotations = d["metadata"].get("annotations", {})
+            if annotations.get("argocd.argoproj.io/hook") != "PreSync" or annotations.get("kustomize.toolkit.fluxcd.io/force") != "enabled":
+                problems.append(f"{name}: no Argo CD PreSync hook or Flux force annotation")
+    fact("migrations keep each failed attempt's log, fail at once on a configuration error, and run first under GitOps", problems)
+
     # Each member opens up to HERALD_POSTGRES_POOL_SIZE connections and housekeeping 2 more; KEDA
     # may run maxReplicaCount of them beside the migration Job: the server must admit them all.
     problems = []
