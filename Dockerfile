@@ -45,6 +45,12 @@ ENTRYPOINT ["/usr/local/bin/mock-apns"]
 
 # Herald's image, the default target (the last stage): herald alone, without the mock.
 FROM runtime AS herald
+# Which commit the image was built from (`docker build --build-arg REVISION=$(git rev-parse HEAD)`),
+# so a running member's image names its source (docker inspect, a registry's UI).
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="herald" \
+      org.opencontainers.image.source="https://github.com/herald-push/herald" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
 USER 10001
 EXPOSE 8080

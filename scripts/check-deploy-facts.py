@@ -565,6 +565,12 @@ def dockerfile(path):
         problems.append(f"{path}: no mock-apns stage to build the mock's own image from")
     fact("the production image (the Dockerfile's default target) has no mock APNs", problems)
 
+    problems = []
+    labels = " ".join(final["lines"])
+    if not re.search(r"ARG\s+REVISION", labels) or "org.opencontainers.image.revision=\"${REVISION}\"" not in labels:
+        problems.append(f"{path}: the final stage does not label org.opencontainers.image.revision from the build argument REVISION")
+    fact("the production image names the commit it was built from (OCI revision label)", problems)
+
 
 def references(paths):
     """File names cited in the comments of deploy files exist (configmap.yaml once cited a
