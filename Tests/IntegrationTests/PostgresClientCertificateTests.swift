@@ -10,14 +10,21 @@ import X509
 /// from HERALD_POSTGRES_URL_FILE with `sslmode=verify-full`, `sslrootcert`, `sslcert` and `sslkey`.
 @Suite(.timeLimit(.minutes(2)))
 struct PostgresClientCertificateTests {
-    @Test func heraldConnectsWithVerifyFullAndAClientCertificateAndIsRefusedWithout() async throws {
+    /// The local PostgreSQL's TLS directory (its CA, the client certificate of herald_cert) and
+    /// port; nil, said once, when the services have no TLS.
+    static func postgresWithTLS() -> (directory: String, port: Int)? {
         guard let tls = ProcessInfo.processInfo.environment["HERALD_TEST_POSTGRES_TLS_DIR"],
             let plain = ProcessInfo.processInfo.environment["HERALD_POSTGRES_URL"],
             let port = URLComponents(string: plain)?.port
         else {
             print("PostgresClientCertificateTests: skipped, the local services have no TLS (openssl missing?)")
-            return
+            return nil
         }
+        return (tls, port)
+    }
+
+    @Test func heraldConnectsWithVerifyFullAndAClientCertificateAndIsRefusedWithout() async throws {
+        guard let (tls, port) = Self.postgresWithTLS() else { return }
         let directory = try TestEnvironment.temporaryDirectory()
         let base = "postgres://herald_cert@127.0.0.1:\(port)/herald?sslmode=verify-full&sslrootcert=\(tls)/ca.pem"
         func migrate(_ url: String) async throws -> (status: Int32, output: String, errors: String) {
@@ -49,13 +56,7 @@ struct PostgresClientCertificateTests {
     /// periodic check), starts again as an orchestrator would start it, and keeps delivering; the
     /// expiry gauge shows the first certificate's expiry, then the new one's.
     @Test func aClientCertificateReplacedOnDiskIsTakenUpByAGracefulRestart() async throws {
-        guard let tls = ProcessInfo.processInfo.environment["HERALD_TEST_POSTGRES_TLS_DIR"],
-            let plain = ProcessInfo.processInfo.environment["HERALD_POSTGRES_URL"],
-            let port = URLComponents(string: plain)?.port
-        else {
-            print("PostgresClientCertificateTests: skipped, the local services have no TLS (openssl missing?)")
-            return
-        }
+        guard let (tls, port) = Self.postgresWithTLS() else { return }
         let testbed = try HeraldTestbed()
         let certificate = testbed.directory.appendingPathComponent("client.pem")
         try FileManager.default.copyItem(atPath: "\(tls)/client.pem", toPath: certificate.path)
