@@ -210,7 +210,10 @@ def kubernetes(paths):
         for key in ("app.kubernetes.io/name", "app.kubernetes.io/part-of"):
             if key not in labels:
                 problems.append(f"{path}: the pod template has no {key} label")
-    fact("a rollout waits for each new member to stay ready; pods carry the recommended labels", problems)
+        priority = d["spec"]["template"]["spec"].get("priorityClassName")
+        if not priority or not any(p == path and c.get("kind") == "PriorityClass" and c["metadata"]["name"] == priority for p, c in documents):
+            problems.append(f"{path}: the members have no PriorityClass of their own ({priority!r}): evicted like any pod under pressure")
+    fact("a rollout waits for each new member to stay ready; pods carry the recommended labels and a PriorityClass", problems)
 
     # The service's role may not change the schema (docs/kubernetes.md): in every install the
     # ledger's day partitions are kept by a scheduled `herald migrate`, and the members leave them.
@@ -384,6 +387,16 @@ def kubernetes(paths):
         if egress_ports != wanted | {2197}:
             problems.append(f"{path}: egress ports {sorted(egress_ports)}, expected DNS, APNs (443, 2197), Kafka and PostgreSQL: {sorted(wanted | {2197})}")
     fact("NetworkPolicy: in 8080 from monitoring only; out DNS, APNs, Kafka and PostgreSQL only", problems)
+
+    # A dual-stack cluster reaches APNs, FCM and the push services over IPv6 too.
+    problems = []
+    for path in overlays:
+        herald = [d for p, d in documents if p == path and d.get("kind") == "NetworkPolicy" and d["metadata"]["name"] == "herald"]
+        rules = herald[0]["spec"].get("egress", []) if herald else []
+        for port in (443, 2197):
+            if not any(":" in t.get("ipBlock", {}).get("cidr", "") for r in rules if port in {p.get("port") for p in r.get("ports", [])} for t in r.get("to", [])):
+                problems.append(f"{path}: no IPv6 egress on port {port}")
+    fact("NetworkPolicy: APNs, FCM and the push services reachable over IPv6 as well", problems)
 
     problems = []
     monitors = by_kind(documents, "PodMonitor") + by_kind(documents, "ServiceMonitor")
