@@ -6,12 +6,14 @@ Usage: check-deploy-facts.py kubernetes RENDERED.yaml...  (kubectl kustomize's o
        check-deploy-facts.py dockerfile Dockerfile
        check-deploy-facts.py alerts deploy/prometheus/alerts.yaml
        check-deploy-facts.py references FILE...           (file names cited in comments exist)
+       check-deploy-facts.py dashboard deploy/grafana/*.json
 
 Prints "ok" or "FAILED" before each fact (with what broke it) and exits 1 if any failed. Each
 fact is one defect of issue 40 that the files once had; the numbers it checks against are read
 from the repository, not repeated here (the drain cap from the ConfigMap, the producer's flush
 timeout from KafkaProducer.swift).
 """
+import json
 import os
 import re
 import sys
@@ -615,9 +617,38 @@ def references(paths):
     fact("every file the deploy files' comments cite exists", problems)
 
 
+# The families with a `lane` label that the dashboard shows.
+LANED_FAMILIES = (
+    "herald_results_total", "herald_messages_consumed_total", "herald_in_flight_messages", "herald_assigned_partitions",
+    "herald_paused_partitions", "herald_consumer_lag", "herald_committed_offset", "herald_notification_duration_seconds_bucket",
+    "herald_notification_ready_duration_seconds_bucket",
+)
+
+
+def dashboard(paths):
+    """Every query of the Grafana dashboards can be narrowed to one job and one namespace, and
+    the lane-labelled families to one lane (the dashboard's variables)."""
+    problems = []
+    for path in paths:
+        with open(path) as f:
+            board = json.load(f)
+        variables = {v.get("name") for v in board.get("templating", {}).get("list", [])}
+        for name in ("job", "namespace", "lane"):
+            if name not in variables:
+                problems.append(f"{path}: no ${name} variable")
+        for panel in board.get("panels", []):
+            for target in panel.get("targets", []):
+                for family, selector in re.findall(r"(herald_[a-z_]+)(\{[^}]*\})?", target.get("expr", "")):
+                    if 'job=~"$job"' not in selector or 'namespace=~"$namespace"' not in selector:
+                        problems.append(f"{path}: {panel.get('title')!r}: {family} not filtered by $job and $namespace")
+                    if family in LANED_FAMILIES and "lane=" not in selector:
+                        problems.append(f"{path}: {panel.get('title')!r}: {family} not filtered by $lane")
+    fact("the dashboard filters every query by job and namespace, and by lane where there is one", problems)
+
+
 def main():
     mode, paths = sys.argv[1], sys.argv[2:]
-    {"kubernetes": kubernetes, "compose": lambda p: compose(p[0]), "dockerfile": lambda p: dockerfile(p[0]), "references": references, "alerts": lambda p: alerts(p[0])}[mode](paths)
+    {"kubernetes": kubernetes, "compose": lambda p: compose(p[0]), "dockerfile": lambda p: dockerfile(p[0]), "references": references, "alerts": lambda p: alerts(p[0]), "dashboard": dashboard}[mode](paths)
     sys.exit(1 if failures else 0)
 
 

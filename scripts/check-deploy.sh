@@ -187,6 +187,7 @@ facts kubernetes "${RENDERED[@]}"
 facts compose deploy/compose.yaml
 facts dockerfile Dockerfile
 facts alerts deploy/prometheus/alerts.yaml
+facts dashboard deploy/grafana/*.json
 mapfile -t DEPLOY_FILES < <(find deploy/kubernetes deploy/prometheus deploy/compose.yaml -name '*.yaml' -o -name '*.env' | sort)
 facts references "${DEPLOY_FILES[@]}"
 
