@@ -284,7 +284,12 @@ def kubernetes(paths):
                     problems.append(f"{where}: {probe} timeoutSeconds {c[probe].get('timeoutSeconds', '1 (default)')}; /health/ready may wait 2 s for PostgreSQL")
     if not any("readinessProbe" in c for _, pod in pod_specs(documents) for c in pod.get("containers", [])):
         problems.append("no readiness probe rendered")
-    fact("every probe waits at least 3 s for an answer", problems)
+    for where, pod in pod_specs(documents):
+        for c in pod.get("containers", []):
+            startup, liveness = c.get("startupProbe"), c.get("livenessProbe")
+            if startup and liveness and startup.get("httpGet", {}).get("path") == liveness.get("httpGet", {}).get("path"):
+                problems.append(f"{where}: the startup probe asks what the liveness probe asks ({startup['httpGet']['path']}): it delays nothing")
+    fact("every probe waits at least 3 s for an answer, and none only repeats another", problems)
 
     flush = flush_timeout_s()
     problems = []
