@@ -51,6 +51,8 @@ ARG REVISION=unknown
 LABEL org.opencontainers.image.title="herald" \
       org.opencontainers.image.source="https://github.com/herald-push/herald" \
       org.opencontainers.image.revision="${REVISION}"
+# And Herald exports it as herald_build_info{revision}.
+ENV HERALD_BUILD_REVISION="${REVISION}"
 COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
 USER 10001
 EXPOSE 8080

@@ -589,7 +589,9 @@ def dockerfile(path):
     labels = " ".join(final["lines"])
     if not re.search(r"ARG\s+REVISION", labels) or "org.opencontainers.image.revision=\"${REVISION}\"" not in labels:
         problems.append(f"{path}: the final stage does not label org.opencontainers.image.revision from the build argument REVISION")
-    fact("the production image names the commit it was built from (OCI revision label)", problems)
+    if "HERALD_BUILD_REVISION=\"${REVISION}\"" not in labels:
+        problems.append(f"{path}: the final stage does not give Herald its revision (ENV HERALD_BUILD_REVISION), so herald_build_info cannot say it")
+    fact("the production image names the commit it was built from (OCI revision label, herald_build_info)", problems)
 
 
 def references(paths):

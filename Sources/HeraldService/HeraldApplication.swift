@@ -91,6 +91,8 @@ package enum HeraldApplication {
         let store = PostgresStore(client: postgres, logger: logger)
         let metrics = PrometheusCollectorRegistry()
         let metricsFactory = Self.metricsFactory(metrics)
+        // Which build each member runs (a rollout shows both revisions side by side).
+        Gauge(label: "herald_build_info", dimensions: [("revision", configuration.buildRevision)], factory: metricsFactory).record(1)
         let housekeeping = RegistryHousekeeping(
             configuration: configuration.housekeeping,
             store: PostgresStore(client: housekeepingPostgres, logger: logger),

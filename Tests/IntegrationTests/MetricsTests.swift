@@ -80,6 +80,7 @@ struct MetricsTests {
             #expect(metrics.value("herald_messages_consumed_total", ["lane": "bulk"]) == 0, "nothing on the bulk topic")
             #expect(metrics.value("herald_results_total", ["status": "delivered", "lane": "bulk", "platform": "apns"]) == 0)
             #expect(metrics.value("herald_ready") == 1)
+            #expect(metrics.value("herald_build_info", ["revision": "unknown"]) == 1, "no HERALD_BUILD_REVISION outside the image")
             #expect(metrics.value("herald_assigned_partitions", ["lane": "urgent"]) ?? 0 >= 1)
             for gauge in [
                 "herald_in_flight_messages", "herald_in_flight_sends", "herald_ledger_unrecorded_outcomes", "herald_paused_partitions",

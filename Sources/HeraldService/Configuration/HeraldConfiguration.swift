@@ -49,6 +49,9 @@ package struct HeraldConfiguration: Sendable {
     package var logFormat: LogFormat
     /// Whether `herald run` applies migrations before it starts consuming.
     package var migrateOnStart: Bool
+    /// The commit the running build was made from (HERALD_BUILD_REVISION, which the image sets
+    /// from its REVISION build argument; `unknown` otherwise), exported as `herald_build_info`.
+    package var buildRevision: String
     /// Whether events and sends are traced and exported over OTLP/HTTP (HERALD_OTEL_TRACES;
     /// default: on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set).
     /// The exporter reads the standard OTEL_* variables.
@@ -63,7 +66,7 @@ package struct HeraldConfiguration: Sendable {
     /// HERALD_POSTGRES_URL); the database URL is read as a secret (it may hold a password).
     static let configKeys: [ConfigKey] = [
         ["postgres", "url"], ["postgres", "url_file"], ["postgres", "pool_size"], ["shutdown_grace_s"], ["http_port"],
-        ["otel_traces"], ["log_level"], ["log_format"], ["migrate_on_start"], CredentialsFileKey.path, CredentialsFileKey.checkInterval,
+        ["otel_traces"], ["log_level"], ["log_format"], ["migrate_on_start"], ["build_revision"], CredentialsFileKey.path, CredentialsFileKey.checkInterval,
         CredentialsFileKey.formerPath, CredentialsFileKey.formerCheckInterval,
     ]
     /// The database when neither HERALD_POSTGRES_URL nor HERALD_POSTGRES_URL_FILE is set.
@@ -171,6 +174,7 @@ package struct HeraldConfiguration: Sendable {
         }
         logFormat = format
         migrateOnStart = try config.flag(forKey: ["migrate_on_start"], default: Self.defaultMigrateOnStart)
+        buildRevision = config.string(forKey: ["build_revision"], default: "unknown")
         let otlpEndpointSet = environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil
         tracesEnabled = try config.flag(forKey: ["otel_traces"], default: otlpEndpointSet)
     }
