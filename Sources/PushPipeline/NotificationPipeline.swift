@@ -100,23 +100,13 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             InputLane(priority: .bulk, source: $0, pacer: configuration.bulkMaxRate > 0 ? SendPacer(perSecond: configuration.bulkMaxRate) : nil)
         }
         let reliablePublisher = ReliablePublisher(
-            publisher: publisher,
-            retriableBackoff: configuration.publishRetry,
-            permanentBackoff: configuration.blockedPublishRetry,
-            logger: logger,
-            metrics: metrics
-        )
+            publisher: publisher, retriableBackoff: configuration.publishRetry, permanentBackoff: configuration.blockedPublishRetry,
+            logger: logger, metrics: metrics)
         self.publisher = reliablePublisher
         let storeOperations = StoreOperations(
-            timeout: configuration.storeOperationTimeout,
-            maxAbandoned: configuration.maxAbandonedStoreOperations,
-            backoff: configuration.storeRetry,
-            permanentBackoff: configuration.storePermanentRetry,
-            classify: { store.failure(of: $0) },
-            taskExecutor: taskExecutor,
-            metrics: metrics,
-            logger: logger
-        )
+            timeout: configuration.storeOperationTimeout, maxAbandoned: configuration.maxAbandonedStoreOperations,
+            backoff: configuration.storeRetry, permanentBackoff: configuration.storePermanentRetry, classify: { store.failure(of: $0) },
+            taskExecutor: taskExecutor, metrics: metrics, logger: logger)
         self.storeOperations = storeOperations
         let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: configuration.bulkSendShare)
         self.coordinator = coordinator
@@ -142,13 +132,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             storeOperations: storeOperations,
             deadLetters: deadLetters,
             sender: RetryingSender(
-                client: apns,
-                broadcastClient: broadcastAPNS,
-                fcmClient: fcm,
-                webPushClient: webPush,
-                policy: configuration.retry,
-                metrics: metrics.sender
-            ),
+                client: apns, broadcastClient: broadcastAPNS, fcmClient: fcm, webPushClient: webPush, policy: configuration.retry,
+                metrics: metrics.sender),
             coordinator: coordinator,
             tracer: tracer,
             metrics: metrics,
