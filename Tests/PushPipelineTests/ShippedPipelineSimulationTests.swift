@@ -224,6 +224,8 @@ final class SimulatedWorld: Sendable {
                 if move == 6 { postgres.passMidnight() }
                 try await Task.sleep(for: .milliseconds(Int.random(in: 20...120, using: &generator)))
                 for group in groups { group.release(messagesPerPartition: 10) }
+                // The move lands while what was just released is being delivered.
+                try await Task.sleep(for: .milliseconds(Int.random(in: 2...20, using: &generator)))
                 let group = groups[Int.random(in: 0..<3, using: &generator) == 2 ? 1 : 0]
                 let partition = group.partitions.randomElement(using: &generator)!
                 switch Int.random(in: 0..<10, using: &generator) {
