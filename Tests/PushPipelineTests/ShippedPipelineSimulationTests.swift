@@ -292,6 +292,7 @@ final class SimulatedWorld: Sendable {
     private func checkResults(crashes: Int) {
         let published = publishedResults()
         var repeated = 0
+        var deliveredByPlatform: [String: Int] = [:]
         for event in events {
             for device in event.devices {
                 let copies = published[event.id]?[device] ?? []
@@ -301,18 +302,25 @@ final class SimulatedWorld: Sendable {
                 }
                 // An untimed record's ledger day is its poll's: two members that poll it on both
                 // sides of a midnight at once (a loss, a crash) record under two days, and both
-                // outcomes stand (docs/design.md, "Ledger days"). Only a legacy broker's record
+                // outcomes stand (docs/design.md, "The ledger"). Only a legacy broker's record
                 // (message format v0) has no timestamp.
                 if Set(copies).count > 1, !event.isUntimed { record("\(event.id): results that differ for one device") }
+                let platform = String(device.split(separator: " ")[0])
                 let token = String(device.split(separator: " ")[1])
                 let pushes =
-                    switch device.split(separator: " ")[0] {
+                    switch platform {
                     case "apns": apns.delivered(event: event.id, token: token)
                     case "fcm": fcm.delivered(event: event.id, token: token)
                     default: webPush.delivered(event: event.id, endpoint: token)
                     }
                 repeated += max(0, pushes - 1)
+                deliveredByPlatform[platform, default: 0] += pushes
             }
+        }
+        // Seven in ten answers accept: a platform none of whose pushes arrived was never sent to
+        // (its results would all be refusals Herald made up).
+        for (platform, delivered) in deliveredByPlatform.sorted(by: { $0.key < $1.key }) where delivered == 0 {
+            record("no \(platform) device received anything")
         }
         let lost = groups.map(\.lostCount).reduce(0, +)
         // A send that passed its fence the moment before the fence closed starts after it: at
