@@ -134,6 +134,50 @@ struct DeliveryCoordinatorTests {
         #expect(revoked.offsets == [partition: 0], "the new owner reads offset 0 again")
     }
 
+    /// A send waiting for a permit when its partition's drain begins is handed one at once,
+    /// though none is free, to give back unused: the drain never waits for permits that other
+    /// sends (here, urgent ones) hold. Found by the shipped-pipeline simulation: a bulk
+    /// revocation drained for its whole bound while urgent sends held every permit.
+    @Test func aSendWaitingForAPermitIsHandedOneWhenItsPartitionIsDrainedAndTheDrainEndsWhenItGivesItBack() throws {
+        var machine = Machine(permitLimit: 2, bulkShare: 0.5, recentCapacity: 10)
+        let partition = KafkaTopicPartition(topic: "t", partition: 0)
+        machine.assign([partition], lane: .bulk)
+        let message = KafkaMessage(topic: "t", partition: 0, offset: 0, key: nil, value: nil)
+        let started = machine.start(message, lane: .bulk)
+        let generation = try #require(started)
+        let position = MessagePosition(lane: .bulk, partition: partition, offset: 0, generation: generation)
+        // Two devices: two sends of the message.
+        let batch = machine.openBatch([position], results: [2]).batch
+        let urgentHeld = machine.tryAcquirePermits(.urgent, upTo: 2)
+        #expect(urgentHeld == 2, "urgent sends hold every permit")
+        guard case .wait = machine.waitForPermit(60, id: 1, lane: .bulk, unlessFenced: (batch, 0)) else {
+            Issue.record("granted while full")
+            return
+        }
+        guard case .wait = machine.waitForPermit(61, id: 2, lane: .bulk) else {
+            Issue.record("granted while full")
+            return
+        }
+
+        let drain = machine.beginDrain([partition], lane: .bulk)
+        #expect(drain.inFlight == 1)
+        #expect(drain.actions.resume == [60], "the fenced send is woken holding a permit; the wait no fence ends stays")
+        #expect(machine.permitsHeld == 3, "one above the limit until it gives it back")
+        // The second send, fenced already when it registers: handed a permit at once.
+        guard case .resume(62) = machine.waitForPermit(62, id: 3, lane: .bulk, unlessFenced: (batch, 0)) else {
+            Issue.record("a fenced send waited for a permit")
+            return
+        }
+        let first = machine.fenced(batch: batch, message: 0, claim: nil, permit: .bulk)
+        #expect(!first.givenUp)
+        let second = machine.fenced(batch: batch, message: 0, claim: nil, permit: .bulk)
+        #expect(second.givenUp)
+        #expect(second.actions.drained == [.bulk], "the drain ends with the last of them")
+        #expect(machine.permitsHeld == 2)
+        let bulkGranted = machine.tryAcquirePermit(.bulk)
+        #expect(!bulkGranted, "no permit is free: the urgent sends still hold both")
+    }
+
     /// The lost wake-ups: each time, what the waiter waits for happens between its "not yet"
     /// and its registration; the registration sees it and the caller goes on at once.
     @Test func whatHappensBetweenNotYetAndWaitingIsNeverLost() {

@@ -27,10 +27,13 @@ import WebPushCore
 /// - the records' timestamps straddle a UTC midnight, and a quarter carry none (their ledger day
 ///   is the day they are polled).
 /// The seed also decides the world's moves, taken while events are being delivered: a partition
-/// of either lane moved to the other member with a drain, or lost (the group gave it away after
-/// a session time-out), and a member crashed (its task cancelled, both lanes' partitions given to
-/// the other member from the committed offsets) and started again.
+/// of either lane moved to the other member with a drain (during a retry storm on it: FCM and the
+/// web push service ask its sends to wait longer than the drain may take), or lost (the group
+/// gave it away after a session time-out), and a member crashed (its task cancelled, both lanes'
+/// partitions given to the other member from the committed offsets) and started again.
 ///
+/// Checked at every revocation: its drain ends before its bound (the sends waiting to retry are
+/// given up at once, not waited for).
 /// Checked at every send: none starts for a partition its member was told it gave up or lost
 /// (but one that passed its fence as it closed: at most the send permits per move).
 /// Checked at every commit: an offset is committed only once every result of every message below
@@ -81,6 +84,11 @@ final class SimulatedWorld: Sendable {
     static let package = "com.example.shop.android"
     static let webApp = "shop-web"
     static let maxConcurrentSends = 8
+    /// How long a revocation may drain (the pipeline's `revocationDrainTimeout`).
+    static let revocationDrainBound: Duration = .seconds(2)
+    /// The `Retry-After` of the answers in a retry storm: longer than the drain bound, so a drain
+    /// that waited for a send asked to wait runs into its bound.
+    static let stormRetryAfter: Duration = .seconds(3)
     /// 2026-11-28T00:00:00Z: the records' timestamps straddle it.
     static let midnightMilliseconds: Int64 = 1_795_737_600_000
 
@@ -101,6 +109,9 @@ final class SimulatedWorld: Sendable {
     private let violations = Mutex<[String]>([])
     /// The sends that started after their member was told it gave their partition up.
     private let lateSends = Mutex<[String]>([])
+    /// The partition in a retry storm: FCM and the web push service ask its sends to wait
+    /// ``stormRetryAfter`` (set just before the partition is revoked).
+    private let storm = Mutex<(topic: String, partition: Int32)?>(nil)
 
     init(seed: UInt64) async throws {
         self.seed = seed
@@ -169,6 +180,7 @@ final class SimulatedWorld: Sendable {
         groups = [Self.topics.requests, Self.topics.bulkRequests].map { SimulatedGroup(topic: $0, messages: messages[$0] ?? [:]) }
         for group in groups {
             group.onCommit = { [weak self] topic, partition, offset in self?.checkCommit(topic: topic, partition: partition, below: offset) }
+            group.onDrained = { [weak self] topic, partition, duration in self?.checkDrain(topic: topic, partition: partition, took: duration) }
         }
     }
 
@@ -186,7 +198,7 @@ final class SimulatedWorld: Sendable {
         configuration.retry.quotaExceededWait = .milliseconds(20)
         configuration.maxConcurrentSends = Self.maxConcurrentSends
         configuration.commitInterval = .milliseconds(10)
-        configuration.revocationDrainTimeout = .seconds(2)
+        configuration.revocationDrainTimeout = Self.revocationDrainBound
         configuration.pollBatchSize = 8
         configuration.bulkMaxRate = 500
         configuration.storeOperationTimeout = SimulatedPostgres.timeLimit
@@ -230,7 +242,12 @@ final class SimulatedWorld: Sendable {
                 let partition = group.partitions.randomElement(using: &generator)!
                 switch Int.random(in: 0..<10, using: &generator) {
                 case 0..<5:
+                    // A retry storm on the partition as the group revokes it: its sends wait
+                    // for their Retry-After when the drain begins.
+                    storm.withLock { $0 = (group.topic, partition) }
+                    try await Task.sleep(for: .milliseconds(30))
                     await group.move(partition, lost: false)
+                    storm.withLock { $0 = nil }
                 case 5..<7:
                     await group.move(partition, lost: true)
                 case 7..<9:
@@ -261,6 +278,21 @@ final class SimulatedWorld: Sendable {
         guard let event = eventsByID[eventID], let member = members.first(where: { $0.topic == event.topic }) else { return }
         if member.wasToldItHasGone(event.partition) {
             lateSends.withLock { $0.append("\(event.id) of \(event.topic)/\(event.partition)") }
+        }
+    }
+
+    /// Whether the partition of `eventID`'s record is in a retry storm.
+    func isInStorm(eventID: String) -> Bool {
+        guard let event = eventsByID[eventID] else { return false }
+        return storm.withLock { $0.map { $0.topic == event.topic && $0.partition == event.partition } ?? false }
+    }
+
+    /// A revocation that drained for its whole bound waited for sends that should have been
+    /// given up: the drain fences the partition's messages and wakes every send waiting to
+    /// retry, for a permit or for its pace (docs/design.md, "The fence: revoked partitions").
+    private func checkDrain(topic: String, partition: Int32, took duration: Duration) {
+        if duration >= Self.revocationDrainBound * 0.9 {
+            record("the revocation of \(topic)/\(partition) drained for \(duration), its whole bound: sends waiting to retry were not given up")
         }
     }
 
@@ -367,12 +399,23 @@ final class MemberPushServices: APNSClientProtocol, FCMClientProtocol, WebPushCl
     }
 
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
-        world.checkSendStart(eventID: SimulatedFCM.eventID(of: request), by: members)
+        let eventID = SimulatedFCM.eventID(of: request)
+        world.checkSendStart(eventID: eventID, by: members)
+        // In a storm: UNAVAILABLE with Retry-After, which a sender must honour
+        // (firebase.google.com/docs/cloud-messaging/scale-fcm#errors: "503 ... honor the Retry-After header").
+        if world.isInStorm(eventID: eventID) {
+            return FCMResponse(
+                status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable), retryAfter: SimulatedWorld.stormRetryAfter)
+        }
         return try await world.fcm.send(request, deadline: deadline)
     }
 
     func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {
-        world.checkSendStart(eventID: String(decoding: request.plaintext, as: UTF8.self), by: members)
+        let eventID = String(decoding: request.plaintext, as: UTF8.self)
+        world.checkSendStart(eventID: eventID, by: members)
+        // In a storm: 429 with Retry-After (RFC 8030, section 8.4: a push service that limits
+        // its rate answers 429 and may say when to try again).
+        if world.isInStorm(eventID: eventID) { return WebPushResponse(status: 429, retryAfter: SimulatedWorld.stormRetryAfter) }
         return try await world.webPush.send(request, deadline: deadline)
     }
 }
@@ -586,7 +629,7 @@ extension String {
 /// the partition is refused, as the broker refuses one of a dead generation.
 final class SimulatedGroup: @unchecked Sendable {
     // @unchecked Sendable: every stored property is behind `state` (a Mutex) or a constant, except
-    // `onCommit`, which is set once in the world's initializer before any member exists and only
+    // `onCommit` and `onDrained`, which are set once in the world's initializer before any member exists and only
     // read after.
     private struct State {
         var messages: [Int32: [KafkaMessage]]
@@ -603,6 +646,8 @@ final class SimulatedGroup: @unchecked Sendable {
     let topic: String
     let partitions: [Int32]
     var onCommit: @Sendable (String, Int32, Int64) -> Void = { _, _, _ in }
+    /// Told how long each revocation's drain took.
+    var onDrained: @Sendable (String, Int32, Duration) -> Void = { _, _, _ in }
 
     init(topic: String, messages: [Int32: [KafkaMessage]]) {
         self.topic = topic
@@ -662,12 +707,14 @@ final class SimulatedGroup: @unchecked Sendable {
             assign(partition, toSlot: 1 - from.slot)
             try? await Task.sleep(for: .milliseconds(5))
         }
+        let began = ContinuousClock.now
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 from.revoke(partition, lost: lost)
                 continuation.resume()
             }
         }
+        if !lost { onDrained(topic, partition, ContinuousClock.now - began) }
         if !lost { assign(partition, toSlot: 1 - from.slot) }
     }
 

@@ -49,7 +49,7 @@ extension DeliveryCoordinator {
         private var batches: [UInt64: BatchProgress] = [:]
         private var nextBatchID: UInt64 = 0
         private var claims: DeliveryClaimTable<Waiter>
-        private var permits: SendPermitQueue<Waiter>
+        private var permits: SendPermitQueue<PermitWaiter>
         /// Each lane's offsets; a lane's member only ever sees its own lane's partitions.
         private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
         /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
@@ -57,6 +57,13 @@ extension DeliveryCoordinator {
         /// Sends waiting before their next attempt (a backoff, a pause), by wait ID, each woken
         /// as soon as its message is fenced.
         private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
+
+        /// A sender waiting for a permit, and where the message its send is for stands (nil: a
+        /// wait no fence ends).
+        struct PermitWaiter {
+            var waiter: Waiter
+            var position: MessagePosition?
+        }
 
         /// `permitLimit` sends at once, `bulkShare` of them for bulk senders at most; the last
         /// `recentCapacity` recorded deliveries are remembered for copies of their events.
@@ -131,11 +138,17 @@ extension DeliveryCoordinator {
             fenceWaiters.removeValue(forKey: id)?.waiter
         }
 
-        /// Wakes, in the order they began to wait, the sends whose message is fenced now.
+        /// Wakes, in the order they began to wait, the sends whose message is fenced now: those
+        /// waiting before an attempt, and those waiting for a permit (handed one to give back).
         private mutating func wakeFencedWaiters(into actions: inout Actions) {
             for id in fenceWaiters.keys.sorted() where isFenced(fenceWaiters[id]!.position) {
                 actions.resume.append(fenceWaiters.removeValue(forKey: id)!.waiter)
             }
+            let offsets = offsets
+            let fenced = permits.grantFenced { waiter in
+                waiter.position.map { offsets[$0.lane]?.isFenced($0.partition, generation: $0.generation) ?? true } ?? false
+            }
+            actions.resume += fenced.map(\.waiter)
         }
 
         /// Messages of `partitions` of `lane` in flight.
@@ -274,17 +287,29 @@ extension DeliveryCoordinator {
         }
 
         /// Registers a sender that ``tryAcquirePermit(_:)`` turned away, unless a permit is free
-        /// for it now (released in between).
-        mutating func waitForPermit(_ waiter: Waiter, id: UInt64, lane: Lane) -> SendPermitQueue<Waiter>.EnqueueAction {
-            permits.enqueue(waiter, id: id, lane: lane)
+        /// for it now (released in between). A send for message `message` of `batch` is handed
+        /// a permit as soon as that message is fenced (at once when it is already): it starts no
+        /// request and gives the permit back (``SendPermitQueue/grantFenced(where:)``).
+        mutating func waitForPermit(
+            _ waiter: Waiter, id: UInt64, lane: Lane, unlessFenced message: (batch: UInt64, message: Int)? = nil
+        ) -> SendPermitQueue<Waiter>.EnqueueAction {
+            let position = message.flatMap { batches[$0.batch]?.positions[$0.message] }
+            if let position, isFenced(position) {
+                permits.grantFenced(lane)
+                return .resume(waiter)
+            }
+            switch permits.enqueue(PermitWaiter(waiter: waiter, position: position), id: id, lane: lane) {
+            case .resume(let granted): return .resume(granted.waiter)
+            case .wait: return .wait
+            }
         }
 
         /// Removes the permit waiter `id` (its task was cancelled); nil when it holds a permit already.
-        mutating func cancelPermitWait(id: UInt64) -> Waiter? { permits.cancel(id: id) }
+        mutating func cancelPermitWait(id: UInt64) -> Waiter? { permits.cancel(id: id)?.waiter }
 
         /// A send of `lane` gives its permit back while it waits to be retried; returns the
         /// waiters the permit goes to.
-        mutating func releasePermit(_ lane: Lane) -> [Waiter] { permits.release(1, from: lane) }
+        mutating func releasePermit(_ lane: Lane) -> [Waiter] { permits.release(1, from: lane).map(\.waiter) }
 
         // MARK: Outcomes
 
@@ -308,7 +333,7 @@ extension DeliveryCoordinator {
             }
             // Urgent first: its waiters are served before bulk ones either way.
             for lane in Lane.allCases {
-                if let count = returned[lane] { actions.resume += permits.release(count, from: lane) }
+                if let count = returned[lane] { actions.resume += permits.release(count, from: lane).map(\.waiter) }
             }
             return actions
         }
@@ -320,7 +345,7 @@ extension DeliveryCoordinator {
         mutating func fenced(batch: UInt64, message: Int, claim: Int?, permit: Lane?) -> (actions: Actions, givenUp: Bool) {
             var actions = Actions()
             if let claim { actions.resume += claims.release(claim) }
-            if let permit { actions.resume += permits.release(1, from: permit) }
+            if let permit { actions.resume += permits.release(1, from: permit).map(\.waiter) }
             guard let position = batches[batch]?.positions[message], batches[batch]?.fence(message) == .givenUp else { return (actions, false) }
             settle(position, givenUp: true, into: &actions)
             if let waiter = closeIfFinished(batch) { actions.resume.append(waiter) }

@@ -200,8 +200,10 @@ final class DeliveryCoordinator: Sendable {
 
     /// Takes a send permit, waiting behind the earlier waiters of `lane` (and, for bulk, behind
     /// every urgent one); throws `CancellationError` if cancelled while waiting. The permit is
-    /// given back by ``published(_:)`` or ``fenced(batch:message:claim:permit:)``.
-    func acquirePermit(_ lane: Lane) async throws {
+    /// given back by ``published(_:)`` or ``fenced(batch:message:claim:permit:)``. A wait for
+    /// a send of message `message` of `batch` ends as soon as that message is fenced (a
+    /// revocation's drain, a stop): the send then holds a permit only to give it back unused.
+    func acquirePermit(_ lane: Lane, unlessFenced message: (batch: UInt64, message: Int)? = nil) async throws {
         if state.withLock({ $0.tryAcquirePermit(lane) }) { return }
         let id = waitIDs.add(1, ordering: .relaxed).newValue
         try await withTaskCancellationHandler {
@@ -209,7 +211,7 @@ final class DeliveryCoordinator: Sendable {
                 let action = state.withLock { state -> SendPermitQueue<CheckedContinuation<Void, any Error>>.EnqueueAction? in
                     // Checked under the lock: a cancellation handler that already ran found nothing to remove.
                     if Task.isCancelled { return nil }
-                    return state.waitForPermit(continuation, id: id, lane: lane)
+                    return state.waitForPermit(continuation, id: id, lane: lane, unlessFenced: message)
                 }
                 switch action {
                 case nil: continuation.resume(throwing: CancellationError())
@@ -230,10 +232,10 @@ final class DeliveryCoordinator: Sendable {
 
     /// Takes at least one send permit (waiting as ``acquirePermit(_:)`` does when none is free)
     /// and at most `count`: as many as are free once it has the first. Returns how many.
-    func acquirePermits(_ lane: Lane, upTo count: Int) async throws -> Int {
+    func acquirePermits(_ lane: Lane, upTo count: Int, unlessFenced message: (batch: UInt64, message: Int)? = nil) async throws -> Int {
         let taken = state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
         if taken > 0 { return taken }
-        try await acquirePermit(lane)
+        try await acquirePermit(lane, unlessFenced: message)
         return 1 + state.withLock { $0.tryAcquirePermits(lane, upTo: count - 1) }
     }
 

@@ -38,7 +38,8 @@ struct SendPermitQueue<Waiter> {
         available = self.limit
     }
 
-    /// Permits held now.
+    /// Permits held now (above `limit` for the moment fenced waiters hold theirs:
+    /// ``grantFenced(where:)``).
     var inUse: Int { limit - available }
 
     /// Senders waiting in `lane`.
@@ -72,6 +73,25 @@ struct SendPermitQueue<Waiter> {
     /// Removes the waiter `id` (its task was cancelled); nil when it was already granted.
     mutating func cancel(id: UInt64) -> Waiter? {
         urgent.remove(id: id) ?? bulk.remove(id: id)
+    }
+
+    /// Hands a permit to every waiter `isFenced` picks (its send's message was fenced while it
+    /// waited), free or not, and returns them in arrival order: each starts no request and gives
+    /// its permit back at once, so the limit still bounds the requests in flight, and a
+    /// revocation's drain never waits for a permit to free up.
+    mutating func grantFenced(where isFenced: (Waiter) -> Bool) -> [Waiter] {
+        let urgentFenced = urgent.removeAll(where: isFenced)
+        let bulkFenced = bulk.removeAll(where: isFenced)
+        for _ in urgentFenced { grantFenced(.urgent) }
+        for _ in bulkFenced { grantFenced(.bulk) }
+        return urgentFenced + bulkFenced
+    }
+
+    /// Hands a permit of `lane` to a sender whose send is fenced already, free or not
+    /// (``grantFenced(where:)``).
+    mutating func grantFenced(_ lane: Lane) {
+        available -= 1
+        if lane == .bulk { heldByBulk += 1 }
     }
 
     /// Gives back `count` permits held by `lane`'s senders: urgent waiters first, then bulk
@@ -124,6 +144,18 @@ struct SendPermitQueue<Waiter> {
             entries[index] = nil
             count -= 1
             return entry.waiter
+        }
+
+        /// Removes the waiters `predicate` picks; returns them in arrival order.
+        mutating func removeAll(where predicate: (Waiter) -> Bool) -> [Waiter] {
+            var removed: [Waiter] = []
+            for index in entries.indices.dropFirst(head) {
+                guard let entry = entries[index], predicate(entry.waiter) else { continue }
+                entries[index] = nil
+                count -= 1
+                removed.append(entry.waiter)
+            }
+            return removed
         }
 
         private mutating func compactIfMostlyEmpty() {

@@ -162,9 +162,10 @@ final class EventProcessor: Sendable {
 
     /// Admits one send: waits for the lane's pace (the bulk lane's HERALD_BULK_MAX_RATE), then
     /// for a send permit in the lane's queue. A send whose message is fenced (its partition
-    /// revoked or being drained) is given up instead, before it takes a pacer slot and after the
-    /// pace's wait. Returns whether it may start; throws when cancelled. The coordinator takes
-    /// the permit back once the result is published (or the send is fenced).
+    /// revoked or being drained) is given up instead: before it takes a pacer slot, after the
+    /// pace's wait, and as soon as it is fenced while it waits for a permit. Returns whether it
+    /// may start; throws when cancelled. The coordinator takes the permit back once the result
+    /// is published (or the send is fenced).
     func admitSend(_ ticket: DeliveryTicket) async throws -> Bool {
         guard !isFenced(ticket) else {
             abandonFenced(ticket, holdingPermit: false)
@@ -178,7 +179,12 @@ final class EventProcessor: Sendable {
             abandonFenced(ticket, holdingPermit: false)
             return false
         }
-        try await coordinator.acquirePermit(ticket.batch.lane.priority)
+        try await coordinator.acquirePermit(ticket.batch.lane.priority, unlessFenced: (ticket.batch.id, ticket.message))
+        // Fenced while it waited: the permit it was handed goes back unused.
+        guard !isFenced(ticket) else {
+            abandonFenced(ticket)
+            return false
+        }
         return true
     }
 
@@ -199,7 +205,8 @@ final class EventProcessor: Sendable {
             next += 1
         }
         guard next < sends.endIndex else { return [] }
-        let admitted = try await coordinator.acquirePermits(lane.priority, upTo: sends.endIndex - next)
+        let first = sends[next].ticket
+        let admitted = try await coordinator.acquirePermits(lane.priority, upTo: sends.endIndex - next, unlessFenced: (first.batch.id, first.message))
         defer { next += admitted }
         return sends[next..<next + admitted]
     }

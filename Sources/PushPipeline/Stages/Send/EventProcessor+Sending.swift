@@ -279,7 +279,7 @@ extension EventProcessor {
             if refused { self.coordinator.releasePermit(lane) }
             try await self.coordinator.wait(duration, unlessFenced: ticket.batch.id, message: ticket.message)
             guard refused else { return }
-            do { try await self.coordinator.acquirePermit(lane) } catch { throw CancellationError() }
+            do { try await self.coordinator.acquirePermit(lane, unlessFenced: (ticket.batch.id, ticket.message)) } catch { throw CancellationError() }
         }
     }
 
