@@ -71,7 +71,7 @@ package final class KafkaProducer: Service, Sendable {
         for (index, message) in messages.enumerated() {
             while true {
                 do {
-                    try enqueue(message, report: DeliveryReport(batch, index: index))
+                    try enqueue(message, report: ProduceAcknowledgement(batch, index: index))
                     break
                 } catch let error as KafkaError where error.isQueueFull {
                     // librdkafka's local queue is full: it drains as the broker acknowledges, so
@@ -92,7 +92,7 @@ package final class KafkaProducer: Service, Sendable {
     }
 
     /// Hands the record to librdkafka (a non-blocking call); the report owns `report` from here.
-    private func enqueue(_ message: KafkaOutgoingMessage, report: DeliveryReport) throws {
+    private func enqueue(_ message: KafkaOutgoingMessage, report: ProduceAcknowledgement) throws {
         try client.immediate { handle in
             var headers: OpaquePointer?
             if !message.headers.isEmpty {

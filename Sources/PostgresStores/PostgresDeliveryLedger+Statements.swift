@@ -98,7 +98,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         ) AS l
         """
     /// The row's key, and the outcome recorded earlier (nil for a row this statement inserted).
-    typealias Row = (DeliveryKey, RecordedDelivery?)
+    typealias Row = (LedgerKey, RecordedDelivery?)
 
     var deliveries: [RecordedDelivery]
     var events: [LedgerRowKey: LedgerEvent]
@@ -145,7 +145,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
             throw PostgresLedgerError(detail: "a row of an event not recorded here")
         }
         let kindCode = try random[15].decode(Int16.self)
-        let key = DeliveryKey(event: event, target: LedgerTarget(try LedgerRow.kind(code: kindCode), token))
+        let key = LedgerKey(event: event, target: LedgerTarget(try LedgerRow.kind(code: kindCode), token))
         guard recordedEarlier else { return (key, nil) }
         let columns: LedgerRow.Columns = (
             eventKey, day, token, try random[4].decode(String.self), try random[5].decode(String?.self), try random[6].decode(Bool.self),

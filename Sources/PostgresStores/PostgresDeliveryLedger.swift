@@ -36,14 +36,14 @@ extension PostgresStore: DeliveryLedger {
     package func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
         // One row per (event, target): the first outcome given for it stands for every copy.
         var rows: [RecordedDelivery] = []
-        var rowOfKey: [DeliveryKey: Int] = [:]
+        var rowOfKey: [LedgerKey: Int] = [:]
         let rowOfEntry = batch.map { entry in
-            if let row = rowOfKey[DeliveryKey(entry.delivery)] { return row }
+            if let row = rowOfKey[LedgerKey(entry.delivery)] { return row }
             var row = entry.delivery
             // Kept only when a mark of this (event, target) changes the registry row (below).
             row.unregisteredAtMilliseconds = nil
             rows.append(row)
-            rowOfKey[DeliveryKey(row)] = rows.count - 1
+            rowOfKey[LedgerKey(row)] = rows.count - 1
             return rows.count - 1
         }
         guard !rows.isEmpty else { return [] }
@@ -83,8 +83,8 @@ extension PostgresStore: DeliveryLedger {
         _ rows: [RecordedDelivery],
         _ returned: [RecordDeliveriesStatement.Row]
     ) throws -> [RecordedDelivery] {
-        var inserted = Set<DeliveryKey>()
-        var recordedBefore: [DeliveryKey: RecordedDelivery] = [:]
+        var inserted = Set<LedgerKey>()
+        var recordedBefore: [LedgerKey: RecordedDelivery] = [:]
         for (key, earlier) in returned {
             if let earlier {
                 recordedBefore[key] = earlier
@@ -93,8 +93,8 @@ extension PostgresStore: DeliveryLedger {
             }
         }
         return try rows.map { row in
-            if let earlier = recordedBefore[DeliveryKey(row)] { return earlier }
-            guard inserted.contains(DeliveryKey(row)) else {
+            if let earlier = recordedBefore[LedgerKey(row)] { return earlier }
+            guard inserted.contains(LedgerKey(row)) else {
                 throw PostgresLedgerError(detail: "no outcome for \(row.event.eventID) after recording it")
             }
             return row
@@ -235,7 +235,7 @@ enum LedgerRow {
 }
 
 /// A delivery-ledger row's primary key: its event and target.
-struct DeliveryKey: Hashable, Sendable {
+struct LedgerKey: Hashable, Sendable {
     var event: LedgerEvent
     var target: LedgerTarget
 

@@ -19,12 +19,12 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
 
     private let rows = Mutex<[String: Row]>([:])
     /// The ledger's key: an event and a target (its kind included).
-    private struct DeliveryKey: Hashable {
+    private struct LedgerKey: Hashable {
         var event: LedgerEvent
         var target: LedgerTarget
     }
 
-    private let deliveries = Mutex<[DeliveryKey: RecordedDelivery]>([:])
+    private let deliveries = Mutex<[LedgerKey: RecordedDelivery]>([:])
     private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
 
     public init() {}
@@ -99,7 +99,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                 stored.unregisteredAtMilliseconds = nil
             }
             return deliveries.withLock { deliveries in
-                let key = DeliveryKey(event: delivery.event, target: delivery.target)
+                let key = LedgerKey(event: delivery.event, target: delivery.target)
                 if let existing = deliveries[key] { return existing }
                 deliveries[key] = stored
                 return stored

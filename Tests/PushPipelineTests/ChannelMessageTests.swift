@@ -91,7 +91,7 @@ import Testing
     }
 
     @Test func aChannelsResultNamesTheChannelAndNoDevice() throws {
-        let result = DeliveryResult(
+        let result = DeviceResult(
             eventID: "score-1",
             userID: nil,
             token: nil,

@@ -182,7 +182,7 @@ import Testing
     }
 
     @Test func resultJSONHasEveryFieldWithNullsForAbsentOnes() throws {
-        let result = DeliveryResult(
+        let result = DeviceResult(
             eventID: "e", userID: "u", token: nil, topic: "t", environment: nil, status: .noDevices,
             apnsStatus: nil, reason: nil, apnsID: nil, attempts: 0, latencyMilliseconds: 3,
             completedAtMilliseconds: 1_763_719_201_123

@@ -207,7 +207,7 @@ private let rdKafkaError: @convention(c) (OpaquePointer?, Int32, UnsafePointer<C
 }
 
 /// Delivery reports arrive on librdkafka's background thread; each message's opaque is the
-/// retained ``DeliveryReport`` its sender awaits.
+/// retained ``ProduceAcknowledgement`` its sender awaits.
 private let rdKafkaBackgroundEvent: @convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutableRawPointer?) -> Void = {
     _, event, _ in
     guard let event else { return }
@@ -215,15 +215,16 @@ private let rdKafkaBackgroundEvent: @convention(c) (OpaquePointer?, OpaquePointe
     guard rd_kafka_event_type(event) == RD_KAFKA_EVENT_DR else { return }
     while let message = rd_kafka_event_message_next(event) {
         guard let opaque = message.pointee._private else { continue }
-        let report = Unmanaged<DeliveryReport>.fromOpaque(opaque).takeRetainedValue()
+        let report = Unmanaged<ProduceAcknowledgement>.fromOpaque(opaque).takeRetainedValue()
         let error = message.pointee.err
         report.deliver(error == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError.delivery(ProduceErrorCause(error)))
     }
 }
 
-/// Who waits for one record's delivery report, handed to librdkafka as the message's opaque:
-/// a single `send`, or one record of a ``ProduceBatch``.
-final class DeliveryReport: Sendable {
+/// Who waits for the brokers' acknowledgement of one record (librdkafka's delivery report),
+/// handed to librdkafka as the message's opaque: a single `send`, or one record of a
+/// ``ProduceBatch``.
+final class ProduceAcknowledgement: Sendable {
     private enum Waiter {
         case single(CheckedContinuation<Void, any Error>)
         case batch(ProduceBatch, index: Int)

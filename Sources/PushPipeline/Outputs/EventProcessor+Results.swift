@@ -59,7 +59,7 @@ extension EventProcessor {
             (result, unregistered) = (recordedResult, recordedEvent)
         case .send(let send):
             (result, unregistered) = (
-                DeliveryResult(recorded: send, of: event, token: outcome.token, userID: outcome.userID).json(),
+                DeviceResult(recorded: send, of: event, token: outcome.token, userID: outcome.userID).json(),
                 send.unregisteredAtMilliseconds.map {
                     UnregisteredTokenEvent(
                         token: outcome.token,
@@ -97,8 +97,8 @@ extension EventProcessor {
         event: NotificationEvent,
         userID: String,
         consumedAt: ContinuousClock.Instant
-    ) -> DeliveryResult {
-        DeliveryResult(
+    ) -> DeviceResult {
+        DeviceResult(
             eventID: event.id,
             userID: userID,
             token: nil,

@@ -28,7 +28,7 @@ public final class PipelineMetrics: Sendable {
     let sender: SenderMetrics
     private let consumed: [InputLane.Priority: Counter]
     /// By lane, platform (nil: a user without devices) and status.
-    private let results: [InputLane.Priority: [DevicePlatform?: [DeliveryResult.Status: Counter]]]
+    private let results: [InputLane.Priority: [DevicePlatform?: [DeviceResult.Status: Counter]]]
     private let republished: Counter
     private let lookupsBeyondRetention: Counter
     private let unregisteredPublished: Counter
@@ -67,7 +67,7 @@ public final class PipelineMetrics: Sendable {
                     (
                         platform,
                         Dictionary(
-                            uniqueKeysWithValues: DeliveryResult.Status.allCases.map {
+                            uniqueKeysWithValues: DeviceResult.Status.allCases.map {
                                 let dimensions = [("status", $0.rawValue), ("lane", lane.label), ("platform", platform?.rawValue ?? "none")]
                                 return ($0, Counter(label: "herald_results_total", dimensions: dimensions, factory: factory))
                             }
@@ -136,7 +136,7 @@ public final class PipelineMetrics: Sendable {
     func recordLedgerLookupsBeyondRetention(_ count: Int) {
         if count > 0 { lookupsBeyondRetention.increment(by: count) }
     }
-    func recordResult(_ status: DeliveryResult.Status, lane: InputLane.Priority, platform: DevicePlatform?) {
+    func recordResult(_ status: DeviceResult.Status, lane: InputLane.Priority, platform: DevicePlatform?) {
         results[lane]?[platform]?[status]?.increment()
     }
     func recordRebalance(assigned: Bool) { rebalances[assigned ? "assigned" : "revoked"]?.increment() }

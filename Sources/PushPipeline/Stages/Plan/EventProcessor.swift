@@ -278,7 +278,7 @@ final class EventProcessor: Sendable {
     /// result, and every event (validated to name 1 to 1,000 users) at least one: each message
     /// of a batch is finished by its last published result.
     private struct EventPlan {
-        var noDevices: [DeliveryResult] = []
+        var noDevices: [DeviceResult] = []
         var recorded: [RecordedDelivery] = []
         var destinations: [Recipient] = []
 

@@ -21,11 +21,11 @@ extension EventProcessor {
         /// The claim key of a sent result (it also holds a send permit).
         var claim: Int?
         /// The status of a new result, counted once published (nil: a republished one).
-        var status: DeliveryResult.Status?
+        var status: DeviceResult.Status?
         /// The service a new result's device was sent to (nil: no device, or not sent).
         var platform: DevicePlatform?
 
-        init(_ batch: PollBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeliveryResult.Status? = nil) {
+        init(_ batch: PollBatch, _ message: Int, _ event: NotificationEvent, claim: Int? = nil, status: DeviceResult.Status? = nil) {
             self.batch = batch
             self.message = message
             self.event = event

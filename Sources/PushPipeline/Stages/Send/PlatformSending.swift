@@ -55,7 +55,7 @@ protocol PlatformAttemptHistory: Sendable {
     /// send permit.
     var lastWasAnswered: Bool { get }
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
-    func outcome(_ status: DeliveryResult.Status, reason: String?) -> DeliveryOutcome
+    func outcome(_ status: DeviceResult.Status, reason: String?) -> DeliveryOutcome
 }
 
 extension RetryingSender {

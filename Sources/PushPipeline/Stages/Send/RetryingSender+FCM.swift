@@ -164,7 +164,7 @@ struct FCMAttempts: PlatformAttemptHistory {
     var lastWasAnswered: Bool { last.status != nil }
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
-    func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {
+    func outcome(_ status: DeviceResult.Status, reason: String? = nil) -> DeliveryOutcome {
         var outcome = DeliveryOutcome(status: status, apnsStatus: nil, reason: reason ?? last.reason, attempts: attempts)
         outcome.platform = .fcm
         outcome.fcmStatus = last.status

@@ -131,7 +131,7 @@ struct WebPushAttempts: PlatformAttemptHistory {
     var lastWasAnswered: Bool { lastStatus != nil }
 
     /// The outcome with what the last answer said (`reason` instead of its reason when given).
-    func outcome(_ status: DeliveryResult.Status, reason: String? = nil) -> DeliveryOutcome {
+    func outcome(_ status: DeviceResult.Status, reason: String? = nil) -> DeliveryOutcome {
         var outcome = DeliveryOutcome(status: status, apnsStatus: nil, reason: reason ?? lastReason, attempts: attempts)
         outcome.platform = .webpush
         outcome.webPushStatus = lastStatus

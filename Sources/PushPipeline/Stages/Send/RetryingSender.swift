@@ -7,7 +7,7 @@ import Foundation
 
 /// The final answer for one device after retries.
 public struct DeliveryOutcome: Sendable, Hashable {
-    public var status: DeliveryResult.Status
+    public var status: DeviceResult.Status
     public var apnsStatus: Int?
     public var reason: String?
     public var attempts: Int
@@ -30,7 +30,7 @@ public struct DeliveryOutcome: Sendable, Hashable {
     public var webPushLocation: String?
 
     public init(
-        status: DeliveryResult.Status,
+        status: DeviceResult.Status,
         apnsStatus: Int?,
         reason: String?,
         attempts: Int,
@@ -134,7 +134,7 @@ public struct RetryingSender: Sendable {
         var retries = RetryAttempts()
 
         /// The outcome when the next attempt cannot start: `expired` once `expiration` passed.
-        func giveUp(_ status: DeliveryResult.Status) -> DeliveryOutcome {
+        func giveUp(_ status: DeviceResult.Status) -> DeliveryOutcome {
             DeliveryOutcome(status: status, apnsStatus: lastStatus, reason: lastReason, attempts: attempts)
         }
     }
@@ -196,7 +196,7 @@ public struct RetryingSender: Sendable {
         expired: Bool,
         deadline: ContinuousClock.Instant,
         fence: SendFence
-    ) throws(DeliveryStopped) -> DeliveryResult.Status? {
+    ) throws(DeliveryStopped) -> DeviceResult.Status? {
         if expired { return .expired }
         guard ContinuousClock.now < deadline else { return .failed }
         if fence.isClosed() { throw .fenced }
@@ -279,7 +279,7 @@ public struct RetryingSender: Sendable {
     }
 
     private enum Decision {
-        case final(DeliveryResult.Status)
+        case final(DeviceResult.Status)
         /// 429: this device token gets too many requests; back off this notification only.
         case retryThisToken
         /// 500, 503 and other 5xx: APNs is in trouble; back off and slow the whole sender.

@@ -6,7 +6,7 @@ import FCMCore
 
 /// One push.results message: the outcome for one device (or one user without devices), or for
 /// one event to a broadcast channel (``channelID`` set; no user, token or apns-id).
-public struct DeliveryResult: Sendable, Hashable {
+public struct DeviceResult: Sendable, Hashable {
     public typealias Status = DeliveryStatus
 
     public var eventID: String
@@ -122,7 +122,7 @@ public struct DeliveryResult: Sendable, Hashable {
     }
 }
 
-extension DeliveryResult {
+extension DeviceResult {
     /// The result of a send to `token` for `event`, from what the ledger kept of it: the event
     /// gives its ID, topic (for FCM, its package) and channel, and the apns-id sent is derived again.
     init(recorded send: RecordedDelivery.SendOutcome, of event: NotificationEvent, token: String, userID: String) {
