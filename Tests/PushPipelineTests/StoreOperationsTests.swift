@@ -52,6 +52,11 @@ struct StoreOperationsTests {
         )
     }
 
+    /// Returns once `condition` holds, looking every 5 ms for at most 10 s.
+    static func waitUntil(_ condition: () -> Bool) async throws {
+        for _ in 0..<2_000 where !condition() { try await Task.sleep(for: .milliseconds(5)) }
+    }
+
     @Test func hungCallsAreAbandonedUpToTheBoundAndTheCallSucceedsOnceTheyEnd() async throws {
         let operations = Self.operations(timeout: .milliseconds(20))
         let enforcing = Task { await operations.runTimeLimit() }
@@ -63,8 +68,11 @@ struct StoreOperationsTests {
                 return 42
             }
         }
-        try await Task.sleep(for: .milliseconds(500))
-        // About 20 time-outs would have fit in 500 ms; only the bound's worth started.
+        // Waited for by condition, not for a fixed time: a loaded machine (a parallel `swift
+        // test`) may run nothing for half a second.
+        try await Self.waitUntil { hung.started.load(ordering: .relaxed) >= 3 }
+        try await Task.sleep(for: .milliseconds(200))
+        // Ten more time limits went by; only the bound's worth started.
         #expect(hung.started.load(ordering: .relaxed) == 3)
         #expect(operations.abandoned.count == 3)
         hung.release()
@@ -99,7 +107,8 @@ struct StoreOperationsTests {
                 }
             }
         }
-        try await Task.sleep(for: .milliseconds(300))
+        try await Self.waitUntil { operations.blockingCauses == ["abandoned_operations"] }
+        try await Task.sleep(for: .milliseconds(200))
         #expect(operations.abandoned.count <= 3, "\(operations.abandoned.count) abandoned with a bound of 3")
         #expect(operations.blockingCauses == ["abandoned_operations"])
         hung.release()

@@ -6,6 +6,7 @@ import KafkaMessages
 import Logging
 import PushPipeline
 import PushPipelineTesting
+import Synchronization
 import Testing
 
 /// Sends that wait between attempts (a retry's backoff) where they meet the rebalance drain and
@@ -46,6 +47,40 @@ struct WaitingSendsTests {
             let drained = started.duration(to: .now)
             #expect(drained < .seconds(2), "the drain waited \(drained) for a send asleep in its backoff")
             #expect(apns.callCount(RevocationFenceTests.phone) == 1, "no attempt after the revocation began")
+        }
+    }
+
+    /// A poll batch spans two partitions and one send permit is taken by a send that hangs; the
+    /// batch's sends of both partitions wait for it. Revoking the second partition gives its send
+    /// up at once: it does not wait behind the first partition's send in one admission queue
+    /// (found by the shipped-pipeline simulation: a bulk revocation drained for its whole bound).
+    @Test func aDrainGivesUpSendsQueuedBehindAnotherPartitionsSendThatWaitsForAPermit() async throws {
+        @Sendable func message(_ event: String, partition: Int32, offset: Int64) -> KafkaMessage {
+            let json = #"{"id":"\#(event)","user_ids":["carol"],"topic":"com.example.shop","payload":{"aps":{"alert":"hi"}}}"#
+            return KafkaMessage(topic: "push.requests", partition: partition, offset: offset, key: nil, value: Array(json.utf8))
+        }
+        let phone = RevocationFenceTests.phone
+        let held = HoldingAPNSClient(holding: NotificationID.derive(eventID: "held", token: phone))
+        let source = InMemoryMessageSource([message("held", partition: 0, offset: 0)])
+        var configuration = Self.waitingConfiguration
+        configuration.maxConcurrentSends = 1
+        let store = try await RevocationFenceTests.store()
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: source, publisher: FakePublisher(), store: store, ledger: store, apns: held,
+            logger: Logger(label: "test"))
+        try await RevocationFenceTests.whileRunning(pipeline) {
+            try await RevocationFenceTests.waitUntil { held.isHolding }
+            // The next poll batch: a send of partition 0 ahead of one of partition 1, both
+            // waiting for the permit the held send has.
+            source.append([message("waits", partition: 0, offset: 1), message("revoked", partition: 1, offset: 0)])
+            try await Task.sleep(for: .milliseconds(200))
+            let started = ContinuousClock.now
+            _ = await RevocationFenceTests.revoke([KafkaTopicPartition(topic: "push.requests", partition: 1)], from: pipeline)
+            let drained = started.duration(to: .now)
+            held.release()
+            #expect(drained < .seconds(2), "the drain of partition 1 waited \(drained) behind partition 0's permit wait")
+            try await RevocationFenceTests.waitUntil { held.sent.count >= 2 }
+            #expect(held.sent.map(\.apnsID) == ["held", "waits"].map { NotificationID.derive(eventID: $0, token: phone) }, "the revoked send never went")
         }
     }
 
@@ -113,5 +148,44 @@ struct LostAssignmentTests {
             #expect(source.allCommits.count == commitsBefore, "nothing is committed for a lost partition")
             #expect(apns.callCount(phone) == 2, "no attempt after the partition was lost")
         }
+    }
+}
+
+/// Answers 200 to every request, but holds the one whose apns-id is `holding` until
+/// ``release()``: a send that keeps its permit as long as a test wants.
+final class HoldingAPNSClient: APNSClientProtocol {
+    private let holding: String
+    private let state = Mutex<(sent: [APNSRequest], holder: CheckedContinuation<Void, Never>?, released: Bool)>(([], nil, false))
+
+    init(holding apnsID: String) { holding = apnsID }
+
+    func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
+        state.withLock { $0.sent.append(request) }
+        if request.apnsID == holding {
+            await withCheckedContinuation { continuation in
+                let released = state.withLock { state in
+                    if !state.released { state.holder = continuation }
+                    return state.released
+                }
+                if released { continuation.resume() }
+            }
+        }
+        return APNSResponse(status: 200, apnsID: request.apnsID)
+    }
+
+    /// Whether the held request is waiting.
+    var isHolding: Bool { state.withLock { $0.holder != nil } }
+
+    /// Every request received, in order.
+    var sent: [APNSRequest] { state.withLock { $0.sent } }
+
+    /// Lets the held request be answered.
+    func release() {
+        let holder = state.withLock { state in
+            state.released = true
+            defer { state.holder = nil }
+            return state.holder
+        }
+        holder?.resume()
     }
 }

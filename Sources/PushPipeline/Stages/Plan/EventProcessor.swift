@@ -148,15 +148,28 @@ final class EventProcessor: Sendable {
             for delivery in busy {
                 group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
             }
-            // As many sends at once as there are permits free: an idle Herald starts the whole
-            // batch in one go, a busy one what its finished sends make room for.
+            // One admission loop per partition: a partition's drain gives up its unstarted sends
+            // at once, never behind another partition's send that waits for a permit or its pace.
+            let byPartition = Dictionary(grouping: sends) { batch.message($0.ticket.message).message.topicPartition }.values
+            for partitionSends in byPartition.dropFirst() {
+                group.addTask { await self.admitAndSend(partitionSends, lane: lane, consumedAt: consumedAt) }
+            }
+            if let first = byPartition.first { await admitAndSend(first, lane: lane, consumedAt: consumedAt) }
+            await coordinator.waitUntilFinished(batchID)
+        }
+    }
+
+    /// Starts `sends` in order, as many at once as there are permits free (an idle Herald starts
+    /// them in one go, a busy one what its finished sends make room for); returns once each has
+    /// handed its outcome on (or when cancelled).
+    private func admitAndSend(_ sends: [Delivery], lane: InputLane, consumedAt: ContinuousClock.Instant) async {
+        await withDiscardingTaskGroup { group in
             var next = sends.startIndex
             while next < sends.endIndex {
                 let chunk: ArraySlice<Delivery>
                 do { chunk = try await admitSends(sends, from: &next, lane: lane) } catch { return }
                 if !chunk.isEmpty { group.addTask { await self.send(Array(chunk), consumedAt: consumedAt) } }
             }
-            await coordinator.waitUntilFinished(batchID)
         }
     }
 
