@@ -7,6 +7,7 @@ Usage: check-deploy-facts.py kubernetes RENDERED.yaml...  (kubectl kustomize's o
        check-deploy-facts.py alerts deploy/prometheus/alerts.yaml
        check-deploy-facts.py references FILE...           (file names cited in comments exist)
        check-deploy-facts.py dashboard deploy/grafana/*.json
+       check-deploy-facts.py runbook-base RENDERED.yaml BASE (an overlay rendered with runbooks.yaml's base set to BASE)
 
 Prints "ok" or "FAILED" before each fact (with what broke it) and exits 1 if any failed. Each
 fact is one defect of issue 40 that the files once had; the numbers it checks against are read
@@ -447,6 +448,24 @@ def alerts(path):
         fact(f"every alert in {path} has its runbook_url; absent() and up == 0 alerts exist", alert_problems(path, yaml.safe_load(f)))
 
 
+def runbook_base(args):
+    """Every runbook_url of an overlay rendered with its runbooks.yaml naming `base` starts with
+    that base (components/runbook-links), and the local-config ConfigMap stays out of the output."""
+    path, base = args
+    problems = []
+    documents = load([path])
+    rules = [r for _, d in by_kind(documents, "PrometheusRule") for g in d["spec"].get("groups", []) for r in g.get("rules", []) if "alert" in r]
+    if not rules:
+        problems.append(f"{path}: no PrometheusRule with alerts")
+    for r in rules:
+        url = r.get("annotations", {}).get("runbook_url")
+        if url != f"{base}#{r['alert'].lower()}":
+            problems.append(f"{path}: {r['alert']}: runbook_url {url!r}, expected {base}#{r['alert'].lower()}")
+    if any(d.get("kind") == "ConfigMap" and d.get("metadata", {}).get("name") == "herald-runbooks" for _, d in documents):
+        problems.append(f"{path}: the herald-runbooks ConfigMap (local-config) is rendered for the cluster")
+    fact(f"an overlay's runbooks.yaml sets every alert's runbook base ({base})", problems)
+
+
 def flush_timeout_s():
     """KafkaProducer's default flush timeout, in seconds, as the source declares it."""
     with open(os.path.join(ROOT, "Sources/KafkaTransport/KafkaProducer.swift")) as f:
@@ -655,7 +674,7 @@ def dashboard(paths):
 
 def main():
     mode, paths = sys.argv[1], sys.argv[2:]
-    {"kubernetes": kubernetes, "compose": lambda p: compose(p[0]), "dockerfile": lambda p: dockerfile(p[0]), "references": references, "alerts": lambda p: alerts(p[0]), "dashboard": dashboard}[mode](paths)
+    {"kubernetes": kubernetes, "compose": lambda p: compose(p[0]), "dockerfile": lambda p: dockerfile(p[0]), "references": references, "alerts": lambda p: alerts(p[0]), "dashboard": dashboard, "runbook-base": runbook_base}[mode](paths)
     sys.exit(1 if failures else 0)
 
 

@@ -184,6 +184,15 @@ DOCKERFILES=(Dockerfile scripts/containers/*.Dockerfile)
 check "checkov ${DOCKERFILES[*]}" "$CHECKOV_VENV/bin/checkov" --quiet --compact --skip-download \
   --framework dockerfile "${DOCKERFILES[@]/#/--file=}"
 facts kubernetes "${RENDERED[@]}"
+# The runbooks' base is one line of an overlay: a copy of the tree with the production overlay's
+# runbooks.yaml pointing elsewhere renders every runbook_url from there.
+relinked_runbooks() {
+  cp -r deploy/kubernetes "$SCRATCH/relinked"
+  sed -i "s|^  base: .*|  base: $1|" "$SCRATCH/relinked/overlays/production/runbooks.yaml"
+  "$KUBECTL" kustomize "$SCRATCH/relinked/overlays/production" >"$SCRATCH/relinked.yaml"
+}
+check "kubectl kustomize, the production overlay with another runbooks base" relinked_runbooks https://runbooks.example.net/herald
+facts runbook-base "$SCRATCH/relinked.yaml" https://runbooks.example.net/herald
 facts compose deploy/compose.yaml
 facts dockerfile Dockerfile
 facts alerts deploy/prometheus/alerts.yaml
