@@ -2,6 +2,12 @@ public import Crypto
 
 /// Message encryption for Web Push (RFC 8291 over RFC 8188's `aes128gcm`): one record, a fresh
 /// P-256 key pair and 16-byte salt per message unless a test fixes them.
+///
+/// The key pair is made from a random scalar (``ephemeralKey()``), not swift-crypto's
+/// `P256.KeyAgreement.PrivateKey()`, which also runs FIPS' pairwise-consistency test (an ECDSA
+/// signature and its verification) and draws again until the public key is compact-representable
+/// (half the draws): neither is part of RFC 8291, and together they were most of a message's CPU
+/// (BENCHMARKS.md, "Web Push encryption").
 public enum WebPushEncryption {
     /// The record size written in the header: one record of at most 4,096 bytes.
     public static let recordSize: UInt32 = 4096
@@ -19,7 +25,7 @@ public enum WebPushEncryption {
     public static func encrypt(
         _ plaintext: some Collection<UInt8>,
         to keys: WebPushSubscriptionKeys,
-        senderKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey(),
+        senderKey: P256.KeyAgreement.PrivateKey = ephemeralKey(),
         salt: [UInt8] = randomSalt()
     ) throws -> [UInt8] {
         guard plaintext.count <= maximumPlaintextBytes else { throw WebPushEncryptionError.plaintextTooLarge }
@@ -43,6 +49,18 @@ public enum WebPushEncryption {
         body += sealed.ciphertext
         body += sealed.tag
         return body
+    }
+
+    /// A fresh P-256 key pair for one message: a scalar of 32 bytes from the system's random
+    /// number generator (drawn again in the rare case, about 2^-32, that it is zero or not below
+    /// the group's order, which swift-crypto refuses), and its public key, one multiplication of
+    /// the base point.
+    public static func ephemeralKey() -> P256.KeyAgreement.PrivateKey {
+        var generator = SystemRandomNumberGenerator()
+        while true {
+            let scalar = (0..<4).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64) { Array($0) } }
+            if let key = try? P256.KeyAgreement.PrivateKey(rawRepresentation: scalar) { return key }
+        }
     }
 
     /// 16 bytes from the system's random number generator.

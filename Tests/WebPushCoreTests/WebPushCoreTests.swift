@@ -42,6 +42,19 @@ import WebPushCore
         #expect(try WebPushEncryption.encrypt([UInt8](repeating: 0x61, count: WebPushEncryption.maximumPlaintextBytes), to: keys).count == 4096)
     }
 
+    /// A message's key pair made from a random scalar is a working P-256 pair (its ECDH with a
+    /// browser's key agrees with the browser's), and every call makes another.
+    @Test func anEphemeralKeyIsAWorkingPairAndNeverRepeats() throws {
+        let browser = P256.KeyAgreement.PrivateKey()
+        let keys = (0..<64).map { _ in WebPushEncryption.ephemeralKey() }
+        #expect(Set(keys.map(\.rawRepresentation)).count == 64)
+        for key in keys.prefix(4) {
+            let ours = try key.sharedSecretFromKeyAgreement(with: browser.publicKey)
+            let theirs = try browser.sharedSecretFromKeyAgreement(with: key.publicKey)
+            #expect(ours == theirs)
+        }
+    }
+
     static let p256dh = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"
     static let auth = "BTBZMqHH6r4Tts7J_aSIgg"
 

@@ -225,15 +225,20 @@ final class DeliveryCoordinator: Sendable {
     }
 
     /// Gives back the permit of a send of `lane` that waits to be retried after a refusal (it
-    /// takes one again with ``acquirePermit(_:)`` before its next attempt).
+    /// takes one again with ``acquirePermit(_:unlessFenced:)`` before its next attempt).
     func releasePermit(_ lane: Lane) {
         resume(state.withLock { $0.releasePermit(lane) })
     }
 
-    /// Takes at least one send permit (waiting as ``acquirePermit(_:)`` does when none is free)
+    /// Takes up to `count` permits free for `lane` now, without waiting; returns how many.
+    func tryAcquirePermits(_ lane: Lane, upTo count: Int) -> Int {
+        state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
+    }
+
+    /// Takes at least one send permit (waiting as ``acquirePermit(_:unlessFenced:)`` does when none is free)
     /// and at most `count`: as many as are free once it has the first. Returns how many.
     func acquirePermits(_ lane: Lane, upTo count: Int, unlessFenced message: (batch: UInt64, message: Int)? = nil) async throws -> Int {
-        let taken = state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
+        let taken = tryAcquirePermits(lane, upTo: count)
         if taken > 0 { return taken }
         try await acquirePermit(lane, unlessFenced: message)
         return 1 + state.withLock { $0.tryAcquirePermits(lane, upTo: count - 1) }

@@ -148,15 +148,34 @@ final class EventProcessor: Sendable {
             for delivery in busy {
                 group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
             }
-            // One admission loop per partition: a partition's drain gives up its unstarted sends
-            // at once, never behind another partition's send that waits for a permit or its pace.
-            let byPartition = Dictionary(grouping: sends) { batch.message($0.ticket.message).message.topicPartition }.values
+            // An unpaced lane starts at once every send the free permits cover (an idle Herald, the
+            // whole batch). What must wait does so in one admission loop per partition: a
+            // partition's drain gives up its unstarted sends at once, never behind another
+            // partition's send that waits for a permit or its pace.
+            var next = sends.startIndex
+            if lane.pacer == nil {
+                let free = startFree(sends, from: &next, lane: lane)
+                if !free.isEmpty { group.addTask { await self.send(Array(free), consumedAt: consumedAt) } }
+            }
+            let byPartition = Dictionary(grouping: sends[next...]) { batch.message($0.ticket.message).message.topicPartition }.values
             for partitionSends in byPartition.dropFirst() {
                 group.addTask { await self.admitAndSend(partitionSends, lane: lane, consumedAt: consumedAt) }
             }
             if let first = byPartition.first { await admitAndSend(first, lane: lane, consumedAt: consumedAt) }
             await coordinator.waitUntilFinished(batchID)
         }
+    }
+
+    /// Takes, without waiting, a permit for each send of `sends` from `next` on that one is free
+    /// for (those whose message is fenced are given up) and moves `next` past them.
+    private func startFree(_ sends: [Delivery], from next: inout Int, lane: InputLane) -> ArraySlice<Delivery> {
+        while next < sends.endIndex, isFenced(sends[next].ticket) {
+            abandonFenced(sends[next].ticket, holdingPermit: false)
+            next += 1
+        }
+        let free = coordinator.tryAcquirePermits(lane.priority, upTo: sends.endIndex - next)
+        defer { next += free }
+        return sends[next..<next + free]
     }
 
     /// Starts `sends` in order, as many at once as there are permits free (an idle Herald starts
