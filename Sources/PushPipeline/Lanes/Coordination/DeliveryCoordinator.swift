@@ -235,15 +235,6 @@ final class DeliveryCoordinator: Sendable {
         state.withLock { $0.tryAcquirePermits(lane, upTo: count) }
     }
 
-    /// Takes at least one send permit (waiting as ``acquirePermit(_:unlessFenced:)`` does when none is free)
-    /// and at most `count`: as many as are free once it has the first. Returns how many.
-    func acquirePermits(_ lane: Lane, upTo count: Int, unlessFenced message: (batch: UInt64, message: Int)? = nil) async throws -> Int {
-        let taken = tryAcquirePermits(lane, upTo: count)
-        if taken > 0 { return taken }
-        try await acquirePermit(lane, unlessFenced: message)
-        return 1 + state.withLock { $0.tryAcquirePermits(lane, upTo: count - 1) }
-    }
-
     // MARK: Outcomes
 
     /// The ledger recorded the outcomes of these claims: ends them and wakes their waiters.

@@ -232,15 +232,15 @@ final class EventProcessor: Sendable {
             }
             return []
         }
-        while next < sends.endIndex, isFenced(sends[next].ticket) {
-            abandonFenced(sends[next].ticket, holdingPermit: false)
-            next += 1
-        }
-        guard next < sends.endIndex else { return [] }
+        let free = startFree(sends, from: &next, lane: lane)
+        guard free.isEmpty, next < sends.endIndex else { return free }
+        // None free: waits for one (handed one to give back if the send is fenced meanwhile),
+        // then takes whatever else is free.
         let first = sends[next].ticket
-        let admitted = try await coordinator.acquirePermits(lane.priority, upTo: sends.endIndex - next, unlessFenced: (first.batch.id, first.message))
-        defer { next += admitted }
-        return sends[next..<next + admitted]
+        try await coordinator.acquirePermit(lane.priority, unlessFenced: (first.batch.id, first.message))
+        let more = coordinator.tryAcquirePermits(lane.priority, upTo: sends.endIndex - next - 1)
+        defer { next += 1 + more }
+        return sends[next...(next + more)]
     }
 
     /// The apps an event's devices belong to: its bundle ID (APNs), its Android package (FCM)
