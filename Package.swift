@@ -533,7 +533,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "JSONCore",
-                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "FCMCore", "KafkaMessages", "WebPushCore",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "PostgresStores", "FCMCore", "KafkaMessages", "KafkaTransport", "WebPushCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -54,7 +54,8 @@ struct RecordedDeliveriesStatement: PostgresPreparedStatement {
     }
 }
 
-/// Inserts each outcome unless its (event, target) has one. Returns the key of each inserted row
+/// Inserts each outcome unless its row's primary key (``LedgerRowIdentity``, bound as it is
+/// stored) has one. Returns the key of each inserted row
 /// (with no outcome: the one given stands) and each outcome recorded earlier, in full, under the
 /// key it was given with. The
 /// statement's reads see the ledger as it was before its insert, so earlier outcomes are found
@@ -69,13 +70,12 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
     static let name = "herald_record_deliveries"
     static let sql = """
         WITH batch AS (
-            SELECT b.*, b.target / 2 = 2 AS fcm, decode(lpad(to_hex(b.target::integer), 2, '0'), 'hex')
-                || CASE WHEN b.device THEN decode(b.token_text, 'hex') ELSE convert_to(b.token_text, 'UTF8') END AS token
+            SELECT b.*, b.target / 2 = 2 AS fcm
             FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::boolean[], $5::text[], $6::text[], $7::boolean[],
                         $8::smallint[], $9::text[], $10::smallint[], $11::integer[], $12::bigint[], $13::text[],
-                        $14::bigint[], $15::text[], $16::smallint[])
+                        $14::bigint[], $15::text[], $16::smallint[], $17::bytea[])
                 AS b(event_key, day, token_text, device, user_id, status, sandbox, apns_status, reason, attempts,
-                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, target)
+                     latency_ms, completed_at, apns_unique_id, unregistered_at, message, target, token)
         ), inserted AS (
             INSERT INTO push.delivery_ledger (event_key, day, token, device, user_id, status, sandbox, apns_status,
                 reason, attempts, latency_ms, completed_at, apns_unique_id, unregistered_at, message, fcm, target)
@@ -110,9 +110,10 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         let outcomes = deliveries.map(\.sendOutcome)
-        var bindings = PostgresBindings(capacity: 16)
-        bindings.append(deliveries.map { LedgerRow.eventKey($0.event) })
-        bindings.append(deliveries.map(\.event.day))
+        var bindings = PostgresBindings(capacity: 17)
+        let identities = deliveries.map { LedgerRowIdentity(event: $0.event, target: $0.target) }
+        bindings.append(identities.map(\.eventKey))
+        bindings.append(identities.map(\.day))
         let stored = deliveries.map { LedgerRow.storedToken($0.target) }
         bindings.append(deliveries.map(\.token))
         bindings.append(stored.map(\.device))
@@ -132,6 +133,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
             }
         )
         bindings.append(stored.map(\.tag))
+        bindings.append(identities.map { ByteBuffer(bytes: $0.token) })
         return bindings
     }
 

@@ -1,7 +1,7 @@
 import APNSCore
 import Crypto
 package import PushStores
-import Foundation
+package import Foundation
 import Logging
 import PostgresNIO
 import Synchronization
@@ -170,6 +170,28 @@ enum LedgerRow {
         return (code(of: target.kind) * 2 + (device ? 1 : 0), device)
     }
 
+    /// The `token` column of `target`'s row, part of its primary key: the tag of
+    /// ``storedToken(_:)`` as one byte, then the bytes the hex spells or the UTF-8.
+    static func storedTokenBytes(_ target: LedgerTarget) -> [UInt8] {
+        let (tag, device) = storedToken(target)
+        var bytes = [UInt8(truncatingIfNeeded: tag)]
+        if device {
+            let digits = Array(target.token.utf8)
+            bytes.reserveCapacity(1 + digits.count / 2)
+            for index in stride(from: 0, to: digits.count, by: 2) {
+                bytes.append(hexValue(digits[index]) << 4 | hexValue(digits[index + 1]))
+            }
+        } else {
+            bytes.append(contentsOf: target.token.utf8)
+        }
+        return bytes
+    }
+
+    /// The value of a lowercase hex digit.
+    private static func hexValue(_ digit: UInt8) -> UInt8 {
+        digit <= UInt8(ascii: "9") ? digit - UInt8(ascii: "0") : digit - UInt8(ascii: "a") + 10
+    }
+
     /// The key of an event's rows: the MD5 of "<bundle ID>/<event ID>" (a bundle ID has no `/`)
     /// as a UUID, PostgreSQL's `md5('com.example.shop/order-42')::uuid`, so an operator can look
     /// an event up by hand.
@@ -246,6 +268,21 @@ struct LedgerKey: Hashable, Sendable {
 
     init(_ delivery: RecordedDelivery) {
         self.init(event: delivery.event, target: delivery.target)
+    }
+}
+
+/// The primary key PostgreSQL holds for an outcome of `push.delivery_ledger`: `event_key`, `day`
+/// and the `token` bytes, exactly as ``RecordDeliveriesStatement`` writes them. Two outcomes with
+/// equal identities are one row to PostgreSQL, whatever their targets say.
+package struct LedgerRowIdentity: Hashable, Sendable {
+    package var eventKey: UUID
+    package var day: Int32
+    package var token: [UInt8]
+
+    package init(event: LedgerEvent, target: LedgerTarget) {
+        eventKey = LedgerRow.eventKey(event)
+        day = event.day
+        token = LedgerRow.storedTokenBytes(target)
     }
 }
 

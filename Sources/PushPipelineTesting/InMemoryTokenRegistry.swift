@@ -18,16 +18,21 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     }
 
     private let rows = Mutex<[String: Row]>([:])
-    /// The ledger's key: an event and a target (its kind included).
-    private struct LedgerKey: Hashable {
-        var event: LedgerEvent
-        var target: LedgerTarget
-    }
-
-    private let deliveries = Mutex<[LedgerKey: RecordedDelivery]>([:])
+    /// The ledger's key of an outcome.
+    private let ledgerKey: @Sendable (LedgerEvent, LedgerTarget) -> AnyHashable
+    private let deliveries = Mutex<[AnyHashable: RecordedDelivery]>([:])
     private let writtenBatches = Mutex<[[RecordedDelivery]]>([])
 
-    public init() {}
+    /// A registry whose ledger keys an outcome by its event and target (its kind included).
+    public convenience init() {
+        self.init(ledgerKey: { event, target in [AnyHashable(event), AnyHashable(target)] })
+    }
+
+    /// A registry whose ledger keys an outcome by `ledgerKey`: two outcomes with one key are one
+    /// (the first stands), as two rows with one primary key are one to PostgreSQL.
+    public init(ledgerKey: @escaping @Sendable (LedgerEvent, LedgerTarget) -> AnyHashable) {
+        self.ledgerKey = ledgerKey
+    }
 
     /// Registers `device` for the app `topic` at `time` (as a push.tokens `register` would).
     public func register(_ device: DeviceToken, topic: String, at time: Timestamp = Timestamp(millisecondsSince1970: 1)) {
@@ -99,7 +104,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                 stored.unregisteredAtMilliseconds = nil
             }
             return deliveries.withLock { deliveries in
-                let key = LedgerKey(event: delivery.event, target: delivery.target)
+                let key = ledgerKey(delivery.event, delivery.target)
                 if let existing = deliveries[key] { return existing }
                 deliveries[key] = stored
                 return stored

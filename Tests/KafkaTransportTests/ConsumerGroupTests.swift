@@ -127,6 +127,15 @@ struct ConsumerGroupTests {
         }
     }
 
+    /// A revocation after a session time-out is a loss: reported and given back, never drained
+    /// or committed (its commit would carry a dead generation).
+    @Test func aLostAssignmentIsReportedAndGivenBackWithNothingCommitted() {
+        #expect(RebalanceStep.steps(for: .revoke, assignmentLost: true) == [.reportLost, .unassign])
+        #expect(RebalanceStep.steps(for: .revoke, assignmentLost: false) == [.drainAndCommit, .unassign])
+        #expect(RebalanceStep.steps(for: .error, assignmentLost: false) == [.reportLost, .forgetAssignment])
+        #expect(RebalanceStep.steps(for: .assign, assignmentLost: false).last == .reportAssigned)
+    }
+
     /// Records the partitions a member is given and loses.
     final class Assignments: KafkaRebalanceListener {
         let assigned = Mutex<Set<KafkaTopicPartition>>([])
@@ -144,6 +153,50 @@ struct ConsumerGroupTests {
 
         func partitionsLost(_ partitions: [KafkaTopicPartition]) {
             assigned.withLock { $0.subtract(partitions) }
+        }
+    }
+
+    /// A commit decided before a rebalance and run after it commits only the partitions the
+    /// member still holds: the ones it gave up are the new owner's to commit.
+    @Test func aCommitAfterARebalanceCommitsNothingOfThePartitionsGivenUp() async throws {
+        try await Self.withCluster(topic: "alerts", partitions: 4) { producer, servers in
+            #expect(await producer.send(Self.records(0..<40, topic: "alerts")).allSatisfy { $0 == nil })
+            let first = try Self.consumer(servers, group: "g4", topic: "alerts")
+            let firstAssignments = Assignments()
+            first.setRebalanceListener(firstAssignments)
+            let (held, given) = try await Self.withMember(first) {
+                let read = try await Self.poll(first, until: 40)
+                let second = try Self.consumer(servers, group: "g4", topic: "alerts")
+                let secondAssignments = Assignments()
+                second.setRebalanceListener(secondAssignments)
+                return try await Self.withMember(second) {
+                    while secondAssignments.assigned.withLock({ $0.isEmpty }) || firstAssignments.assigned.withLock({ $0.isEmpty })
+                        || firstAssignments.assigned.withLock({ $0.count }) + secondAssignments.assigned.withLock({ $0.count }) != 4
+                    {
+                        _ = try await first.poll(maxMessages: 10, timeout: .milliseconds(50))
+                        _ = try await second.poll(maxMessages: 10, timeout: .milliseconds(50))
+                    }
+                    // Every partition read to its end, committed after the rebalance.
+                    try await first.commit(Self.nextOffsets(read))
+                    let held = firstAssignments.assigned.withLock { $0 }
+                    return (held, Set(read.map(\.topicPartition)).subtracting(held))
+                }
+            }
+            #expect(!held.isEmpty && !given.isEmpty)
+            // A later member reads what the first did not hold, and nothing of what it did.
+            let later = try Self.consumer(servers, group: "g4", topic: "alerts")
+            let again = try await Self.withMember(later) {
+                // Joining takes a few seconds; what it reads comes at once after.
+                var again: [KafkaMessage] = []
+                let deadline = ContinuousClock.now + .seconds(15)
+                while ContinuousClock.now < deadline {
+                    let batch = try await later.poll(maxMessages: 100, timeout: .milliseconds(200))
+                    if batch.isEmpty, !again.isEmpty { break }
+                    again += batch
+                }
+                return again
+            }
+            #expect(Set(again.map(\.topicPartition)) == given, "read again: \(Set(again.map(\.topicPartition))), given up: \(given)")
         }
     }
 

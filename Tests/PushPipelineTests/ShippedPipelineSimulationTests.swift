@@ -8,6 +8,8 @@ import KafkaMessages
 import Logging
 import PushPipeline
 import PushPipelineTesting
+import PostgresStores
+import KafkaTransport
 import Synchronization
 import Testing
 import WebPushCore
@@ -24,6 +26,11 @@ import WebPushCore
 /// - PostgreSQL (``SimulatedPostgres``): each registry or ledger call answers after a latency,
 ///   fails before it lands, lands and then fails (the connection lost before the answer), or runs
 ///   past the pipeline's time limit (a dead connection);
+///   the ledger keys each outcome by the primary key the shipped PostgreSQL ledger writes
+///   (``LedgerRowIdentity``), so targets whose keys collide share one outcome, as rows do;
+/// - Kafka (``SimulatedGroup``): a revocation or a loss performs the steps the shipped rebalance
+///   callback decides (``RebalanceStep``), and callbacks and commits run one at a time on the
+///   member's queue, as librdkafka's do;
 /// - the records' timestamps straddle a UTC midnight, and a quarter carry none (their ledger day
 ///   is the day they are polled).
 /// The seed also decides the world's moves, taken while events are being delivered: a partition
@@ -37,7 +44,7 @@ import WebPushCore
 /// Checked at every send: none starts for a partition its member was told it gave up or lost
 /// (but one that passed its fence as it closed: at most the send permits per move).
 /// Checked at every commit: an offset is committed only once every result of every message below
-/// it is published. Checked at the end, once every partition is committed to its end: every
+/// it is published, and never for a partition its member was told it lost. Checked at the end, once every partition is committed to its end: every
 /// device of every event has a result, every copy of a result is the first one byte for byte
 /// (but for an untimed record polled on both sides of the midnight), and no device got an event
 /// twice, except a send in flight when its member crashed or its partition was lost (never more
@@ -93,7 +100,9 @@ final class SimulatedWorld: Sendable {
     static let midnightMilliseconds: Int64 = 1_795_737_600_000
 
     let seed: UInt64
-    let registry = InMemoryTokenRegistry()
+    /// The registry, and the ledger keyed as PostgreSQL keys its rows: by the primary key the
+    /// shipped ledger writes (``LedgerRowIdentity``), so outcomes whose keys it lets collide are one.
+    let registry = InMemoryTokenRegistry { event, target in LedgerRowIdentity(event: event, target: target) }
     let postgres: SimulatedPostgres
     let publisher = InMemoryMessagePublisher()
     let apns: SimulatedAPNs
@@ -135,12 +144,16 @@ final class SimulatedWorld: Sendable {
                     topic: Self.webApp)
             }
             // Every third user also has an Android phone; user 0's FCM token is the text of its
-            // iPhone's token (one event, two targets with one string: the ledger and the claims
+            // iPhone's token, and user 3 has a second one whose token spells the first's bytes
+            // in hex (one event, two targets whose tokens look alike: the ledger and the claims
             // must keep them apart).
             guard user % 3 == 0 else { continue }
             let android = user == 0 ? tokens[0] : "fcm-\(user)-" + (0..<24).map { _ in String(UInt8.random(in: 0...9, using: &generator)) }.joined()
-            devicesOfUser["u\(user)", default: []].append("fcm \(android)")
-            registry.register(DeviceToken(userID: "u\(user)", token: android, environment: .production, platform: .fcm), topic: Self.package)
+            let androids = user == 3 ? [android, android.utf8.map { String(format: "%02x", $0) }.joined()] : [android]
+            for android in androids {
+                devicesOfUser["u\(user)", default: []].append("fcm \(android)")
+                registry.register(DeviceToken(userID: "u\(user)", token: android, environment: .production, platform: .fcm), topic: Self.package)
+            }
         }
         let partitions: [String: [Int32]] = [Self.topics.requests: [0, 1, 2], Self.topics.bulkRequests: [0, 1]]
         var events: [SimulatedEvent] = []
@@ -181,6 +194,7 @@ final class SimulatedWorld: Sendable {
         for group in groups {
             group.onCommit = { [weak self] topic, partition, offset in self?.checkCommit(topic: topic, partition: partition, below: offset) }
             group.onDrained = { [weak self] topic, partition, duration in self?.checkDrain(topic: topic, partition: partition, took: duration) }
+            group.onViolation = { [weak self] violation in self?.record(violation) }
         }
     }
 
@@ -629,7 +643,7 @@ extension String {
 /// the partition is refused, as the broker refuses one of a dead generation.
 final class SimulatedGroup: @unchecked Sendable {
     // @unchecked Sendable: every stored property is behind `state` (a Mutex) or a constant, except
-    // `onCommit` and `onDrained`, which are set once in the world's initializer before any member exists and only
+    // `onCommit`, `onDrained` and `onViolation`, which are set once in the world's initializer before any member exists and only
     // read after.
     private struct State {
         var messages: [Int32: [KafkaMessage]]
@@ -648,6 +662,8 @@ final class SimulatedGroup: @unchecked Sendable {
     var onCommit: @Sendable (String, Int32, Int64) -> Void = { _, _, _ in }
     /// Told how long each revocation's drain took.
     var onDrained: @Sendable (String, Int32, Duration) -> Void = { _, _, _ in }
+    /// Told what broke the group's rules.
+    var onViolation: @Sendable (String) -> Void = { _ in }
 
     init(topic: String, messages: [Int32: [KafkaMessage]]) {
         self.topic = topic
@@ -709,7 +725,7 @@ final class SimulatedGroup: @unchecked Sendable {
         }
         let began = ContinuousClock.now
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
+            from.queue.async {
                 from.revoke(partition, lost: lost)
                 continuation.resume()
             }
@@ -717,6 +733,9 @@ final class SimulatedGroup: @unchecked Sendable {
         if !lost { onDrained(topic, partition, ContinuousClock.now - began) }
         if !lost { assign(partition, toSlot: 1 - from.slot) }
     }
+
+    /// A rebalance step the callback decided that does not belong to the callback.
+    func reportStep(_ step: String) { onViolation("the callback decided \(step)") }
 
     /// Crashes the member in `slot`: it ends at once, and after a session time-out its partitions
     /// go to the other slot's member from the committed offsets, with no revocation.
@@ -748,6 +767,10 @@ final class SimulatedGroup: @unchecked Sendable {
         for (topicPartition, offset) in offsets.sorted(by: { $0.key.partition < $1.key.partition }) {
             let partition = topicPartition.partition
             let owned = state.withLock { $0.owner[partition] === member }
+            if member.hasLost(partition) {
+                // The broker refuses it (a dead generation); the member should not have tried.
+                onViolation("\(topic)/\(partition) was lost and its member committed offset \(offset) for it")
+            }
             guard owned, !member.hasEnded else { throw SimulatedCommitRefused() }
             onCommit(topic, partition, offset)
             state.withLock { $0.committed[partition] = max($0.committed[partition, default: 0], offset) }
@@ -763,6 +786,8 @@ final class SimulatedMember: MessageSource {
         var positions: [Int32: Int64] = [:]
         /// The partitions whose revocation or loss the listener was told of (and not given back since).
         var gone: Set<Int32> = []
+        /// The partitions the group took from this member after a session time-out.
+        var lost: Set<Int32> = []
         var listener: (any KafkaRebalanceListener)?
         var ended = false
         var endWaiters: [CheckedContinuation<Void, Never>] = []
@@ -771,6 +796,9 @@ final class SimulatedMember: MessageSource {
     let slot: Int
     private let group: SimulatedGroup
     private let state = Mutex(State())
+    /// Where the rebalance callbacks and the commits run, one at a time, as librdkafka's run on
+    /// the consumer's queue.
+    let queue = DispatchQueue(label: "simulated member")
 
     init(slot: Int, group: SimulatedGroup) {
         self.slot = slot
@@ -793,28 +821,45 @@ final class SimulatedMember: MessageSource {
     /// records can be polled, as librdkafka fetches a partition only once its rebalance callback
     /// has assigned it.
     func assigned(_ partition: Int32, from offset: Int64) {
-        state.withLock { _ = $0.gone.remove(partition) }
+        state.withLock { state in
+            state.gone.remove(partition)
+            state.lost.remove(partition)
+        }
         listener?.partitionsAssigned([KafkaTopicPartition(topic: group.topic, partition: partition)])
         state.withLock { $0.positions[partition] = offset }
     }
 
     /// Revokes `partition` as librdkafka's callback does (blocking this thread for the drain), or
-    /// reports it lost; commits what a revocation returns.
+    /// reports it lost: performs the steps the shipped callback decides
+    /// (``RebalanceStep/steps(for:assignmentLost:)``), with the group's answer to
+    /// `rd_kafka_assignment_lost()`.
     func revoke(_ partition: Int32, lost: Bool) {
         let topicPartition = KafkaTopicPartition(topic: group.topic, partition: partition)
-        if lost {
-            // Lost means already working at the new owner: from the callback's start, nothing
-            // more of it may be sent here.
-            state.withLock { _ = $0.gone.insert(partition) }
-            listener?.partitionsLost([topicPartition])
-        } else if let offsets = listener?.partitionsRevoked([topicPartition]), !offsets.isEmpty {
-            try? group.commit(offsets, by: self)
-        }
-        state.withLock { state in
-            state.positions[partition] = nil
-            state.gone.insert(partition)
+        if lost { state.withLock { _ = $0.lost.insert(partition) } }
+        for step in RebalanceStep.steps(for: .revoke, assignmentLost: lost) {
+            switch step {
+            case .reportLost:
+                // Lost means already working at the new owner: from the callback's start, nothing
+                // more of it may be sent here.
+                state.withLock { _ = $0.gone.insert(partition) }
+                listener?.partitionsLost([topicPartition])
+            case .drainAndCommit:
+                if let offsets = listener?.partitionsRevoked([topicPartition]), !offsets.isEmpty {
+                    try? group.commit(offsets, by: self)
+                }
+            case .unassign:
+                state.withLock { state in
+                    state.positions[partition] = nil
+                    state.gone.insert(partition)
+                }
+            case .seedUncommittedOffsets, .assign, .reportAssigned, .forgetAssignment:
+                group.reportStep("\(step) for a revocation of \(group.topic)/\(partition)")
+            }
         }
     }
+
+    /// Whether `partition` was lost by this member (and not given back since).
+    func hasLost(_ partition: Int32) -> Bool { state.withLock { $0.lost.contains(partition) } }
 
     /// Ends this member at once, as a SIGKILL ends a process: it polls and commits nothing more.
     func end() {
@@ -853,8 +898,15 @@ final class SimulatedMember: MessageSource {
         return batch
     }
 
+    /// Commits on the member's queue, after any rebalance callback running, and only the
+    /// partitions the member holds then (``MessageSource/commit(_:)``).
     func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
-        try group.commit(offsets, by: self)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            queue.async {
+                let held = self.state.withLock { state in offsets.filter { state.positions[$0.key.partition] != nil } }
+                continuation.resume(with: Result { try self.group.commit(held, by: self) })
+            }
+        }
     }
 
     func setRebalanceListener(_ listener: any KafkaRebalanceListener) {

@@ -266,8 +266,10 @@ extension String {
 }
 
 /// Consumer-group rebalances, called from inside `rd_kafka_consumer_poll` on the consumer's own
-/// queue: assignments are applied at once; on revocation the listener finishes (or gives up on)
-/// the partitions' in-flight work and its offsets are committed before the partitions go.
+/// queue: performs the steps ``RebalanceStep/steps(for:assignmentLost:)`` decides. Assignments
+/// are applied at once; on revocation the listener finishes (or gives up on) the partitions'
+/// in-flight work and its offsets are committed before the partitions go; a lost assignment is
+/// reported and given back with nothing committed.
 private let rdKafkaRebalance:
     @convention(c) (
         OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
@@ -278,35 +280,34 @@ private let rdKafkaRebalance:
         let rebalanceProtocol = String(cString: rd_kafka_rebalance_protocol(handle))
         let cooperative = rebalanceProtocol == "COOPERATIVE"
         let partitions = list.map { KafkaTopicPartition.all(in: $0) } ?? []
-        switch error {
-        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-            if let list { context?.offsetSeed?.startUncommitted(list, of: handle) }
-            if cooperative {
-                _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
-            } else {
-                _ = rd_kafka_assign(handle, list)
+        let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
+        let callback: RebalanceCallback =
+            switch error {
+            case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS: .assign
+            case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS: .revoke
+            default: .error
             }
-            context?.logger.info(
-                "partitions assigned",
-                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
-            )
-            context?.hasJoinedGroup.store(true, ordering: .relaxed)
-            listener?.partitionsAssigned(partitions)
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS where rd_kafka_assignment_lost(handle) != 0:
-            // The group gave the partitions to others already: a commit would carry a dead
-            // generation, and a drain would let their sends race the new owner's.
-            context?.logger.warning(
-                "partitions lost",
-                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
-            )
-            listener?.partitionsLost(partitions)
-            unassign(handle, list, cooperative: cooperative)
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            context?.logger.info(
-                "partitions revoked",
-                metadata: ["kafka.partitions": "\(partitions)", "kafka.rebalance_protocol": "\(rebalanceProtocol)"]
-            )
-            if let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty {
+        let assignmentLost = callback == .revoke && rd_kafka_assignment_lost(handle) != 0
+        for step in RebalanceStep.steps(for: callback, assignmentLost: assignmentLost) {
+            switch step {
+            case .seedUncommittedOffsets:
+                if let list { context?.offsetSeed?.startUncommitted(list, of: handle) }
+            case .assign:
+                if cooperative {
+                    _ = rd_kafka_incremental_assign(handle, list).map(rd_kafka_error_destroy)
+                } else {
+                    _ = rd_kafka_assign(handle, list)
+                }
+                context?.hasJoinedGroup.store(true, ordering: .relaxed)
+            case .reportAssigned:
+                context?.logger.info("partitions assigned", metadata: metadata)
+                listener?.partitionsAssigned(partitions)
+            case .reportLost:
+                context?.logger.warning("partitions lost", metadata: metadata)
+                listener?.partitionsLost(partitions)
+            case .drainAndCommit:
+                context?.logger.info("partitions revoked", metadata: metadata)
+                guard let offsets = listener?.partitionsRevoked(partitions), !offsets.isEmpty else { continue }
                 let commitList = KafkaTopicPartition.makeList(offsets)
                 let commitError = rd_kafka_commit(handle, commitList, 0)
                 rd_kafka_topic_partition_list_destroy(commitList)
@@ -316,14 +317,13 @@ private let rdKafkaRebalance:
                         metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(commitError)))"]
                     )
                 }
+            case .unassign:
+                unassign(handle, list, cooperative: cooperative)
+            case .forgetAssignment:
+                context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
+                context?.hasJoinedGroup.store(false, ordering: .relaxed)
+                _ = rd_kafka_assign(handle, nil)
             }
-            unassign(handle, list, cooperative: cooperative)
-        default:
-            context?.logger.warning("rebalance error", metadata: ["kafka.error": "\(String(cString: rd_kafka_err2str(error)))"])
-            // The assignment is gone without an orderly revocation: nothing may be committed.
-            context?.hasJoinedGroup.store(false, ordering: .relaxed)
-            listener?.partitionsLost(partitions)
-            _ = rd_kafka_assign(handle, nil)
         }
     }
 

@@ -4,7 +4,9 @@ public import KafkaMessages
 public protocol MessageSource: Sendable {
     /// Returns up to `maxMessages`, waiting at most `timeout` for the first one.
     func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage]
-    /// Commits, per partition, the offset of the next message to read.
+    /// Commits, per partition, the offset of the next message to read, for the partitions still
+    /// assigned to this member when the commit runs (a lost or revoked partition's offsets are
+    /// dropped: a revocation returns its own, and a lost one's new owner commits its own).
     func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws
     /// Registers who is told before partitions are revoked.
     func setRebalanceListener(_ listener: any KafkaRebalanceListener)
