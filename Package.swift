@@ -534,6 +534,8 @@ let package = Package(
                 "PushCore",
                 "JSONCore",
                 "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "PostgresStores", "FCMCore", "KafkaMessages", "KafkaTransport", "WebPushCore",
+                "HTTP2Transport",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

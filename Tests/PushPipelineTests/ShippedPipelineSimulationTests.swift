@@ -41,6 +41,8 @@ import WebPushCore
 ///
 /// Checked at every revocation: its drain ends before its bound (the sends waiting to retry are
 /// given up at once, not waited for).
+/// Checked at every stream lease: no bulk request gets a stream while an urgent one waits for one
+/// (``SimulatedStreams``: each instance's connection to each service allows few streams).
 /// Checked at every send: none starts for a partition its member was told it gave up or lost
 /// (but one that passed its fence as it closed: at most the send permits per move).
 /// Checked at every commit: an offset is committed only once every result of every message below
@@ -310,7 +312,7 @@ final class SimulatedWorld: Sendable {
         }
     }
 
-    private func record(_ violation: String) {
+    func record(_ violation: String) {
         violations.withLock { $0.append(violation) }
     }
 
@@ -396,41 +398,58 @@ extension NotificationPipeline {
     }
 }
 
-/// One pipeline's push services: each send is checked (``SimulatedWorld/checkSendStart(eventID:by:)``)
-/// and passed on to the world's simulated APNs, FCM or web push service.
+/// One pipeline's push services: each send is checked (``SimulatedWorld/checkSendStart(eventID:by:)``),
+/// waits for a stream of the instance's own connection to the service (``SimulatedStreams``), and
+/// is passed on to the world's simulated APNs, FCM or web push service.
 final class MemberPushServices: APNSClientProtocol, FCMClientProtocol, WebPushClientProtocol {
     private unowned let world: SimulatedWorld
     private let members: [SimulatedMember]
+    private let apnsStreams: SimulatedStreams
+    private let fcmStreams: SimulatedStreams
+    private let webPushStreams: SimulatedStreams
 
     init(world: SimulatedWorld, members: [SimulatedMember]) {
         self.world = world
         self.members = members
+        let report: @Sendable (String) -> Void = { [weak world] violation in world?.record(violation) }
+        // Fewer streams than the send permits; one for FCM and the push service, which see a
+        // third as many sends as APNs, so their requests wait too.
+        apnsStreams = SimulatedStreams(service: "APNs", streamLimit: 3, onViolation: report)
+        fcmStreams = SimulatedStreams(service: "FCM", streamLimit: 1, onViolation: report)
+        webPushStreams = SimulatedStreams(service: "web push", streamLimit: 1, onViolation: report)
     }
 
     func send(_ request: APNSRequest, environment: APNSEnvironment, deadline: ContinuousClock.Instant) async throws -> APNSResponse {
         world.checkSendStart(eventID: world.eventIDOfAPNSID[request.apnsID] ?? "", by: members)
-        return try await world.apns.send(request, environment: environment, deadline: deadline)
+        return try await apnsStreams.withStream(precedence: request.precedence) {
+            try await world.apns.send(request, environment: environment, deadline: deadline)
+        }
     }
 
     func send(_ request: FCMRequest, deadline: ContinuousClock.Instant) async throws -> FCMResponse {
         let eventID = SimulatedFCM.eventID(of: request)
         world.checkSendStart(eventID: eventID, by: members)
-        // In a storm: UNAVAILABLE with Retry-After, which a sender must honour
-        // (firebase.google.com/docs/cloud-messaging/scale-fcm#errors: "503 ... honor the Retry-After header").
-        if world.isInStorm(eventID: eventID) {
-            return FCMResponse(
-                status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable), retryAfter: SimulatedWorld.stormRetryAfter)
+        return try await fcmStreams.withStream(precedence: request.precedence) {
+            // In a storm: UNAVAILABLE with Retry-After, which a sender must honour
+            // (firebase.google.com/docs/cloud-messaging/scale-fcm#errors: "503 ... honor the Retry-After header").
+            if world.isInStorm(eventID: eventID) {
+                return FCMResponse(
+                    status: 503, error: FCMErrorBody(code: 503, status: "UNAVAILABLE", errorCode: .unavailable),
+                    retryAfter: SimulatedWorld.stormRetryAfter)
+            }
+            return try await world.fcm.send(request, deadline: deadline)
         }
-        return try await world.fcm.send(request, deadline: deadline)
     }
 
     func send(_ request: WebPushRequest, deadline: ContinuousClock.Instant) async throws -> WebPushResponse {
         let eventID = String(decoding: request.plaintext, as: UTF8.self)
         world.checkSendStart(eventID: eventID, by: members)
-        // In a storm: 429 with Retry-After (RFC 8030, section 8.4: a push service that limits
-        // its rate answers 429 and may say when to try again).
-        if world.isInStorm(eventID: eventID) { return WebPushResponse(status: 429, retryAfter: SimulatedWorld.stormRetryAfter) }
-        return try await world.webPush.send(request, deadline: deadline)
+        return try await webPushStreams.withStream(precedence: request.precedence) {
+            // In a storm: 429 with Retry-After (RFC 8030, section 8.4: a push service that limits
+            // its rate answers 429 and may say when to try again).
+            if world.isInStorm(eventID: eventID) { return WebPushResponse(status: 429, retryAfter: SimulatedWorld.stormRetryAfter) }
+            return try await world.webPush.send(request, deadline: deadline)
+        }
     }
 }
 
