@@ -78,6 +78,16 @@ public struct APNSClientConfiguration: Sendable {
             return false
         }
 
+        /// The client certificate's file, for certificate authentication: its path, whether it
+        /// is a PKCS#12 bundle (else PEM), and the bundle's password.
+        package var certificateFile: (path: String, isPKCS12: Bool, password: String?)? {
+            switch backing {
+            case .token: nil
+            case .pkcs12(let path, let password): (path, true, password)
+            case .pem(let certificatePath, _): (certificatePath, false, nil)
+            }
+        }
+
         /// Names the method only; never key material, paths' secrets or passwords.
         public var description: String {
             switch backing {

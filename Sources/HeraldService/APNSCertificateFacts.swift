@@ -1,3 +1,4 @@
+import APNSHTTP2
 import Foundation
 import NIOSSL
 import SwiftASN1
@@ -23,6 +24,17 @@ struct APNSCertificateFacts {
         let parsed = try Certificate(derEncoded: der)
         notValidAfter = parsed.notValidAfter
         topics = try parsed.extensions.first { $0.oid == [1, 2, 840, 113635, 100, 6, 3, 6] }.map { try Self.topics(in: $0.value) }
+    }
+
+    /// The earliest expiry, in whole seconds since 1970 (X.509 times are whole seconds), of the
+    /// client certificates among `credentials`; nil when none is a readable certificate.
+    static func earliestExpiry(of credentials: [APNSClientConfiguration.Authentication]) -> Int64? {
+        credentials.compactMap { credential -> Int64? in
+            guard let file = credential.certificateFile,
+                let facts = try? APNSCertificateFacts(path: file.path, pem: !file.isPKCS12, password: file.password)
+            else { return nil }
+            return Int64(facts.notValidAfter.timeIntervalSince1970.rounded(.down))
+        }.min()
     }
 
     /// The bundle IDs of the topics extension: the UTF8Strings at its sequence's top level.

@@ -53,6 +53,11 @@ package final class CredentialsReloader: Service {
     /// The last failure reported, so a broken file is not logged at every check. Also serialises
     /// reloads (SIGHUP and the periodic check may coincide).
     private let lastFailure = Mutex<String?>(nil)
+    private let metricsFactory: any MetricsFactory
+    /// `herald_tls_certificate_expiry_timestamp_seconds{kind="apns_client"}`: the earliest expiry
+    /// of the APNs client certificates in use; none while no certificate is (a series at zero
+    /// would read as expired).
+    private let apnsCertificateExpiry = Mutex<Gauge?>(nil)
 
     /// The web push client and the key that serves the apps the file does not list.
     package struct WebPush: Sendable {
@@ -83,6 +88,7 @@ package final class CredentialsReloader: Service {
         self.webPush = webPush
         self.checkInterval = checkInterval
         self.logger = logger
+        self.metricsFactory = metricsFactory
         func counter(_ result: String) -> Counter {
             Counter(label: "herald_credentials_reloads_total", dimensions: [("result", result)], factory: metricsFactory)
         }
@@ -90,6 +96,7 @@ package final class CredentialsReloader: Service {
     }
 
     package func run() async throws {
+        recordAPNSCertificateExpiry(fileCredentials: path.flatMap { try? CredentialsFile.load(path: $0) } ?? [:])
         // Trapping SIGHUP also stops it from ending the process (its default action).
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
         await cancelWhenGracefulShutdown {
@@ -140,6 +147,7 @@ package final class CredentialsReloader: Service {
                     changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed
                 }
                 lastFailure = nil
+                recordAPNSCertificateExpiry(fileCredentials: credentials)
                 guard changed else {
                     reloads.unchanged.increment()
                     return
@@ -163,6 +171,23 @@ package final class CredentialsReloader: Service {
                     metadata: ["herald.credentials_file": "\(path ?? fallbackPath ?? "")", "herald.trigger": "\(trigger)", "error": "\(description)"]
                 )
             }
+        }
+    }
+
+    /// Records the earliest expiry of the APNs client certificates: the default credential's and
+    /// those of `fileCredentials` (what the file read last lists).
+    private func recordAPNSCertificateExpiry(fileCredentials: [String: APNSClientConfiguration.Authentication]) {
+        let expiry = APNSCertificateFacts.earliestExpiry(of: [defaultCredential].compactMap(\.self) + fileCredentials.values)
+        apnsCertificateExpiry.withLock { gauge in
+            guard let expiry else {
+                gauge?.destroy()
+                gauge = nil
+                return
+            }
+            if gauge == nil {
+                gauge = Gauge(label: "herald_tls_certificate_expiry_timestamp_seconds", dimensions: [("kind", "apns_client")], factory: metricsFactory)
+            }
+            gauge?.record(expiry)
         }
     }
 

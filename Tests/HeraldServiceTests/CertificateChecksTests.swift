@@ -1,6 +1,9 @@
+import APNSHTTP2
 import Crypto
 import Foundation
 import HeraldService
+import Logging
+import Prometheus
 import SwiftASN1
 import Testing
 import X509
@@ -67,5 +70,56 @@ import X509
         ]).report
         #expect(environmentCertificate.certificateProblems.count == 1)
         #expect(environmentCertificate.certificateProblems.first?.contains("in less than 30 days") == true)
+    }
+
+    /// `herald_tls_certificate_expiry_timestamp_seconds{kind="apns_client"}` holds the earliest
+    /// expiry of the APNs client certificates in use, the default one included, and follows the
+    /// credentials file when a reload applies it.
+    @Test func theEarliestAPNsCertificateExpiryIsExportedAndFollowsAReload() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("certificate-expiry-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let inAYear = Date(timeIntervalSince1970: 1_830_000_000)
+        let inTwoYears = Date(timeIntervalSince1970: 1_860_000_000)
+        let inAMonth = Date(timeIntervalSince1970: 1_800_000_000)
+        let defaultCertificate = try Self.writeCertificate(topics: ["com.example.shop"], notValidAfter: inTwoYears, in: directory)
+        let listed = try Self.writeCertificate(topics: ["com.example.news"], notValidAfter: inAYear, in: directory)
+        let file = directory.appendingPathComponent("credentials.json").path
+        func list(_ certificate: (certificate: String, key: String)) throws {
+            try #"[{"topics": ["com.example.news"], "cert_path": "\#(certificate.certificate)", "cert_key_path": "\#(certificate.key)"}]"#
+                .write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        try list(listed)
+        let registry = PrometheusCollectorRegistry()
+        let reloader = CredentialsReloader(
+            path: file,
+            defaultCredential: .certificate(pemCertificatePath: defaultCertificate.certificate, pemPrivateKeyPath: defaultCertificate.key),
+            clients: [],
+            checkInterval: .seconds(3600),
+            metricsFactory: PrometheusMetricsFactory(registry: registry),
+            logger: Logger(label: "test")
+        )
+        func exported() -> String? {
+            registry.emitToString().split(separator: "\n")
+                .first { $0.hasPrefix(#"herald_tls_certificate_expiry_timestamp_seconds{kind="apns_client"}"#) }
+                .map { String($0.split(separator: " ").last ?? "") }
+        }
+        #expect(exported() == nil, "no series before the reloader ran")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await reloader.run() }
+            defer { group.cancelAll() }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while exported() == nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(exported() == "1830000000.0", "the listed certificate's expiry, earlier than the default one's")
+
+            let renewed = try Self.writeCertificate(topics: ["com.example.news"], notValidAfter: inAMonth, in: directory)
+            try list(renewed)
+            reloader.reload(trigger: "test")
+            #expect(exported() == "1800000000.0")
+
+            try #"[]"#.write(toFile: file, atomically: true, encoding: .utf8)
+            reloader.reload(trigger: "test")
+            #expect(exported() == "1860000000.0", "the default certificate alone")
+        }
     }
 }

@@ -45,7 +45,7 @@ struct CredentialsFileTests {
         ).write(to: file)
         let topics = testbed.topics
         try await testbed.withMocks {
-            var environment = try await testbed.heraldEnvironment(group: "herald-\(UUID().uuidString)")
+            var (environment, httpPort) = try await testbed.heraldEnvironmentServingHTTP(group: "herald-\(UUID().uuidString)")
             for key in ["HERALD_APNS_KEY_PATH", "HERALD_APNS_KEY_ID", "HERALD_APNS_TEAM_ID"] { environment[key] = nil }
             environment["HERALD_CREDENTIALS_FILE"] = file.path
             let herald = try await testbed.startHerald(environment)
@@ -132,6 +132,11 @@ struct CredentialsFileTests {
             #expect(answer["status"] as? String == "rejected")
             #expect(answer["reason"] as? String == "TokenAuthenticationRequired")
             #expect(testbed.production.receivedRequests().allSatisfy { $0.token != "" }, "no channel request reached APNs")
+
+            // The client certificate's expiry is exported, for the alert 14 days ahead.
+            let metrics = try #require(httpGet(port: httpPort, path: "/metrics"))
+            let expiry = try PrometheusText(metrics.body).value("herald_tls_certificate_expiry_timestamp_seconds", ["kind": "apns_client"])
+            #expect(expiry == certificate.notValidAfter.timeIntervalSince1970.rounded(.down))
 
             herald.send(SIGTERM)
             #expect(try await herald.waitForExit(timeout: .seconds(30)) == 0)
