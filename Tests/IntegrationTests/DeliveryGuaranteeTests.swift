@@ -85,8 +85,9 @@ struct DeliveryGuaranteeTests {
             let unregistered = #"{"token":"\#(devices[0].token)","event_id":"\#(eventID)"}"#
             // The table as migration 2 made it, with the rows the previous version wrote, before
             // Herald starts (as at an upgrade); in one transaction, so no housekeeping pass of
-            // another test's Herald sees it empty and drops it in between.
-            try await RegistryDatabase.withStore(migrate: false) { _, database in
+            // another test's Herald sees it empty and drops it in between. Migrated first, so the
+            // schema exists when this test is the database's first.
+            try await RegistryDatabase.withStore(migrate: true) { _, database in
                 try await database.withTransaction(logger: database.sqlLogger) { connection in
                     try await connection.query(
                         """
