@@ -1,9 +1,10 @@
 @testable import PushPipeline
+import PushStores
 import Testing
 
 struct DeliveryClaimTableTests {
-    let first = DeliveryClaimTable<String>.key(eventID: "e1", token: "aa")
-    let second = DeliveryClaimTable<String>.key(eventID: "e1", token: "bb")
+    let first = DeliveryClaimTable<String>.key(eventID: "e1", target: LedgerTarget(.apnsDevice, "aa"))
+    let second = DeliveryClaimTable<String>.key(eventID: "e1", target: LedgerTarget(.apnsDevice, "bb"))
 
     @Test func aClaimIsExclusiveUntilSettledAndThenPointsToTheLedger() {
         var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
@@ -27,7 +28,7 @@ struct DeliveryClaimTableTests {
 
     @Test func onlyTheLastRecordedDeliveriesAreRemembered() {
         var deliveries = DeliveryClaimTable<String>(recentCapacity: 2)
-        let keys = (0..<3).map { DeliveryClaimTable<String>.key(eventID: "e\($0)", token: "aa") }
+        let keys = (0..<3).map { DeliveryClaimTable<String>.key(eventID: "e\($0)", target: LedgerTarget(.apnsDevice, "aa")) }
         for key in keys {
             #expect(deliveries.claim(key) == .claimed)
             _ = deliveries.settle(key)
@@ -38,8 +39,18 @@ struct DeliveryClaimTableTests {
     }
 
     @Test func theKeyTellsEventAndTokenApart() {
-        #expect(DeliveryClaimTable<String>.key(eventID: "e1", token: "aa") == DeliveryClaimTable<String>.key(eventID: "e1", token: "aa"))
-        #expect(DeliveryClaimTable<String>.key(eventID: "e1a", token: "a") != DeliveryClaimTable<String>.key(eventID: "e1", token: "aa"))
+        func key(_ eventID: String, _ token: String) -> Int { DeliveryClaimTable<String>.key(eventID: eventID, target: LedgerTarget(.apnsDevice, token)) }
+        #expect(key("e1", "aa") == key("e1", "aa"))
+        #expect(key("e1a", "a") != key("e1", "aa"))
+    }
+
+    /// An iPhone and an Android phone whose tokens have one text are two deliveries: neither
+    /// waits for the other's claim.
+    @Test func theKeyTellsAniPhoneFromAnAndroidPhoneWithTheSameTokenText() {
+        var deliveries = DeliveryClaimTable<String>(recentCapacity: 10)
+        let token = String(repeating: "ab", count: 32)
+        #expect(deliveries.claim(DeliveryClaimTable<String>.key(eventID: "e1", target: LedgerTarget(.apnsDevice, token))) == .claimed)
+        #expect(deliveries.claim(DeliveryClaimTable<String>.key(eventID: "e1", target: LedgerTarget(.fcmDevice, token))) == .claimed)
     }
 
     @Test func aCopyWaitsForTheClaimAndIsReturnedWhenItIsSettled() {

@@ -27,7 +27,7 @@ struct ChannelCommandProcessor: Sendable {
     /// cancelled first (it is then left unfinished and redelivered).
     func process(_ message: StartedMessage) async -> Bool {
         await deadLetters.handle(message.message, decode: ChannelCommand.init(json:)) { command in
-            let claim = DeliveryCoordinator.claimKey(eventID: command.ledgerEventID, token: ChannelCommand.ledgerToken)
+            let claim = DeliveryCoordinator.claimKey(eventID: command.ledgerEventID, target: ChannelCommand.ledgerTarget)
             while coordinator.claimSending(claim) != .claimed {
                 await coordinator.waitUntilSettled(claim)
                 try Task.checkCancellation()

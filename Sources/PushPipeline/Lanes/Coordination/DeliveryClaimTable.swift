@@ -1,8 +1,9 @@
-/// The (event, token) deliveries this process is sending, and those it recorded lately: a copy
+import PushStores
+/// The (event, target) deliveries this process is sending, and those it recorded lately: a copy
 /// of an event (a duplicate on push.requests) never pushes a device that another copy is
 /// pushing or has pushed, even when its ledger lookup ran before that outcome was recorded.
 ///
-/// Deliveries are known by a 64-bit hash of (event, token), not by their outcomes: the recent
+/// Deliveries are known by a 64-bit hash of (event, target), not by their outcomes: the recent
 /// outcomes themselves took many times the memory of their hashes (`herald-bench pipeline`, RSS;
 /// BENCHMARKS.md, "What each change bought"). A hash that matches is only a reason to ask the
 /// ledger; a collision costs a lookup or a wait, never a lost or a second push.
@@ -43,11 +44,12 @@ struct DeliveryClaimTable<Waiter> {
         order.reserveCapacity(capacity)
     }
 
-    /// The key of (event, token).
-    static func key(eventID: String, token: String) -> Int {
+    /// The key of (event, target): the target's kind is part of it, so an iPhone and an Android
+    /// phone whose tokens have one text never wait on each other's claim.
+    static func key(eventID: String, target: LedgerTarget) -> Int {
         var hasher = Hasher()
         hasher.combine(eventID)
-        hasher.combine(token)
+        hasher.combine(target)
         return hasher.finalize()
     }
 

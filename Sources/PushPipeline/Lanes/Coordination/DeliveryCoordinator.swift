@@ -1,3 +1,4 @@
+import PushStores
 import Dispatch
 import PushCore
 import KafkaMessages
@@ -24,9 +25,9 @@ final class DeliveryCoordinator: Sendable {
         state = Mutex(Machine(permitLimit: permitLimit, bulkShare: bulkShare, recentCapacity: recentCapacity))
     }
 
-    /// The claim key of (event, token): a 64-bit hash (``DeliveryClaimTable``).
-    static func claimKey(eventID: String, token: String) -> Int {
-        DeliveryClaimTable<Never>.key(eventID: eventID, token: token)
+    /// The claim key of (event, target): a 64-bit hash (``DeliveryClaimTable``).
+    static func claimKey(eventID: String, target: LedgerTarget) -> Int {
+        DeliveryClaimTable<Never>.key(eventID: eventID, target: target)
     }
 
     /// Reads the state in one lock section.

@@ -110,7 +110,7 @@ final class EventProcessor: Sendable {
             // One lock section opens the batch and claims every device, so the results known
             // without sending go out at once.
             let keys = plans.indices.flatMap { index in
-                plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, token: $0.ledgerToken) }
+                plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, target: $0.ledgerTarget) }
             }
             let (batchID, claimed) = coordinator.openBatch(events.map(\.0), results: plans.map(\.results), claiming: keys)
             let batch = PollBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
