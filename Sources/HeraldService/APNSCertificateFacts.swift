@@ -26,16 +26,14 @@ struct APNSCertificateFacts {
         topics = try parsed.extensions.first { $0.oid == [1, 2, 840, 113635, 100, 6, 3, 6] }.map { try Self.topics(in: $0.value) }
     }
 
-    /// The earliest expiry, in whole seconds since 1970 (X.509 times are whole seconds), of the
-    /// client certificates among `credentials`; nil when none is a readable certificate.
-    static func earliestExpiry(of credentials: [APNSClientConfiguration.Authentication]) -> Int64? {
-        credentials.compactMap { credential -> Int64? in
-            guard let file = credential.certificateFile,
-                let facts = try? APNSCertificateFacts(path: file.path, pem: !file.isPKCS12, password: file.password)
-            else { return nil }
-            return Int64(facts.notValidAfter.timeIntervalSince1970.rounded(.down))
-        }.min()
+    /// The certificate of `credential`, nil for token authentication.
+    init?(_ credential: APNSClientConfiguration.Authentication) throws {
+        guard let file = credential.certificateFile else { return nil }
+        try self.init(path: file.path, pem: !file.isPKCS12, password: file.password)
     }
+
+    /// ``notValidAfter`` in whole seconds since 1970 (X.509 times are whole seconds).
+    var expirySeconds: Int64 { Int64(notValidAfter.timeIntervalSince1970.rounded(.down)) }
 
     /// The bundle IDs of the topics extension: the UTF8Strings at its sequence's top level.
     static func topics(in value: ArraySlice<UInt8>) throws -> [String] {

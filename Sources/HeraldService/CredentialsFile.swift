@@ -39,15 +39,16 @@ package enum CredentialsFile {
         try loadReportingCertificates(path: path).credentials
     }
 
-    /// Loads the file at `path`, and says what is wrong with its certificates: expired or
-    /// expiring within 30 days, or not issued for a bundle ID the entry lists.
+    /// Loads the file at `path`, and reads its certificates: what is wrong with them (expired or
+    /// expiring within 30 days, or not issued for a bundle ID the entry lists) and the earliest
+    /// expiry.
     static func loadReportingCertificates(path: String) throws -> (
-        credentials: [String: APNSClientConfiguration.Authentication], problems: [String]
+        credentials: [String: APNSClientConfiguration.Authentication], certificates: CertificateReport
     ) {
         let (data, directory) = try read(path)
-        var problems: [String] = []
-        let credentials = try parse(data, relativeTo: directory, fileName: path, certificateProblems: &problems)
-        return (credentials, problems)
+        var certificates = CertificateReport()
+        let credentials = try parse(data, relativeTo: directory, fileName: path, certificates: &certificates)
+        return (credentials, certificates)
     }
 
     /// The file's bytes and the directory its relative paths start from.
@@ -99,7 +100,7 @@ package enum CredentialsFile {
         _ data: Data,
         relativeTo directory: String,
         fileName: String,
-        certificateProblems: inout [String]
+        certificates: inout CertificateReport
     ) throws -> [String: APNSClientConfiguration.Authentication] {
         let entries = try decodeEntries(data, fileName: fileName)
         var credentials: [String: APNSClientConfiguration.Authentication] = [:]
@@ -119,7 +120,7 @@ package enum CredentialsFile {
             }
             let authentication = try self.authentication(of: entry, place: place, directory: directory)
             if let certPath = entry.certPath {
-                certificateProblems += certificateProblemsOf(
+                certificates.check(
                     path: resolve(certPath, in: directory),
                     password: entry.certPassword,
                     name: "\(place): the certificate",
@@ -235,13 +236,22 @@ package enum CredentialsFile {
         return .certificate(pkcs12Path: path, password: password)
     }
 
-    /// What start-up reports about the certificate at `path` serving `servedTopics` (none when
-    /// unknown): expiry, missing topics, or that it could not be read.
-    static func certificateProblemsOf(path: String, password: String?, name: String, servedTopics: [String]) -> [String] {
-        do {
-            return try APNSCertificateFacts(path: path, pem: isPEM(path), password: password).problems(named: name, servedTopics: servedTopics)
-        } catch {
-            return ["\(name) could not be read to check its expiry and topics: \(error)"]
+    /// What reading APNs client certificates found: what to report (expiry, missing topics, or
+    /// that one could not be read), and the earliest expiry of those read.
+    struct CertificateReport {
+        var problems: [String] = []
+        /// In whole seconds since 1970.
+        var earliestExpiry: Int64?
+
+        /// Reads the certificate at `path` serving `servedTopics` (none when unknown).
+        mutating func check(path: String, password: String?, name: String, servedTopics: [String]) {
+            do {
+                let facts = try APNSCertificateFacts(path: path, pem: isPEM(path), password: password)
+                problems += facts.problems(named: name, servedTopics: servedTopics)
+                earliestExpiry = min(earliestExpiry ?? facts.expirySeconds, facts.expirySeconds)
+            } catch {
+                problems.append("\(name) could not be read to check its expiry and topics: \(error)")
+            }
         }
     }
 

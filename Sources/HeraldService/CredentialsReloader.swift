@@ -54,6 +54,8 @@ package final class CredentialsReloader: Service {
     /// reloads (SIGHUP and the periodic check may coincide).
     private let lastFailure = Mutex<String?>(nil)
     private let metricsFactory: any MetricsFactory
+    /// When the default credential's certificate expires (seconds since 1970; nil without one).
+    private let defaultCertificateExpiry: Int64?
     /// `herald_tls_certificate_expiry_timestamp_seconds{kind="apns_client"}`: the earliest expiry
     /// of the APNs client certificates in use; none while no certificate is (a series at zero
     /// would read as expired).
@@ -89,6 +91,7 @@ package final class CredentialsReloader: Service {
         self.checkInterval = checkInterval
         self.logger = logger
         self.metricsFactory = metricsFactory
+        defaultCertificateExpiry = defaultCredential.flatMap { try? APNSCertificateFacts($0) }?.expirySeconds
         func counter(_ result: String) -> Counter {
             Counter(label: "herald_credentials_reloads_total", dimensions: [("result", result)], factory: metricsFactory)
         }
@@ -96,7 +99,7 @@ package final class CredentialsReloader: Service {
     }
 
     package func run() async throws {
-        recordAPNSCertificateExpiry(fileCredentials: path.flatMap { try? CredentialsFile.load(path: $0) } ?? [:])
+        recordAPNSCertificateExpiry(inFile: path.flatMap { try? CredentialsFile.loadReportingCertificates(path: $0).certificates.earliestExpiry })
         // Trapping SIGHUP also stops it from ending the process (its default action).
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
         await cancelWhenGracefulShutdown {
@@ -134,7 +137,7 @@ package final class CredentialsReloader: Service {
                     if changed { logger.notice("FCM default service account applied", metadata: ["herald.trigger": "\(trigger)"]) }
                     return
                 }
-                let (credentials, problems) = try CredentialsFile.loadReportingCertificates(path: path)
+                let (credentials, certificates) = try CredentialsFile.loadReportingCertificates(path: path)
                 let fcmEntries = try CredentialsFile.fcmEntries(path: path)
                 let webPushEntries = try CredentialsFile.webPushEntries(path: path)
                 // FCM first: its keys were checked as the file was read, so what follows applies both.
@@ -147,7 +150,7 @@ package final class CredentialsReloader: Service {
                     changed = try client.replaceCredentials(default: defaultCredential, byTopic: credentials) || changed
                 }
                 lastFailure = nil
-                recordAPNSCertificateExpiry(fileCredentials: credentials)
+                recordAPNSCertificateExpiry(inFile: certificates.earliestExpiry)
                 guard changed else {
                     reloads.unchanged.increment()
                     return
@@ -160,7 +163,7 @@ package final class CredentialsReloader: Service {
                         "herald.fcm_packages": "\(fcmEntries.reduce(0) { $0 + $1.packages.count })",
                     ]
                 )
-                for problem in problems { logger.error("\(problem)") }
+                for problem in certificates.problems { logger.error("\(problem)") }
             } catch {
                 reloads.failed.increment()
                 let description = "\(error)"
@@ -175,9 +178,9 @@ package final class CredentialsReloader: Service {
     }
 
     /// Records the earliest expiry of the APNs client certificates: the default credential's and
-    /// those of `fileCredentials` (what the file read last lists).
-    private func recordAPNSCertificateExpiry(fileCredentials: [String: APNSClientConfiguration.Authentication]) {
-        let expiry = APNSCertificateFacts.earliestExpiry(of: [defaultCredential].compactMap(\.self) + fileCredentials.values)
+    /// `inFile`, the earliest of the file's as read last.
+    private func recordAPNSCertificateExpiry(inFile: Int64?) {
+        let expiry = [defaultCertificateExpiry, inFile].compactMap(\.self).min()
         apnsCertificateExpiry.withLock { gauge in
             guard let expiry else {
                 gauge?.destroy()

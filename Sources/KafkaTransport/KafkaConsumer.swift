@@ -95,19 +95,16 @@ package final class KafkaConsumer: Service, Sendable {
     }
 
     /// Commits `offsets` (for each partition, the offset of the next message to read) and
-    /// waits for the broker's answer. Only partitions assigned to this member when the commit
-    /// runs are committed: it runs on the client's queue, where the rebalance callback runs too,
-    /// so a commit decided before a loss or a revocation commits nothing of those partitions
-    /// after it (a lost partition's new owner may have committed further; the revocation
-    /// committed a revoked one's offsets).
+    /// waits for the broker's answer, for the partitions assigned to this member when it runs
+    /// (``offsetsOfAssignedPartitions(_:assigned:)``): it runs on the client's queue, where the
+    /// rebalance callback runs too, so nothing can change the assignment in between.
     package func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
         guard !offsets.isEmpty else { return }
         try await client.blocking { handle in
             var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
             guard rd_kafka_assignment(handle, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let assignment else { return }
-            let assigned = Set(KafkaTopicPartition.all(in: assignment))
+            let kept = offsetsOfAssignedPartitions(offsets, assigned: Set(KafkaTopicPartition.all(in: assignment)))
             rd_kafka_topic_partition_list_destroy(assignment)
-            let kept = offsets.filter { assigned.contains($0.key) }
             guard !kept.isEmpty else { return }
             let list = KafkaTopicPartition.makeList(kept)
             defer { rd_kafka_topic_partition_list_destroy(list) }

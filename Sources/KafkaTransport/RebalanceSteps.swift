@@ -1,3 +1,5 @@
+package import KafkaMessages
+
 /// What librdkafka's rebalance callback reports.
 package enum RebalanceCallback: Sendable {
     /// `RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS`.
@@ -41,4 +43,15 @@ package enum RebalanceStep: Sendable, Equatable {
         case .error: [.reportLost, .forgetAssignment]
         }
     }
+}
+
+/// The part of `offsets` a commit carries: the partitions `assigned` to the member when the
+/// commit runs. A commit decided before a rebalance may run after it; a revoked partition's
+/// offsets were committed by its revocation, and a lost one's new owner commits its own (an
+/// older offset from here would move it back).
+package func offsetsOfAssignedPartitions(
+    _ offsets: [KafkaTopicPartition: Int64],
+    assigned: Set<KafkaTopicPartition>
+) -> [KafkaTopicPartition: Int64] {
+    offsets.filter { assigned.contains($0.key) }
 }

@@ -114,7 +114,7 @@ struct RecordDeliveriesStatement: PostgresPreparedStatement {
         let identities = deliveries.map { LedgerRowIdentity(event: $0.event, target: $0.target) }
         bindings.append(identities.map(\.eventKey))
         bindings.append(identities.map(\.day))
-        let stored = deliveries.map { LedgerRow.storedToken($0.target) }
+        let stored = identities.map(\.stored)
         bindings.append(deliveries.map(\.token))
         bindings.append(stored.map(\.device))
         bindings.append(deliveries.map(\.userID))

@@ -171,11 +171,10 @@ enum LedgerRow {
     }
 
     /// The `token` column of `target`'s row, part of its primary key: the tag of
-    /// ``storedToken(_:)`` as one byte, then the bytes the hex spells or the UTF-8.
-    static func storedTokenBytes(_ target: LedgerTarget) -> [UInt8] {
-        let (tag, device) = storedToken(target)
-        var bytes = [UInt8(truncatingIfNeeded: tag)]
-        if device {
+    /// ``storedToken(_:)`` (`stored`) as one byte, then the bytes the hex spells or the UTF-8.
+    static func storedTokenBytes(_ target: LedgerTarget, _ stored: (tag: Int16, device: Bool)) -> [UInt8] {
+        var bytes = [UInt8(truncatingIfNeeded: stored.tag)]
+        if stored.device {
             let digits = Array(target.token.utf8)
             bytes.reserveCapacity(1 + digits.count / 2)
             for index in stride(from: 0, to: digits.count, by: 2) {
@@ -278,11 +277,14 @@ package struct LedgerRowIdentity: Hashable, Sendable {
     package var eventKey: UUID
     package var day: Int32
     package var token: [UInt8]
+    /// The `target` tag and the `device` flag of the row (``LedgerRow/storedToken(_:)``), which
+    /// the token's bytes start with and follow.
+    var stored: (tag: Int16, device: Bool) { (Int16(token[0]), token[0] & 1 == 1) }
 
     package init(event: LedgerEvent, target: LedgerTarget) {
         eventKey = LedgerRow.eventKey(event)
         day = event.day
-        token = LedgerRow.storedTokenBytes(target)
+        token = LedgerRow.storedTokenBytes(target, LedgerRow.storedToken(target))
     }
 }
 

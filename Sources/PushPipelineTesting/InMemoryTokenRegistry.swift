@@ -18,6 +18,12 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     }
 
     private let rows = Mutex<[String: Row]>([:])
+    /// An outcome's event and target (its kind included): the ledger's key unless one is given.
+    private struct LedgerKey: Hashable {
+        var event: LedgerEvent
+        var target: LedgerTarget
+    }
+
     /// The ledger's key of an outcome.
     private let ledgerKey: @Sendable (LedgerEvent, LedgerTarget) -> AnyHashable
     private let deliveries = Mutex<[AnyHashable: RecordedDelivery]>([:])
@@ -25,7 +31,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
 
     /// A registry whose ledger keys an outcome by its event and target (its kind included).
     public convenience init() {
-        self.init(ledgerKey: { event, target in [AnyHashable(event), AnyHashable(target)] })
+        self.init(ledgerKey: { LedgerKey(event: $0, target: $1) })
     }
 
     /// A registry whose ledger keys an outcome by `ledgerKey`: two outcomes with one key are one

@@ -917,12 +917,16 @@ final class SimulatedMember: MessageSource {
         return batch
     }
 
-    /// Commits on the member's queue, after any rebalance callback running, and only the
-    /// partitions the member holds then (``MessageSource/commit(_:)``).
+    /// Commits on the member's queue, after any rebalance callback running, what the shipped
+    /// consumer commits of `offsets` with the partitions the member holds then
+    /// (``offsetsOfAssignedPartitions(_:assigned:)``).
     func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             queue.async {
-                let held = self.state.withLock { state in offsets.filter { state.positions[$0.key.partition] != nil } }
+                let assigned = self.state.withLock { state in
+                    Set(state.positions.keys.map { KafkaTopicPartition(topic: self.group.topic, partition: $0) })
+                }
+                let held = offsetsOfAssignedPartitions(offsets, assigned: assigned)
                 continuation.resume(with: Result { try self.group.commit(held, by: self) })
             }
         }

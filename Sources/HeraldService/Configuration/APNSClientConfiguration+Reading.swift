@@ -100,17 +100,19 @@ extension APNSClientConfiguration {
     ) throws -> APNSClientConfiguration? {
         let values = DefaultCredentialValues(reading: config)
         var fileCredentials: [String: Authentication] = [:]
+        var certificates = CredentialsFile.CertificateReport()
         if let path = credentialsFile {
-            (fileCredentials, certificateProblems) = try CredentialsFile.loadReportingCertificates(path: path)
+            (fileCredentials, certificates) = try CredentialsFile.loadReportingCertificates(path: path)
         }
         if let certificatePath = values.certificatePath, values.keyPath == nil {
-            certificateProblems += CredentialsFile.certificateProblemsOf(
+            certificates.check(
                 path: certificatePath,
                 password: values.certificatePassword,
                 name: "\(Key.certificatePath.environmentName)=\(certificatePath)",
                 servedTopics: []
             )
         }
+        certificateProblems += certificates.problems
         let defaultAuthentication = try defaultCredential(values)
         guard defaultAuthentication != nil || !fileCredentials.isEmpty else { return nil }
         var configuration = APNSClientConfiguration(authentication: defaultAuthentication)
