@@ -328,15 +328,29 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // What the mock push services share: a throw-away CA and TLS identity, the listening
+        // sockets and their connections, HTTP/2 receive windows, an integer wall clock.
         .target(
-            name: "MockAPNS",
+            name: "MockServerSupport",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "MockAPNS",
+            dependencies: [
+                "MockServerSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -350,6 +364,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "MockAPNS",
+                "MockServerSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -363,14 +378,11 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "JSONCore",
-                "MockAPNS",
+                "MockServerSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -500,6 +512,7 @@ let package = Package(
                 "HTTP2Transport",
                 "APNSCore",
                 "MockAPNS",
+                "MockServerSupport",
                 "PushPipeline",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -573,6 +586,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "MockAPNS",
+                "MockServerSupport",
                 "MockFCM",
                 "MockWebPush",
                 "WebPushCore",
@@ -626,13 +640,10 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "JSONCore",
-                "MockAPNS",
+                "MockServerSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -684,6 +695,7 @@ let package = Package(
                 "KafkaMessages",
                 "KafkaTransport",
                 "MockAPNS",
+                "MockServerSupport",
                 "MockFCM",
                 "MockWebPush",
                 "FCMCore",

@@ -1,3 +1,4 @@
+import MockServerSupport
 import NIOCore
 import NIOHPACK
 import NIOHTTP2

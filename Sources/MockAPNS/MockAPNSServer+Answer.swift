@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import MockServerSupport
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK

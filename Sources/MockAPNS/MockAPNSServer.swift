@@ -1,9 +1,8 @@
-import Foundation
 public import Logging
+import MockServerSupport
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP2
-import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 
@@ -42,8 +41,7 @@ public final class MockAPNSServer: Service, Sendable {
     let logger: Logger
     let providerTokenVerifier: ProviderTokenVerifier
     let ledger: NIOLockedValueBox<Ledger>
-    private let lifecycle = NIOLockedValueBox(Lifecycle.notListening(hasStarted: false, waiters: [:]))
-    private let openConnections = NIOLockedValueBox(OpenConnections())
+    private let listener = MockListener(alreadyStarted: MockAPNSServerError.alreadyStarted, stopped: MockAPNSServerError.stopped)
 
     /// Creates a server; nothing happens until ``run()``.
     public init(configuration: MockAPNSConfiguration, logger: Logger) {
@@ -68,142 +66,49 @@ public final class MockAPNSServer: Service, Sendable {
 
     /// Binds, serves until cancelled or gracefully shut down, then closes every connection.
     public func run() async throws {
-        try self.lifecycle.withLockedValue { state in
-            guard case .notListening(hasStarted: false, let waiters) = state else {
-                throw MockAPNSServerError.alreadyStarted
-            }
-            state = .notListening(hasStarted: true, waiters: waiters)
-        }
-
-        let serverChannel: any Channel
+        let channels: [any Channel]
         do {
-            serverChannel = try await self.bind()
+            channels = try await listener.bind(
+                host: configuration.host,
+                ports: [configuration.port],
+                makeTLS: makeTLSConfiguration,
+                configureConnection: { channel, sslContext in try self.configureConnection(channel, sslContext: sslContext) }
+            )
         } catch {
-            self.logger.error("mock APNs failed to start", metadata: ["error": "\(error)"])
-            self.finishLifecycle(.failed(error))
+            logger.error("mock APNs failed to start", metadata: ["error": "\(error)"])
             throw error
         }
-
-        let port = serverChannel.localAddress?.port ?? self.configuration.port
-        self.finishLifecycle(.listening(port: port))
-        self.logger.info(
+        logger.info(
             "mock APNs listening",
-            metadata: ["mock_apns.host": "\(self.configuration.host)", "mock_apns.port": "\(port)"]
+            metadata: ["mock_apns.host": "\(configuration.host)", "mock_apns.port": "\(listener.boundPorts?.first ?? configuration.port)"]
         )
-
-        await withTaskCancellationOrGracefulShutdownHandler {
-            try? await serverChannel.closeFuture.get()
-        } onCancelOrGracefulShutdown: {
-            serverChannel.close(promise: nil)
-        }
-
-        let connections = self.openConnections.withLockedValue { open in
-            open.isClosed = true
-            return Array(open.channels.values)
-        }
-        for connection in connections { connection.close(promise: nil) }
-        for connection in connections { try? await connection.closeFuture.get() }
-
-        self.finishLifecycle(.stopped)
-        self.logger.info("mock APNs stopped", metadata: ["mock_apns.accepted": "\(self.totalAcceptedPushes)"])
+        await listener.serveUntilStopped(channels)
+        logger.info("mock APNs stopped", metadata: ["mock_apns.accepted": "\(totalAcceptedPushes)"])
     }
 
     /// The bound port; waits until ``run()`` has bound it. Throws when `run()` failed or stopped.
     public func listeningPort() async throws -> Int {
-        let waiterID = self.nextWaiterID.withLockedValue { id in
-            id += 1
-            return id
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
-                let result: Result<Int, any Error>? = self.lifecycle.withLockedValue { state in
-                    switch state {
-                    case .listening(let port):
-                        return .success(port)
-                    case .failed(let error):
-                        return .failure(error)
-                    case .stopped:
-                        return .failure(MockAPNSServerError.stopped)
-                    case .notListening(let hasStarted, var waiters):
-                        if Task.isCancelled { return .failure(CancellationError()) }
-                        waiters[waiterID] = continuation
-                        state = .notListening(hasStarted: hasStarted, waiters: waiters)
-                        return nil
-                    }
-                }
-                if let result { continuation.resume(with: result) }
-            }
-        } onCancel: {
-            let continuation = self.lifecycle.withLockedValue { state -> CheckedContinuation<Int, any Error>? in
-                guard case .notListening(let hasStarted, var waiters) = state else { return nil }
-                let continuation = waiters.removeValue(forKey: waiterID)
-                state = .notListening(hasStarted: hasStarted, waiters: waiters)
-                return continuation
-            }
-            continuation?.resume(throwing: CancellationError())
-        }
+        try await listener.listeningPorts()[0]
     }
 
-    private let nextWaiterID = NIOLockedValueBox<UInt64>(0)
-
-    private func bind() async throws -> any Channel {
-        let identity = try SelfSignedTLSIdentity(host: self.configuration.host)
-        if let path = self.configuration.caCertificatePath {
-            let url = URL(fileURLWithPath: path)
-            try FileManager.default.createDirectory(
-                at: url.deletingLastPathComponent(),
-                withIntermediateDirectories: true
-            )
-            try Data(identity.certificateAuthorityPEM.utf8).write(to: url, options: .atomic)
-        }
-
-        var tlsConfiguration = TLSConfiguration.makeServerConfiguration(
-            certificateChain: [.certificate(identity.serverCertificate)],
-            privateKey: .privateKey(identity.serverPrivateKey)
-        )
-        tlsConfiguration.applicationProtocols = ["h2"]
-        tlsConfiguration.minimumTLSVersion = .tlsv12
-        if let clientAuthorityPath = self.configuration.clientCertificateAuthorityPath {
+    private func makeTLSConfiguration() throws -> TLSConfiguration {
+        let identity = try SelfSignedTLSIdentity(authorityName: "Herald Mock APNs CA", host: configuration.host)
+        if let path = configuration.caCertificatePath { try identity.writeCertificateAuthority(to: path) }
+        var tlsConfiguration = identity.serverConfiguration
+        if let clientAuthorityPath = configuration.clientCertificateAuthorityPath {
             // A client certificate must chain to one of these CAs (no host name check: a client
             // certificate names a provider, not a host). With provider keys too, as APNs serves
             // both kinds of provider on one host, a connection may instead go without one and
             // authenticate each request with a token.
             tlsConfiguration.certificateVerification =
-                self.configuration.providerKeys.isEmpty ? .noHostnameVerification : .optionalVerification
+                configuration.providerKeys.isEmpty ? .noHostnameVerification : .optionalVerification
             tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientAuthorityPath))
         }
-        let sslContext = try NIOSSLContext(configuration: tlsConfiguration)
-
-        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            // TCP_NODELAY is ServerBootstrap's default for accepted connections (not
-            // `.socketOption(.tcp_nodelay)`: that is SO_DEBUG, refused without CAP_NET_ADMIN).
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try self.configureConnection(channel, sslContext: sslContext)
-                }
-            }
-            .bind(host: self.configuration.host, port: self.configuration.port)
-            .get()
+        return tlsConfiguration
     }
 
     /// Sets up TLS and HTTP/2 on an accepted connection (runs on its event loop).
     private func configureConnection(_ channel: any Channel, sslContext: NIOSSLContext) throws {
-        let isTracked = self.openConnections.withLockedValue { open in
-            guard !open.isClosed else { return false }
-            open.channels[ObjectIdentifier(channel)] = channel
-            open.acceptedCount += 1
-            return true
-        }
-        guard isTracked else {
-            channel.close(promise: nil)
-            return
-        }
-        channel.closeFuture.whenComplete { _ in
-            _ = self.openConnections.withLockedValue { $0.channels.removeValue(forKey: ObjectIdentifier(channel)) }
-        }
-
         let pipeline = channel.pipeline.syncOperations
         try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
         let goAwayWriter = RawGoAwayWriter()
@@ -222,22 +127,6 @@ public final class MockAPNSServer: Service, Sendable {
         let connectionState = MockConnectionState(server: self, channel: channel, goAwayWriter: goAwayWriter)
         try pipeline.addHandler(MockAPNSConnectionHandler(server: self, connection: connectionState))
         try pipeline.addHandler(CloseOnErrorHandler())
-    }
-
-    private func finishLifecycle(_ newState: Lifecycle) {
-        let waiters = self.lifecycle.withLockedValue { state -> [UInt64: CheckedContinuation<Int, any Error>] in
-            var waiters: [UInt64: CheckedContinuation<Int, any Error>] = [:]
-            if case .notListening(_, let pending) = state { waiters = pending }
-            state = newState
-            return waiters
-        }
-        let result: Result<Int, any Error>
-        switch newState {
-        case .listening(let port): result = .success(port)
-        case .failed(let error): result = .failure(error)
-        case .stopped, .notListening: result = .failure(MockAPNSServerError.stopped)
-        }
-        for continuation in waiters.values { continuation.resume(with: result) }
     }
 
     // MARK: Observing
@@ -265,7 +154,7 @@ public final class MockAPNSServer: Service, Sendable {
 
     /// TCP connections accepted since the server started (a probe's included).
     public var acceptedConnectionCount: Int {
-        self.openConnections.withLockedValue { $0.acceptedCount }
+        listener.acceptedConnectionCount
     }
 
     /// Stream concurrency, GOAWAYs and unanswered requests over all connections so far.
@@ -334,23 +223,5 @@ extension MockAPNSServer {
 
     func recordUnansweredRequest() {
         self.ledger.withLockedValue { $0.streams.unansweredRequests += 1 }
-    }
-}
-
-extension MockAPNSServer {
-    /// Where the server is in its single run.
-    enum Lifecycle: Sendable {
-        case notListening(hasStarted: Bool, waiters: [UInt64: CheckedContinuation<Int, any Error>])
-        case listening(port: Int)
-        case failed(any Error)
-        case stopped
-    }
-
-    /// Accepted connections, so shutdown can close them.
-    struct OpenConnections: Sendable {
-        var channels: [ObjectIdentifier: any Channel] = [:]
-        var isClosed = false
-        /// Every connection accepted since the server started.
-        var acceptedCount = 0
     }
 }

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Logging
 import MockAPNS
+import MockServerSupport
 import ServiceLifecycle
 import UnixSignals
 

@@ -1,4 +1,4 @@
-import MockAPNS
+import MockServerSupport
 import NIOCore
 import NIOHPACK
 import NIOHTTP2

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import JSONCore
-import MockAPNS
+import MockServerSupport
 import NIOCore
 import Synchronization
 import _CryptoExtras

@@ -1,4 +1,4 @@
-import MockAPNS
+import MockServerSupport
 import Synchronization
 
 extension MockFCMServer {

@@ -1,6 +1,6 @@
 import JSONCore
 import Logging
-import MockAPNS
+import MockServerSupport
 import NIOHPACK
 import Synchronization
 

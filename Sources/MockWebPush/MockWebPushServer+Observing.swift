@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import MockAPNS
+import MockServerSupport
 import NIOCore
 import Synchronization
 

@@ -3,6 +3,7 @@ import APNSCore
 import Crypto
 import Foundation
 import MockAPNS
+import MockServerSupport
 import PushPipeline
 import Testing
 

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Logging
 import MockAPNS
+import MockServerSupport
 import NIOPosix
 import PushPipeline
 import SwiftASN1

@@ -6,6 +6,7 @@ import Foundation
 import HeraldService
 import KafkaTransport
 import MockAPNS
+import MockServerSupport
 import SwiftASN1
 import Testing
 import X509

@@ -8,6 +8,7 @@ import KafkaTransport
 import Logging
 import FCMCore
 import MockAPNS
+import MockServerSupport
 import MockFCM
 import ServiceLifecycle
 import _CryptoExtras

@@ -3,8 +3,9 @@ import CoreFoundation
 #endif
 import Foundation
 
-/// The mock's wall clock as whole milliseconds (`clock_gettime`, not `Date`'s `Double`): 410
-/// timestamps are integers from the clock on. The mock shares no module with Herald on purpose.
+/// The mocks' wall clock as whole milliseconds (`clock_gettime`, not `Date`'s `Double`):
+/// timestamps (a 410's, a token's expiry) are integers from the clock on. The mocks share no
+/// module with Herald on purpose.
 public enum MockWallClock {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     public static func millisecondsSince1970() -> Int64 {

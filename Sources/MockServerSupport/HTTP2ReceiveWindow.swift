@@ -3,7 +3,6 @@ package import NIOHTTP2
 
 /// One HTTP/2 receive window (a stream's or the connection's) of a mock server that handles
 /// frames itself: without NIOHTTP2's child channels nothing else sends the WINDOW_UPDATE frames.
-/// Shared by the mock APNs and the mock FCM.
 package struct HTTP2ReceiveWindow {
     /// The window every stream and the connection start with unless SETTINGS say otherwise.
     package static let protocolDefaultSize = 65_535

@@ -1,5 +1,6 @@
 import Crypto
-import NIOSSL
+import Foundation
+package import NIOSSL
 import SwiftASN1
 import X509
 
@@ -11,17 +12,19 @@ import Musl
 import Darwin
 #endif
 
-/// A throw-away ``CertificateAuthority`` and a server certificate it issued, made at start-up.
+/// A throw-away ``CertificateAuthority`` and a server certificate it issued, made when a mock
+/// server starts.
 ///
 /// Clients trust ``certificateAuthorityPEM``; the server presents ``serverCertificate``, whose
 /// subject alternative names cover `localhost`, `127.0.0.1`, `::1` and the configured host.
-struct SelfSignedTLSIdentity {
-    let certificateAuthorityPEM: String
-    let serverCertificate: NIOSSLCertificate
-    let serverPrivateKey: NIOSSLPrivateKey
+package struct SelfSignedTLSIdentity {
+    package let certificateAuthorityPEM: String
+    package let serverCertificate: NIOSSLCertificate
+    package let serverPrivateKey: NIOSSLPrivateKey
 
-    init(host: String) throws {
-        let authority = try CertificateAuthority(commonName: "Herald Mock APNs CA")
+    /// A new authority named `authorityName` and a certificate it issued for `host`.
+    package init(authorityName: String, host: String) throws {
+        let authority = try CertificateAuthority(commonName: authorityName)
         let server = try authority.issue(
             commonName: "localhost",
             usage: .serverAuth,
@@ -32,6 +35,24 @@ struct SelfSignedTLSIdentity {
         try serializer.serialize(server.certificate)
         self.serverCertificate = try NIOSSLCertificate(bytes: serializer.serializedBytes, format: .der)
         self.serverPrivateKey = try NIOSSLPrivateKey(bytes: Array(server.privateKey.derRepresentation), format: .der)
+    }
+
+    /// TLS 1.2 or later, ALPN `h2`, presenting the server certificate.
+    package var serverConfiguration: TLSConfiguration {
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(serverCertificate)],
+            privateKey: .privateKey(serverPrivateKey)
+        )
+        configuration.applicationProtocols = ["h2"]
+        configuration.minimumTLSVersion = .tlsv12
+        return configuration
+    }
+
+    /// Writes the authority's PEM to `path` (its folder made when missing), for clients to trust.
+    package func writeCertificateAuthority(to path: String) throws {
+        let url = URL(fileURLWithPath: path)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(certificateAuthorityPEM.utf8).write(to: url, options: .atomic)
     }
 
     /// DNS names and IP addresses the server certificate is valid for.
