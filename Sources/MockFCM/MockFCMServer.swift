@@ -74,7 +74,8 @@ public final class MockFCMServer: Service, Sendable {
             logger.error("mock FCM failed to start", metadata: ["error": "\(error)"])
             throw error
         }
-        logger.info("mock FCM listening", metadata: ["mock_fcm.host": "\(configuration.host)", "mock_fcm.port": "\(listener.boundPorts?.first ?? configuration.port)"])
+        let port = listener.boundPorts?.first ?? configuration.port
+        logger.info("mock FCM listening", metadata: ["mock_fcm.host": "\(configuration.host)", "mock_fcm.port": "\(port)"])
         await listener.serveUntilStopped(channels)
         logger.info("mock FCM stopped", metadata: ["mock_fcm.delivered": "\(totalDelivered)"])
     }
