@@ -68,16 +68,20 @@ public final class FCMAccessTokenSource: Service, Sendable {
     private let configuration: FCMClientConfiguration
     private let metrics: FCMClientMetrics
     private let logger: Logger
+    private let clock: any TokenSourceClock
 
     /// Parses every account's key (throws when one is not an RSA key); fetches nothing until
-    /// ``run()``. `httpClient` carries the exchanges; its owner shuts it down.
+    /// ``run()``. `httpClient` carries the exchanges; its owner shuts it down. Tokens expire and
+    /// are refreshed by `clock`.
     init(
         configuration: FCMClientConfiguration,
         httpClient: HTTPClient,
         metrics: FCMClientMetrics,
+        clock: any TokenSourceClock,
         logger: Logger
     ) throws(FCMServiceAccountError) {
         self.configuration = configuration
+        self.clock = clock
         self.metrics = metrics
         self.httpClient = httpClient
         self.logger = logger
@@ -93,7 +97,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
     /// configured): a project whose exchanges fail leaves Herald ready for the others, and shows
     /// in `herald_fcm_token_refresh_failures_total{project}` (HeraldFCMTokenRefreshFailing).
     public var isReady: Bool {
-        let now = ContinuousClock.now
+        let now = clock.now
         return state.withLock { state in
             state.projects.isEmpty || state.projects.values.contains { ($0.token?.expiresAt).map { $0 > now } ?? false }
         }
@@ -120,7 +124,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
 
     /// The project's access token when it is valid for at least another second, without waiting.
     func validAccessToken(projectID: String) -> AccessToken? {
-        let now = ContinuousClock.now
+        let now = clock.now
         return state.withLock { state in
             guard let token = state.projects[projectID]?.token, token.expiresAt > now + .seconds(1) else { return nil }
             return token
@@ -175,12 +179,12 @@ public final class FCMAccessTokenSource: Service, Sendable {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 while !Task.isCancelled {
-                    let (due, nextWake) = self.takeDueExchanges(now: .now)
+                    let (due, nextWake) = self.takeDueExchanges(now: self.clock.now)
                     for projectID in due {
                         group.addTask { await self.exchange(projectID: projectID) }
                     }
                     if self.state.withLock({ $0.isStopped }) { break }
-                    await self.wakeup.wait(until: nextWake)
+                    await self.wakeup.wait(until: nextWake, clock: self.clock)
                 }
                 group.cancelAll()
             }
@@ -225,15 +229,16 @@ public final class FCMAccessTokenSource: Service, Sendable {
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AccessToken, any Error>) in
+                let now = clock.now
                 let outcome = state.withLock { state -> Result<AccessToken, any Error>? in
                     guard !state.isStopped else { return .failure(TransportError.shuttingDown("the token source stopped")) }
                     guard let project = state.projects[projectID] else {
                         return .failure(TransportError.accessTokenUnavailable("no credential for the project"))
                     }
-                    if let token = project.token, token.expiresAt > .now { return .success(token) }
+                    if let token = project.token, token.expiresAt > now { return .success(token) }
                     if Task.isCancelled { return .failure(CancellationError()) }
                     // No token and an exchange failed lately: fail now rather than wait the backoff.
-                    if let failure = project.lastFailure, !project.fetching, project.retryAt.map({ $0 > .now }) ?? false {
+                    if let failure = project.lastFailure, !project.fetching, project.retryAt.map({ $0 > now }) ?? false {
                         return .failure(TransportError.accessTokenUnavailable(failure))
                     }
                     state.projects[projectID]?.waiters[id] = continuation
@@ -262,15 +267,15 @@ public final class FCMAccessTokenSource: Service, Sendable {
         } catch {
             result = .failure(.accessTokenUnavailable("\(type(of: error))"))
         }
-        let now = ContinuousClock.now
+        let now = clock.now
         let waiters = state.withLock { state -> [CheckedContinuation<AccessToken, any Error>] in
             guard var project = state.projects[projectID], project.grant.account == grant.account else { return [] }
             project.fetching = false
             switch result {
             case .success(let fetched):
                 project.token = fetched.token
-                let lifetime = fetched.lifetime
-                project.refreshAt = now + max(lifetime - configuration.tokenRefreshMargin, lifetime / 2)
+                // Counted from when the exchange was sent, as the token's expiry is.
+                project.refreshAt = fetched.token.expiresAt - min(configuration.tokenRefreshMargin, fetched.lifetime / 2)
                 project.failures = 0
                 project.retryAt = nil
                 project.lastFailure = nil
@@ -314,7 +319,7 @@ public final class FCMAccessTokenSource: Service, Sendable {
             request.method = .GET
             request.headers.add(name: "metadata-flavor", value: "Google")
         }
-        let sentAt = ContinuousClock.now
+        let sentAt = clock.now
         let response: HTTPClientResponse
         let body: ByteBuffer
         do {

@@ -35,7 +35,17 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
     /// usable, ``FCMConfigurationError`` for a base URL that is not `https://host[:port][/path]`
     /// and NIOSSL's error when the extra trust roots cannot be read. Token exchanges and
     /// request durations are recorded through `metricsFactory` (``FCMClientMetrics``).
-    public init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
+    public convenience init(configuration: FCMClientConfiguration, metricsFactory: any MetricsFactory = MetricsSystem.factory, logger: Logger) throws {
+        try self.init(configuration: configuration, metricsFactory: metricsFactory, tokenClock: ContinuousTokenSourceClock(), logger: logger)
+    }
+
+    /// As the public initialiser, with access tokens that expire and are refreshed by `tokenClock`.
+    package init(
+        configuration: FCMClientConfiguration,
+        metricsFactory: any MetricsFactory,
+        tokenClock: any TokenSourceClock,
+        logger: Logger
+    ) throws {
         let metrics = FCMClientMetrics(factory: metricsFactory)
         let (transport, pathPrefix) = try Self.makeTransport(
             configuration: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, countingGoAwaysIn: metrics.goAways, logger: logger)
@@ -53,7 +63,8 @@ public final class FCMHTTPClient: FCMClientProtocol, Service, Sendable {
             )
         )
         do {
-            self.tokens = try FCMAccessTokenSource(configuration: configuration, httpClient: httpClient, metrics: metrics, logger: logger)
+            self.tokens = try FCMAccessTokenSource(
+                configuration: configuration, httpClient: httpClient, metrics: metrics, clock: tokenClock, logger: logger)
         } catch {
             try? httpClient.syncShutdown()
             throw error

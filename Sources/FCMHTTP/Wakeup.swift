@@ -22,12 +22,12 @@ final class Wakeup: Sendable {
         continuation?.resume()
     }
 
-    /// Returns at a signal, at `deadline` (never when nil) or when the task is cancelled.
-    func wait(until deadline: ContinuousClock.Instant?) async {
+    /// Returns at a signal, at `deadline` by `clock` (never when nil) or when the task is cancelled.
+    func wait(until deadline: ContinuousClock.Instant?, clock: any TokenSourceClock) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.waitForSignal() }
             if let deadline {
-                group.addTask { try? await Task.sleep(until: deadline, clock: .continuous) }
+                group.addTask { try? await clock.sleep(until: deadline) }
             }
             await group.next()
             group.cancelAll()

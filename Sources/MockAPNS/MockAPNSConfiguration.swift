@@ -1,4 +1,5 @@
 public import Crypto
+import MockServerSupport
 
 /// How a ``MockAPNSServer`` listens and which provider credentials and device tokens it knows.
 ///
@@ -47,6 +48,10 @@ public struct MockAPNSConfiguration: Sendable {
     /// Broadcast channels one app may have; creating one more is refused with
     /// `CannotCreateChannelConfig` (Apple's limit is 10,000).
     public var maximumChannelsPerApp = 10_000
+
+    /// The server's wall clock in milliseconds since 1970, by which a provider token's age is
+    /// judged; a test moves it to let a token expire without waiting an hour.
+    public var wallClockMilliseconds: @Sendable () -> Int64 = MockWallClock.millisecondsSince1970
 
     /// Creates a configuration; every parameter has the default documented on its property.
     public init(

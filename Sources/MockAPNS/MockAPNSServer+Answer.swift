@@ -197,7 +197,7 @@ extension MockAPNSServer {
         guard self.providerTokenVerifier.isEnabled else { return nil }
         return self.providerTokenVerifier.rejection(
             forAuthorization: head.authorization,
-            nowSeconds: MockWallClock.millisecondsSince1970() / 1000
+            nowSeconds: configuration.wallClockMilliseconds() / 1000
         )
     }
 

@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import Logging
 import MockAPNS
+import MockServerSupport
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
@@ -38,21 +39,21 @@ struct MockAPNSIntegrationTests {
         makeTokenSource: (@Sendable () -> any APNSProviderTokenSource)? = nil,
         host: String = "127.0.0.1",
         trustMockCA: Bool = true,
+        wallClockMilliseconds: @escaping @Sendable () -> Int64 = MockWallClock.millisecondsSince1970,
         _ body: @Sendable (Fixture) async throws -> Void
     ) async throws {
         let caPath = FileManager.default.temporaryDirectory
             .appendingPathComponent("apns-http2-tests-\(UUID().uuidString).pem").path
         defer { try? FileManager.default.removeItem(atPath: caPath) }
-        let server = MockAPNSServer(
-            configuration: MockAPNSConfiguration(
-                caCertificatePath: caPath,
-                providerKeys: [keyID: signingKey.publicKey],
-                teamID: teamID,
-                unregisteredTokens: unregisteredTokens,
-                maxConcurrentStreams: maxConcurrentStreams
-            ),
-            logger: quietLogger
+        var configuration = MockAPNSConfiguration(
+            caCertificatePath: caPath,
+            providerKeys: [keyID: signingKey.publicKey],
+            teamID: teamID,
+            unregisteredTokens: unregisteredTokens,
+            maxConcurrentStreams: maxConcurrentStreams
         )
+        configuration.wallClockMilliseconds = wallClockMilliseconds
+        let server = MockAPNSServer(configuration: configuration, logger: quietLogger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await server.run() }
             let port = try await server.listeningPort()

@@ -29,6 +29,7 @@ struct FCMHarness: Sendable {
         configure: @Sendable (inout MockFCMConfiguration) -> Void = { _ in },
         configureClient: @Sendable (inout FCMClientConfiguration) -> Void = { _ in },
         metrics: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
+        tokenClock: any TokenSourceClock = ContinuousTokenSourceClock(),
         _ body: @Sendable (FCMHarness) async throws -> Void
     ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcm-tests-\(UUID().uuidString)")
@@ -58,7 +59,8 @@ struct FCMHarness: Sendable {
                     additionalTrustRootsPEMPath: caPath
                 )
                 configureClient(&configuration)
-                let client = try FCMHTTPClient(configuration: configuration, metricsFactory: PrometheusMetricsFactory(registry: metrics), logger: logger)
+                let client = try FCMHTTPClient(
+                    configuration: configuration, metricsFactory: PrometheusMetricsFactory(registry: metrics), tokenClock: tokenClock, logger: logger)
                 group.addTask { try await client.run() }
                 try await body(FCMHarness(server: server, client: client, account: account, caPath: caPath, port: port))
             } catch {

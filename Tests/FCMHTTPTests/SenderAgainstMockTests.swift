@@ -204,14 +204,23 @@ struct SenderAgainstMockTests {
     }
 
     @Test func tokensAreRefreshedInTheBackgroundBeforeTheyExpire() async throws {
+        let clock = ManualTokenClock()
         try await FCMHarness.run(
             configure: { $0.accessTokenLifetimeSeconds = 2 },
-            configureClient: { $0.tokenRefreshMargin = .seconds(1) }
+            configureClient: { $0.tokenRefreshMargin = .seconds(1) },
+            tokenClock: clock
         ) { harness in
             _ = try await harness.send(try FCMHarness.request("device"))
-            try await Task.sleep(for: .milliseconds(3500))
-            // Refreshed at half of each 2 s life with no request in between: 1 + at least 3.
-            #expect(harness.server.tokenExchangeCount >= 4)
+            #expect(harness.server.tokenExchangeCount == 1)
+            // Refreshed at half of each 2 s life, with no request in between; never earlier.
+            for refreshes in 1...3 {
+                clock.advance(by: .milliseconds(999))
+                try await Task.sleep(for: .milliseconds(50))
+                #expect(harness.server.tokenExchangeCount == refreshes)
+                clock.advance(by: .milliseconds(1))
+                for _ in 0..<1_000 where harness.server.tokenExchangeCount == refreshes { try await Task.sleep(for: .milliseconds(5)) }
+                #expect(harness.server.tokenExchangeCount == 1 + refreshes)
+            }
             #expect(harness.client.isReady)
             let response = try await harness.send(try FCMHarness.request("device"))
             #expect(response.decision == .delivered)
