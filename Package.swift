@@ -487,6 +487,7 @@ let package = Package(
                 "FCMCore",
                 "FCMHTTP",
                 "MockFCM",
+                "MockServerSupport",
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

@@ -71,7 +71,9 @@ public final class MockAPNSServer: Service, Sendable {
             channels = try await listener.bind(
                 host: configuration.host,
                 ports: [configuration.port],
-                makeTLS: makeTLSConfiguration,
+                authorityName: "Herald Mock APNs CA",
+                caCertificatePath: configuration.caCertificatePath,
+                adjustTLS: requireClientCertificates,
                 configureConnection: { channel, sslContext in try self.configureConnection(channel, sslContext: sslContext) }
             )
         } catch {
@@ -91,20 +93,14 @@ public final class MockAPNSServer: Service, Sendable {
         try await listener.listeningPorts()[0]
     }
 
-    private func makeTLSConfiguration() throws -> TLSConfiguration {
-        let identity = try SelfSignedTLSIdentity(authorityName: "Herald Mock APNs CA", host: configuration.host)
-        if let path = configuration.caCertificatePath { try identity.writeCertificateAuthority(to: path) }
-        var tlsConfiguration = identity.serverConfiguration
-        if let clientAuthorityPath = configuration.clientCertificateAuthorityPath {
-            // A client certificate must chain to one of these CAs (no host name check: a client
-            // certificate names a provider, not a host). With provider keys too, as APNs serves
-            // both kinds of provider on one host, a connection may instead go without one and
-            // authenticate each request with a token.
-            tlsConfiguration.certificateVerification =
-                configuration.providerKeys.isEmpty ? .noHostnameVerification : .optionalVerification
-            tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientAuthorityPath))
-        }
-        return tlsConfiguration
+    /// With a client CA configured: a client certificate must chain to one of its CAs (no host
+    /// name check: a client certificate names a provider, not a host). With provider keys too, as
+    /// APNs serves both kinds of provider on one host, a connection may instead go without one
+    /// and authenticate each request with a token.
+    private func requireClientCertificates(_ tlsConfiguration: inout TLSConfiguration) throws {
+        guard let clientAuthorityPath = configuration.clientCertificateAuthorityPath else { return }
+        tlsConfiguration.certificateVerification = configuration.providerKeys.isEmpty ? .noHostnameVerification : .optionalVerification
+        tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientAuthorityPath))
     }
 
     /// Sets up TLS and HTTP/2 on an accepted connection (runs on its event loop).

@@ -1,4 +1,5 @@
 public import _CryptoExtras
+import MockServerSupport
 
 /// A service account the mock accepts: its project, `client_email` and the public half of its
 /// key, against which the token endpoint verifies RS256 assertions. An account with several keys
@@ -63,6 +64,9 @@ public struct MockFCMConfiguration: Sendable {
     public var faults: MockFCMFaults = .none
     /// How many messages ``MockFCMServer/receivedMessages()`` keeps (the most recent); 0 keeps none.
     public var requestLogLimit: Int = 10_000
+    /// The server's wall clock in milliseconds since 1970, by which assertions, access tokens and
+    /// spent quotas expire; a test stops or moves it instead of waiting.
+    public var wallClockMilliseconds: @Sendable () -> Int64 = MockWallClock.millisecondsSince1970
 
     /// Creates a configuration; every other setting has the default documented on its property.
     public init(

@@ -56,7 +56,7 @@ extension MockFCMServer {
         let lifetime = configuration.accessTokenLifetimeSeconds
         ledger.withLock { ledger in
             ledger.metadataTokensIssued += 1
-            ledger.accessTokens[token] = (projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000, nil)
+            ledger.accessTokens[token] = (projectID, configuration.wallClockMilliseconds() + Int64(lifetime) * 1000, nil)
         }
         return .success([.init("access_token", .string(token)), .init("expires_in", .number(String(lifetime))), .init("token_type", .string("Bearer"))])
     }
@@ -97,7 +97,7 @@ extension MockFCMServer {
         }
         let scopes = (claims["scope"] as? String ?? "").split(separator: " ")
         guard scopes.contains(where: { $0 == Self.fcmScope }) else { return refused("Invalid OAuth scope") }
-        let now = MockWallClock.millisecondsSince1970() / 1000
+        let now = configuration.wallClockMilliseconds() / 1000
         guard let issuedAt = Self.integer(claims["iat"]), let expiresAt = Self.integer(claims["exp"]),
             expiresAt > now, issuedAt <= now + 60, expiresAt - issuedAt <= 3600
         else { return refused("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.") }
@@ -106,7 +106,7 @@ extension MockFCMServer {
         let lifetime = configuration.accessTokenLifetimeSeconds
         ledger.withLock { ledger in
             ledger.tokenExchanges += 1
-            ledger.accessTokens[token] = (account.projectID, MockWallClock.millisecondsSince1970() + Int64(lifetime) * 1000, header["kid"] as? String)
+            ledger.accessTokens[token] = (account.projectID, configuration.wallClockMilliseconds() + Int64(lifetime) * 1000, header["kid"] as? String)
         }
         return .success([.init("access_token", .string(token)), .init("expires_in", .number(String(lifetime))), .init("token_type", .string("Bearer"))])
     }
@@ -114,7 +114,7 @@ extension MockFCMServer {
     /// `POST /v1/projects/{project}/messages:send`, in FCM's order: path, access token and
     /// project, the message, then faults and the token's registration.
     func sendAnswer(projectID: String, authorization: String?, document: JSONValue?) -> MockFCMAnswer {
-        let now = MockWallClock.millisecondsSince1970()
+        let now = configuration.wallClockMilliseconds()
         let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
         let issuedToken = ledger.withLock { ledger -> (projectID: String, keyID: String?)? in
             guard let bearer, let issued = ledger.accessTokens[bearer], issued.expiresAtMilliseconds > now else { return nil }

@@ -1,4 +1,3 @@
-import MockServerSupport
 import Synchronization
 
 extension MockFCMServer {
@@ -57,7 +56,7 @@ extension MockFCMServer {
     /// 429 QUOTA_EXCEEDED with a QuotaFailure naming the project's quota and `Retry-After` the
     /// seconds left, as Google answers until the quota's minute rolls.
     public func exhaustQuota(ofProject projectID: String, for duration: Duration) {
-        let until = MockWallClock.millisecondsSince1970() + duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        let until = configuration.wallClockMilliseconds() + duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
         ledger.withLock { $0.quotaExhaustedUntil[projectID] = until }
     }
 

@@ -57,11 +57,8 @@ public final class MockFCMServer: Service, Sendable {
             channels = try await listener.bind(
                 host: configuration.host,
                 ports: [configuration.port],
-                makeTLS: {
-                    let identity = try SelfSignedTLSIdentity(authorityName: "Herald Mock FCM CA", host: configuration.host)
-                    if let path = configuration.caCertificatePath { try identity.writeCertificateAuthority(to: path) }
-                    return identity.serverConfiguration
-                },
+                authorityName: "Herald Mock FCM CA",
+                caCertificatePath: configuration.caCertificatePath,
                 configureConnection: { channel, sslContext in
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))

@@ -6,7 +6,7 @@ import Synchronization
 
 /// The listening sockets of a mock push service and the connections they accepted.
 ///
-/// A mock binds once (``bind(host:ports:makeTLS:configureConnection:)``), serves until its task
+/// A mock binds once (``bind(host:ports:authorityName:caCertificatePath:adjustTLS:configureConnection:)``), serves until its task
 /// is cancelled or gracefully shut down (``serveUntilStopped(_:)``), then closes every accepted
 /// connection. ``listeningPorts()`` waits for the bound ports from any task.
 package final class MockListener: Sendable {
@@ -29,20 +29,25 @@ package final class MockListener: Sendable {
     private let alreadyStarted: any Error
     private let stopped: any Error
 
-    /// A listener whose second ``bind(host:ports:makeTLS:configureConnection:)`` throws
+    /// A listener whose second ``bind(host:ports:authorityName:caCertificatePath:adjustTLS:configureConnection:)`` throws
     /// `alreadyStarted`, and whose port waiters get `stopped` once it stopped.
     package init(alreadyStarted: any Error, stopped: any Error) {
         self.alreadyStarted = alreadyStarted
         self.stopped = stopped
     }
 
-    /// Makes the TLS context, binds `ports` on `host` (0 picks a free one; the ones bound are
-    /// closed again when a later one fails) and tells the port waiters. Each accepted
-    /// connection is tracked, then handed to `configureConnection` on its event loop.
+    /// Makes a throw-away CA named `authorityName` (its PEM written to `caCertificatePath`, when
+    /// given, for clients to trust) and a server certificate for `host`, lets `adjustTLS` change
+    /// the TLS configuration (throwing from it fails the start), binds `ports` on `host` (0 picks
+    /// a free one; the ones bound are closed again when a later one fails) and tells the port
+    /// waiters. Each accepted connection is tracked, then handed to `configureConnection` on its
+    /// event loop.
     package func bind(
         host: String,
         ports: [Int],
-        makeTLS: () throws -> TLSConfiguration,
+        authorityName: String,
+        caCertificatePath: String?,
+        adjustTLS: (inout TLSConfiguration) throws -> Void = { _ in },
         configureConnection: @escaping @Sendable (any Channel, NIOSSLContext) throws -> Void
     ) async throws -> [any Channel] {
         try lifecycle.withLock { state in
@@ -51,7 +56,11 @@ package final class MockListener: Sendable {
         }
         var channels: [any Channel] = []
         do {
-            let sslContext = try NIOSSLContext(configuration: try makeTLS())
+            let identity = try SelfSignedTLSIdentity(authorityName: authorityName, host: host)
+            if let caCertificatePath { try identity.writeCertificateAuthority(to: caCertificatePath) }
+            var tls = identity.serverConfiguration
+            try adjustTLS(&tls)
+            let sslContext = try NIOSSLContext(configuration: tls)
             for port in ports {
                 let bound = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                     .serverChannelOption(.backlog, value: 256)
@@ -94,7 +103,7 @@ package final class MockListener: Sendable {
         finish(.stopped)
     }
 
-    /// The bound ports, in the order given to ``bind(host:ports:makeTLS:configureConnection:)``;
+    /// The bound ports, in the order given to ``bind(host:ports:authorityName:caCertificatePath:adjustTLS:configureConnection:)``;
     /// waits until they are bound. Throws when binding failed or the listener stopped.
     package func listeningPorts() async throws -> [Int] {
         let waiterID = nextWaiterID.add(1, ordering: .relaxed).newValue

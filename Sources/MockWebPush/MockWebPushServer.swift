@@ -48,11 +48,10 @@ public final class MockWebPushServer: Service, Sendable {
             channels = try await listener.bind(
                 host: configuration.host,
                 ports: configuration.ports,
-                makeTLS: {
+                authorityName: "Herald Mock Web Push CA",
+                caCertificatePath: configuration.caCertificatePath,
+                adjustTLS: { _ in
                     guard !configuration.ports.isEmpty else { throw MockWebPushServerError.noPorts }
-                    let identity = try SelfSignedTLSIdentity(authorityName: "Herald Mock Web Push CA", host: configuration.host)
-                    if let path = configuration.caCertificatePath { try identity.writeCertificateAuthority(to: path) }
-                    return identity.serverConfiguration
                 },
                 configureConnection: { channel, sslContext in try self.configureConnection(channel, sslContext: sslContext) }
             )

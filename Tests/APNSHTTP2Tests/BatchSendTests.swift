@@ -62,11 +62,12 @@ struct BatchSendTests {
     /// mock answers after 3 s), so it neither inherits that stream's lateness nor runs out of
     /// deadline behind it.
     @Test func aRetryInABatchDoesNotWaitForTheBatchsSlowestStream() async throws {
-        // A provider token that expires 2 s from now by the mock's clock (APNs allows an hour), and
-        // its successor; the test moves the mock's clock past the first one's hour.
+        // A provider token that expires 30 s from now by the mock's clock (APNs allows an hour),
+        // however slowly the mock and the client start, and its successor; the test then moves the
+        // mock's clock past the first one's hour.
         let clockAhead = Atomic<Int64>(0)
         let now = MockWallClock.millisecondsSince1970() / 1000
-        let expiring = try MockAPNSIntegrationTests.credentials.signToken(issuedAt: now - 3600 + 2)
+        let expiring = try MockAPNSIntegrationTests.credentials.signToken(issuedAt: now - 3600 + 30)
         let fresh = try MockAPNSIntegrationTests.credentials.signToken(issuedAt: now)
         let source = MockAPNSIntegrationTests.ScriptedTokenSource(tokens: [expiring, fresh])
         try await MockAPNSIntegrationTests.withMockAndClient(
@@ -77,7 +78,7 @@ struct BatchSendTests {
             // The first 200 lifts token authentication's one-stream start, so the batch gets its streams.
             let warmUp = try await fixture.client.send(MockAPNSIntegrationTests.request(), environment: .production, deadline: .now + .seconds(10))
             #expect(warmUp.status == 200)
-            clockAhead.store(4_000, ordering: .relaxed)
+            clockAhead.store(31_000, ordering: .relaxed)
             let slowToken = "00000000000000aa"
             fixture.server.setFaults(MockAPNSFaults(latency: .init(fixed: .seconds(3), scope: .tokens([slowToken]))))
             let tokens = [slowToken] + (1...3).map { String(format: "%016x", $0) }

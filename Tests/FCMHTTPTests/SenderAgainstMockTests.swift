@@ -5,6 +5,7 @@ import FCMCore
 import FCMHTTP
 import Foundation
 import MockFCM
+import MockServerSupport
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -205,8 +206,14 @@ struct SenderAgainstMockTests {
 
     @Test func tokensAreRefreshedInTheBackgroundBeforeTheyExpire() async throws {
         let clock = ManualTokenClock()
+        // The mock's clock stands still (its tokens never expire, however slow the run): only
+        // Herald's schedule, on the clock the test moves, decides when tokens are exchanged.
+        let mockNow = MockWallClock.millisecondsSince1970()
         try await FCMHarness.run(
-            configure: { $0.accessTokenLifetimeSeconds = 2 },
+            configure: {
+                $0.accessTokenLifetimeSeconds = 2
+                $0.wallClockMilliseconds = { mockNow }
+            },
             configureClient: { $0.tokenRefreshMargin = .seconds(1) },
             tokenClock: clock
         ) { harness in

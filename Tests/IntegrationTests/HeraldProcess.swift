@@ -10,9 +10,7 @@ final class HeraldProcess: @unchecked Sendable {
 
     /// Starts `herald run` with exactly `environment` (plus PATH), logging to `logPath`.
     init(environment: [String: String], logPath: String) throws {
-        guard let binary = ProcessInfo.processInfo.environment["HERALD_BIN"] else {
-            throw TestFailure("HERALD_BIN is not set: run the tests through scripts/test.sh")
-        }
+        let binary = try TestEnvironment.heraldBinary
         self.environment = environment
         self.logPath = logPath
         if !FileManager.default.fileExists(atPath: logPath) {

@@ -12,9 +12,7 @@ import Testing
 struct OperatorCommandsTests {
     /// Runs `herald <arguments>` to its end; returns its exit status, standard output and error.
     static func herald(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String, errors: String) {
-        guard let binary = ProcessInfo.processInfo.environment["HERALD_BIN"] else {
-            throw TestFailure("HERALD_BIN is not set: run the tests through scripts/test.sh")
-        }
+        let binary = try TestEnvironment.heraldBinary
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments

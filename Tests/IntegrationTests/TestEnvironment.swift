@@ -5,6 +5,7 @@ import KafkaTransport
 import Logging
 import MockAPNS
 import ServiceLifecycle
+import Synchronization
 import Testing
 
 /// Where the real services of the integration tests are: `scripts/services.sh start` writes
@@ -37,9 +38,26 @@ enum TestEnvironment {
     static var tansuBinary: String { get throws { try variable("HERALD_TANSU_BIN") } }
     static var tansuURL: String { get throws { try tlsBroker?.tansuURL ?? variable("HERALD_TANSU_URL") } }
 
+    /// The `herald` executable the tests start (a release build: a debug one is about 50 times slower).
+    static var heraldBinary: String { get throws { try variable("HERALD_BIN") } }
+
+    /// Whether a skipped test has said why yet.
+    private static let saidWhy = Mutex(false)
+
+    /// The variable's value; without it the test is skipped. The first test skipped says plainly
+    /// why and what to run, the others only that they skipped, so a plain `swift test` says it once.
     private static func variable(_ name: String) throws -> String {
         guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
-            try Test.cancel("\(name) is not set: run the tests through scripts/test.sh, which starts the services")
+            let first = saidWhy.withLock { saidWhy in
+                defer { saidWhy = true }
+                return !saidWhy
+            }
+            if first {
+                try Test.cancel(
+                    "The integration tests need the local services and a release build of herald: run scripts/test.sh, which starts them (\(name) is not set). Every integration test skips."
+                )
+            }
+            try Test.cancel("skipped: no local services")
         }
         return value
     }

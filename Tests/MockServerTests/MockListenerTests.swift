@@ -1,17 +1,12 @@
 import MockServerSupport
 import NIOCore
 import NIOPosix
-import NIOSSL
 import Testing
 
 /// The listening sockets every mock push service runs on.
 @Suite struct MockListenerTests {
     enum ListenerError: Error, Equatable {
         case alreadyStarted, stopped
-    }
-
-    private static func makeTLS() throws -> TLSConfiguration {
-        try SelfSignedTLSIdentity(authorityName: "Listener Test CA", host: "127.0.0.1").serverConfiguration
     }
 
     private static func freePort() async throws -> Int {
@@ -34,7 +29,7 @@ import Testing
                 _ = try await listener.bind(
                     host: "127.0.0.1",
                     ports: [first, try #require(taken.localAddress?.port)],
-                    makeTLS: Self.makeTLS,
+                    authorityName: "Listener Test CA", caCertificatePath: nil,
                     configureConnection: { _, _ in }
                 )
             }
@@ -48,11 +43,13 @@ import Testing
 
     @Test func aStopClosesEveryAcceptedConnectionAndLaterWaitersLearnOfIt() async throws {
         let listener = MockListener(alreadyStarted: ListenerError.alreadyStarted, stopped: ListenerError.stopped)
-        let channels = try await listener.bind(host: "127.0.0.1", ports: [0], makeTLS: Self.makeTLS, configureConnection: { _, _ in })
+        let channels = try await listener.bind(
+            host: "127.0.0.1", ports: [0], authorityName: "Listener Test CA", caCertificatePath: nil, configureConnection: { _, _ in })
         let port = try #require(listener.boundPorts?.first)
         #expect(try await listener.listeningPorts() == [port])
         await #expect(throws: ListenerError.alreadyStarted) {
-            _ = try await listener.bind(host: "127.0.0.1", ports: [0], makeTLS: Self.makeTLS, configureConnection: { _, _ in })
+            _ = try await listener.bind(
+                host: "127.0.0.1", ports: [0], authorityName: "Listener Test CA", caCertificatePath: nil, configureConnection: { _, _ in })
         }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await listener.serveUntilStopped(channels) }
