@@ -97,7 +97,7 @@ struct BatchAgainstMockTests {
     @Test func cancellingABatchResetsItsStreams() async throws {
         try await FCMHarness.run { harness in
             _ = try await harness.send(try FCMHarness.request("warm-up"))
-            harness.server.setFaults(MockFCMFaults(latency: .milliseconds(700)))
+            harness.server.setFaults(MockFCMFaults(latency: FCMHarness.slowAnswer))
             let requests = try (0..<20).map { try FCMHarness.request("device-\($0)") }
             let started = ContinuousClock.now
             let answers = await withTaskGroup(of: [[Result<FCMResponse, any Error>]].self) { group in
@@ -106,7 +106,7 @@ struct BatchAgainstMockTests {
                 group.cancelAll()
                 return await group.next() ?? []
             }
-            #expect(started.duration(to: .now) < .milliseconds(600))
+            #expect(started.duration(to: .now) < FCMHarness.endedAtTheDeadlineWithin)
             #expect(answers.map(\.count) == Array(repeating: 1, count: 20))
             for answer in answers {
                 #expect(throws: CancellationError.self) { try answer[0].get() }
@@ -119,10 +119,10 @@ struct BatchAgainstMockTests {
     @Test func aBatchPastItsDeadlineIsResetAndTheConnectionServesOn() async throws {
         try await FCMHarness.run { harness in
             _ = try await harness.send(try FCMHarness.request("warm-up"))
-            harness.server.setFaults(MockFCMFaults(latency: .milliseconds(700)))
+            harness.server.setFaults(MockFCMFaults(latency: FCMHarness.slowAnswer))
             let started = ContinuousClock.now
             let answers = await harness.sendAll(try (0..<20).map { try FCMHarness.request("device-\($0)") }, timeout: .milliseconds(200))
-            #expect(started.duration(to: .now) < .milliseconds(600))
+            #expect(started.duration(to: .now) < FCMHarness.endedAtTheDeadlineWithin)
             #expect(answers.map(\.count) == Array(repeating: 1, count: 20))
             for answer in answers {
                 #expect { try answer[0].get() } throws: { ($0 as? TransportError)?.isDeadlineExceeded == true }
@@ -136,7 +136,7 @@ extension FCMHarness {
     /// After a batch's streams were reset: the mock, past its latency, has processed no message
     /// to `tokens`, and with the faults cleared the connection serves on.
     func expectNeverProcessedAndServingOn(_ tokens: [String]) async throws {
-        try await Task.sleep(for: .milliseconds(900))
+        try await Task.sleep(for: FCMHarness.slowAnswer + .milliseconds(200))
         for token in tokens { #expect(server.requestCount(token: token) == 0) }
         server.setFaults(.none)
         #expect(try await send(try FCMHarness.request("after")).decision == .delivered)

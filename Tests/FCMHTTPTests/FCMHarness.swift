@@ -21,6 +21,10 @@ struct FCMHarness: Sendable {
     static let clientEmail = "herald@demo-project.iam.gserviceaccount.com"
     /// One RSA key for the suite: generating one takes a while.
     static let key = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+    /// The mock's latency in the deadline tests (whose requests have 200 ms), and the bound
+    /// within which such a request must have ended: far apart, so that a loaded machine's
+    /// lateness cannot blur a reset at the deadline with an answer after the latency.
+    static let (slowAnswer, endedAtTheDeadlineWithin): (Duration, Duration) = (.milliseconds(1500), .milliseconds(1000))
 
     /// Starts a mock trusting `key` (with `configure` applied), a client with `signingKey` (the
     /// trusted key by default) and `configureClient` applied, runs `body`, then stops both.

@@ -29,15 +29,15 @@ struct TransportAgainstMockTests {
     @Test func aRequestPastItsDeadlineIsResetAndTheConnectionServesOn() async throws {
         try await FCMHarness.run { harness in
             _ = try await harness.send(try FCMHarness.request("warm-up"))
-            harness.server.setFaults(MockFCMFaults(latency: .milliseconds(700)))
+            harness.server.setFaults(MockFCMFaults(latency: FCMHarness.slowAnswer))
             let started = ContinuousClock.now
             await #expect {
                 _ = try await harness.send(try FCMHarness.request("slow"), timeout: .milliseconds(200))
             } throws: { error in
                 (error as? TransportError)?.isDeadlineExceeded == true
             }
-            #expect(started.duration(to: .now) < .milliseconds(600))
-            try await Task.sleep(for: .milliseconds(900))
+            #expect(started.duration(to: .now) < FCMHarness.endedAtTheDeadlineWithin)
+            try await Task.sleep(for: FCMHarness.slowAnswer + .milliseconds(200))
             #expect(harness.server.requestCount(token: "slow") == 0)
             harness.server.setFaults(.none)
             #expect(try await harness.send(try FCMHarness.request("after")).decision == .delivered)

@@ -57,18 +57,17 @@ import WebPushCore
 /// each with its own groups, registry, ledger and services. A failure names its seed;
 /// `HERALD_PIPELINE_SIMULATION_SEED=<n>` runs that seed alone, and
 /// `HERALD_PIPELINE_SIMULATION_SEEDS=<n>` runs n seeds (the test command runs 80, a plain
-/// `swift test` 20).
+/// `swift test` 10).
 @Suite(.serialized, .timeLimit(.minutes(10)))
 struct ShippedPipelineSimulationTests {
-    /// How many seeds' worlds run at once: a world uses about 40 % of one core.
-    static let worldsAtOnce = 2
-
     #if DEBUG
-    /// A plain `swift test` (a debug build, every suite at once) runs a quarter of the seeds.
-    static let defaultSeeds = 20
+    /// A plain `swift test` (a debug build, every suite at once) runs 10 seeds, one at a time,
+    /// so the suites beside it keep their cores.
+    static let (defaultSeeds, worldsAtOnce) = (10, 1)
     #else
-    /// The test command's seeds (a release build).
-    static let defaultSeeds = 80
+    /// The test command's seeds (a release build), two worlds at once: a world mostly waits,
+    /// about 40 % of one core.
+    static let (defaultSeeds, worldsAtOnce) = (80, 2)
     #endif
 
     @Test func everyDeviceGetsItsResultAndNoneIsPushedTwiceUnderMovesLossesAndCrashes() async throws {
