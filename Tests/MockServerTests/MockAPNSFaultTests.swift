@@ -65,7 +65,7 @@ struct MockAPNSFaultTests {
 
     @Test("fixed latency delays the answer; first-per-token delays only a token's first request")
     func latencyDelaysAnswers() async throws {
-        let faults = MockAPNSFaults(latency: .init(fixed: .milliseconds(1500), scope: .firstRequestPerToken))
+        let faults = MockAPNSFaults(latency: .init(fixed: .milliseconds(2500), scope: .firstRequestPerToken))
         try await withMockAPNSServer(MockAPNSConfiguration(faults: faults)) { server, port, caPath in
             let client = try await TestHTTP2Client.connect(port: port, caPath: caPath, serverHostname: "localhost")
             let token = makeDeviceToken(1)
@@ -78,13 +78,13 @@ struct MockAPNSFaultTests {
 
             let slow = try await timedPush(token)
             #expect(slow.status == 200)
-            #expect(slow.took >= .milliseconds(1500))
+            #expect(slow.took >= .milliseconds(2500))
             let fast = try await timedPush(token.uppercased())
             #expect(fast.status == 200)
-            #expect(fast.took < .milliseconds(1500))
+            #expect(fast.took < .milliseconds(2500))
             let otherToken = try await timedPush(makeDeviceToken(2))
             #expect(otherToken.status == 200)
-            #expect(otherToken.took >= .milliseconds(1500))
+            #expect(otherToken.took >= .milliseconds(2500))
             #expect(server.totalAcceptedPushes == 3)
         }
     }
