@@ -60,6 +60,15 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// does, the partitions of the messages waiting on them cannot move on.
     public var publishBlockedBy: [String] { publisher.blockingCauses }
 
+    /// What only work in flight holds (send permits, open poll batches, claimed sends, waiters of
+    /// every kind, outcomes not yet recorded), by name, zeros left out: empty once every message
+    /// this member started is finished, a leak otherwise.
+    package var heldInFlight: [String: Int] {
+        var held = coordinator.read { $0.heldInFlight }
+        if requests.unrecordedOutcomes > 0 { held["unrecorded outcomes"] = requests.unrecordedOutcomes }
+        return held
+    }
+
     /// The permanent PostgreSQL errors (SQLSTATE) holding registry or ledger calls right now:
     /// while any does, the messages waiting on them cannot finish.
     public var storeBlockedBy: [String] { storeOperations.blockingCauses }

@@ -91,13 +91,15 @@ struct FCMHarness: Sendable {
     }
 
     /// Sends as the pipeline would: retries what ``FCMDecision`` says to retry (after at least
-    /// its `notBefore`, else 20 ms) and transport errors, up to `attempts`; returns the last answer.
-    func deliver(_ request: FCMRequest, attempts: Int = 10) async throws -> (response: FCMResponse, attempts: Int) {
+    /// its `notBefore`, else 20 ms) and transport errors, up to `attempts`, each with a deadline
+    /// `timeout` from its start (one past it may have been delivered: its retry can repeat it);
+    /// returns the last answer.
+    func deliver(_ request: FCMRequest, attempts: Int = 10, timeout: Duration = .seconds(10)) async throws -> (response: FCMResponse, attempts: Int) {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                let response = try await send(request)
+                let response = try await send(request, timeout: timeout)
                 guard case .retry(let retry) = response.decision, attempt < attempts else { return (response, attempt) }
                 try await Task.sleep(for: retry.notBefore ?? .milliseconds(20))
             } catch let error as TransportError where attempt < attempts {

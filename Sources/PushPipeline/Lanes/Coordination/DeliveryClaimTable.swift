@@ -53,6 +53,11 @@ struct DeliveryClaimTable<Waiter> {
         return hasher.finalize()
     }
 
+    /// Deliveries claimed and not yet settled.
+    var sendingCount: Int { sending.count }
+    /// Copies waiting for a claim to be settled.
+    var waitingCount: Int { waiting.values.reduce(0) { $0 + $1.count } }
+
     mutating func claim(_ key: Int) -> Claim {
         if recent.contains(key) { return .recordedLately }
         return claimSending(key)

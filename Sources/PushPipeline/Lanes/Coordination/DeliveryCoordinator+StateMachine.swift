@@ -6,21 +6,15 @@ extension DeliveryCoordinator {
     /// fence, the revocation drain, the commit point), the (event, device) claims, the send
     /// permits, and the progress of every poll batch towards its messages' last published result.
     ///
-    /// A message is started when polled (under its partition's generation); its batch is opened
-    /// with the number of results each message publishes; its devices are claimed, so no copy of
-    /// the event pushes one twice; a permit is taken before a send; once the ledger recorded the
-    /// outcome the claim is settled; once the result is published, one event gives the permit
-    /// back (to the next waiter), counts the result, finishes the message whose last result it
-    /// was, moves its partition's commit point, and wakes the consume loop waiting for room or the
-    /// revocation drain waiting for it. A fenced send (its partition revoked or being drained)
-    /// gives up claim, permit and message in one event.
+    /// A message is started when polled; its batch is opened with each message's result count;
+    /// its devices are claimed (no copy pushes one twice); a permit is taken before a send; the
+    /// claim is settled once the outcome is recorded; a published result gives the permit back,
+    /// finishes its message when it was the last, moves the commit point and wakes the waiters.
+    /// A fenced send gives up claim, permit and message in one event.
     ///
-    /// One value for both lanes, not one per lane: the permits are shared (urgent senders are
-    /// served first, bulk ones hold at most their share), so the owner of a message's life must
-    /// see both lanes' senders. Every method is one decision taken in one lock section by
-    /// ``DeliveryCoordinator``, which performs the actions it returns outside the lock: nothing
-    /// can fall between two owners' sections (a lost wake-up, a finish counted by one and not the
-    /// other), because there is one owner.
+    /// One value for both lanes: the permits are shared (urgent senders first, bulk ones at most
+    /// their share). Every method is one decision in one lock section of ``DeliveryCoordinator``,
+    /// which performs the actions outside the lock: one owner, so nothing falls between two.
     struct StateMachine<Waiter> {
         typealias Claim = DeliveryClaimTable<Waiter>.Claim
 
@@ -54,8 +48,7 @@ extension DeliveryCoordinator {
         private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
         /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
         private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
-        /// Sends waiting before their next attempt (a backoff, a pause), by wait ID, each woken
-        /// as soon as its message is fenced.
+        /// Sends waiting before their next attempt, by wait ID, woken once their message is fenced.
         private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
 
         /// A sender waiting for a permit, and where the message its send is for stands (nil: a
@@ -81,6 +74,16 @@ extension DeliveryCoordinator {
         /// Batches with messages still to finish.
         var openBatches: Int { batches.count }
 
+        /// What only messages in flight hold, by name, zeros left out: a leak once all are finished.
+        var heldInFlight: [String: Int] {
+            let counts = [
+                "send permits": permits.inUse, "open poll batches": batches.count, "claimed sends": claims.sendingCount,
+                "claim waiters": claims.waitingCount, "permit waiters": permits.waiting(.urgent) + permits.waiting(.bulk),
+                "room waiters": roomWaiters.count, "fence waiters": fenceWaiters.count,
+            ]
+            return counts.filter { $0.value != 0 }
+        }
+
         // MARK: Offsets
 
         /// Starts a polled message of `lane`: the assignment generation it starts under, or nil
@@ -89,14 +92,12 @@ extension DeliveryCoordinator {
             offsets[lane, default: OffsetTracker()].start(message.topicPartition, offset: message.offset)
         }
 
-        /// Whether a message at `position` may no longer start a push attempt here
-        /// (``OffsetTracker/isFenced(_:generation:)``).
+        /// Whether a message at `position` may no longer start a push attempt here.
         func isFenced(_ position: MessagePosition) -> Bool {
             offsets[position.lane]?.isFenced(position.partition, generation: position.generation) ?? true
         }
 
-        /// Whether message `message` of `batch` may no longer start a push attempt here; a batch
-        /// already finished has nothing left to push.
+        /// Whether message `message` of `batch` may no longer start a push attempt here.
         func isFenced(batch: UInt64, message: Int) -> Bool {
             guard let position = batches[batch]?.positions[message] else { return true }
             return isFenced(position)
