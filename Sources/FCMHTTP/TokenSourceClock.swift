@@ -1,5 +1,7 @@
 /// The instants the access token source reads and sleeps until: the continuous clock when Herald
 /// runs, a clock the test moves when a unit test checks the refresh schedule.
+/// Not Swift's `Clock`: an `any Clock` cannot fix its `Instant`, and a token's expiry is a
+/// `ContinuousClock.Instant`.
 package protocol TokenSourceClock: Sendable {
     /// The current instant.
     var now: ContinuousClock.Instant { get }

@@ -21,7 +21,8 @@ extension MockAPNSServer {
         /// Whether the id goes back as `apns-request-id` (channel requests) rather than `apns-id`.
         var echoesRequestID = false
 
-        /// `{"reason":…}` (plus `timestamp` for 410), or the success body; `nil` otherwise.
+        /// `{"reason":…}` (plus `timestamp` for 410, in milliseconds since 1970), or the success
+        /// body; `nil` otherwise ("Handling notification responses from APNs", its response keys).
         var jsonBody: String? {
             guard let reason else { return successBody }
             guard let unregisteredAt else { return #"{"reason":"\#(reason)"}"# }
@@ -187,7 +188,8 @@ extension MockAPNSServer {
         }
     }
 
-    /// `apns-unique-id` with a fresh UUID when the mock plays the development environment.
+    /// `apns-unique-id` with a fresh UUID when the mock plays the development environment (the
+    /// header table of "Handling notification responses from APNs": development only).
     var uniqueIDHeader: [(name: String, value: String)] {
         configuration.returnsUniqueIDs ? [("apns-unique-id", Encoding.randomLowercaseUUID())] : []
     }

@@ -8,7 +8,9 @@ import NIOConcurrencyHelpers
 /// `iat`, so the hot path does a dictionary look-up instead of an ECDSA verification. Only the age
 /// check runs on every request.
 final class ProviderTokenVerifier: Sendable {
-    /// Apple rejects provider tokens issued more than one hour ago.
+    /// Apple rejects provider tokens issued more than one hour ago (403 `ExpiredProviderToken`;
+    /// "Establishing a token-based connection to APNs",
+    /// https://developer.apple.com/documentation/usernotifications/establishing-a-token-based-connection-to-apns).
     static let maximumTokenAgeSeconds: Int64 = 60 * 60
     /// Upper bound on cached tokens; the cache is cleared when it is reached (clients refresh
     /// tokens every 20 to 60 minutes, so the working set is tiny).

@@ -1,4 +1,12 @@
-/// The APNs error answers the mock gives, each with Apple's status code and `reason` string.
+/// The APNs error answers the mock gives, each with Apple's status code and `reason` string, as
+/// Apple lists them: the device requests' in "Handling notification responses from APNs"
+/// (https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns,
+/// tables of status codes and of `reason` values), the channel ones (`MissingChannelId`,
+/// `BadChannelId`, `ChannelNotRegistered`, `CannotCreateChannelConfig`, `MissingPushType`) in
+/// "Sending channel management requests to APNs"
+/// (https://developer.apple.com/documentation/usernotifications/sending-channel-management-requests-to-apns)
+/// and "Sending broadcast push notification requests to APNs"
+/// (https://developer.apple.com/documentation/usernotifications/sending-broadcast-push-notification-requests-to-apns).
 enum Rejection: String, Sendable {
     case badCollapseId = "BadCollapseId"
     case badDeviceToken = "BadDeviceToken"

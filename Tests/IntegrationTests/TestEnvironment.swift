@@ -42,17 +42,13 @@ enum TestEnvironment {
     static var heraldBinary: String { get throws { try variable("HERALD_BIN") } }
 
     /// Whether a skipped test has said why yet.
-    private static let saidWhy = Mutex(false)
+    private static let saidWhy = Atomic(false)
 
     /// The variable's value; without it the test is skipped. The first test skipped says plainly
     /// why and what to run, the others only that they skipped, so a plain `swift test` says it once.
     private static func variable(_ name: String) throws -> String {
         guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
-            let first = saidWhy.withLock { saidWhy in
-                defer { saidWhy = true }
-                return !saidWhy
-            }
-            if first {
+            if !saidWhy.exchange(true, ordering: .relaxed) {
                 try Test.cancel(
                     "The integration tests need the local services and a release build of herald: run scripts/test.sh, which starts them (\(name) is not set). Every integration test skips."
                 )
