@@ -211,7 +211,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private func consume(_ lane: InputLane) async throws {
         let source = lane.source
         try await withThrowingDiscardingTaskGroup { group in
-            let clock = ContinuousClock()
+            let clock = PipelineClock()
             var lastCommit = clock.now
             var paused = false
             while !isStopping.load(ordering: .relaxed) {
@@ -338,7 +338,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     }
 
     private func poll(_ lane: InputLane, maxMessages: Int) async throws -> [KafkaMessage] {
-        let started = ContinuousClock.now
+        let started = PipelineClock.now
         defer { metrics.recordStage(.poll, since: started) }
         do {
             let messages = try await lane.source.poll(maxMessages: maxMessages, timeout: .milliseconds(100))
@@ -354,7 +354,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     private func commitFinished(_ lane: InputLane) async {
         let offsets = coordinator.read { $0.committableOffsets(lane.priority) }
         guard !offsets.isEmpty else { return }
-        let started = ContinuousClock.now
+        let started = PipelineClock.now
         defer { metrics.recordStage(.offsetCommit, since: started) }
         do {
             try await lane.source.commit(offsets)

@@ -20,13 +20,13 @@ extension EventProcessor {
     /// Publishes results (each with its unregistered event, if any) together; then gives back
     /// the permits of sent ones, counts them and finishes the messages whose last result this was.
     func publish(_ results: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)]) async {
-        let started = ContinuousClock.now
+        let started = PipelineClock.now
         do {
             try await publisher.publish(results.flatMap(\.messages))
         } catch {
             return  // Cancelled: the messages stay unfinished and are redelivered.
         }
-        let published = ContinuousClock.now
+        let published = PipelineClock.now
         metrics.recordStage(.resultPublish, since: started)
         let finished = coordinator.published(
             results.map { .init(batch: $0.ticket.batch.id, message: $0.ticket.message, permit: $0.ticket.claim == nil ? nil : $0.ticket.batch.lane.priority) }
@@ -109,7 +109,7 @@ extension EventProcessor {
             reason: nil,
             apnsID: nil,
             attempts: 0,
-            latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
+            latencyMilliseconds: consumedAt.duration(to: PipelineClock.now).wholeMilliseconds,
             completedAtMilliseconds: Self.epochMilliseconds(),
             platform: nil
         )

@@ -153,7 +153,7 @@ public final class PipelineMetrics: Sendable {
 
     /// Records how long `stage` took from `start` until now.
     func recordStage(_ stage: Stage, since start: ContinuousClock.Instant) {
-        stages[stage]?.record(duration: start.duration(to: .now))
+        stages[stage]?.record(duration: start.duration(to: PipelineClock.now))
     }
 
     /// Records a result's time, in `lane`, from its message's poll to its hand-over to the

@@ -26,7 +26,7 @@ public struct ChannelManager: Sendable {
         )
         let outcome: DeliveryOutcome
         do {
-            outcome = try await sender.deliver(request, environment: command.environment, consumedAt: .now)
+            outcome = try await sender.deliver(request, environment: command.environment, consumedAt: PipelineClock.now)
         } catch {
             throw CancellationError()  // Unfenced: cancellation is the only way it stops.
         }

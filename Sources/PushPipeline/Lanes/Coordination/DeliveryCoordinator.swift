@@ -96,7 +96,7 @@ final class DeliveryCoordinator: Sendable {
                     self.state.withLock { $0.cancelRoomWait(lane) }?.resume()
                 }
             }
-            group.addTask { try? await Task.sleep(for: patience) }
+            group.addTask { try? await PipelineClock().sleep(for: patience) }
             await group.next()
             group.cancelAll()
         }
@@ -112,9 +112,10 @@ final class DeliveryCoordinator: Sendable {
         let begun = state.withLock { $0.beginDrain(partitions, lane: lane) }
         perform(begun.actions)
         var left = begun.inFlight
-        let deadline = DispatchTime.now() + .nanoseconds(Int(timeout.wholeNanoseconds))
+        let clock = PipelineClock()
+        let deadline = clock.now + timeout
         // Each partition that empties signals once; the wait ends when all of them have.
-        while left > 0, drained.wait(timeout: deadline) == .success {
+        while left > 0, clock.wait(for: drained, until: deadline) {
             left = read { $0.inFlightCount(in: partitions, lane: lane) }
         }
         return read { $0.inFlightCount(in: partitions, lane: lane) }
@@ -178,7 +179,7 @@ final class DeliveryCoordinator: Sendable {
     func wait(_ duration: Duration, unlessFenced batch: UInt64, message: Int) async throws(CancellationError) {
         let id = waitIDs.add(1, ordering: .relaxed).newValue
         let woken: Void? = await withTaskGroup(of: Void?.self) { group in
-            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { try? await PipelineClock().sleep(for: duration) }
             group.addTask {
                 await withTaskCancellationHandler {
                     try? await withCheckedThrowingContinuation { continuation in

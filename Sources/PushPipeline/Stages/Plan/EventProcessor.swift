@@ -41,7 +41,7 @@ final class EventProcessor: Sendable {
     /// (``publishRecorded(_:)``); runs until cancelled.
     func recordOutcomes() async {
         await ledgerWriter.run { batch throws(CancellationError) in
-            let started = ContinuousClock.now
+            let started = PipelineClock.now
             defer { self.metrics.recordStage(.ledgerWrite, since: started) }
             return try await self.storeOperations.run { try await self.ledger.record(batch) }
         } then: { recorded in
@@ -279,7 +279,7 @@ final class EventProcessor: Sendable {
             return users.isEmpty ? nil : (apps, users)
         }
         var lookups = PollLookups()
-        let started = ContinuousClock.now
+        let started = PipelineClock.now
         if let (apps, users) = usersByApps.popLast() {
             let found = try await storeOperations.run {
                 try await self.store.activeDevicesAndRecordedDeliveries(

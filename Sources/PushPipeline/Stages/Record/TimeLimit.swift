@@ -42,7 +42,7 @@ package final class TimeLimit: Sendable {
     /// Times out the calls that outlive the limit, until cancelled.
     package func run() async {
         while !Task.isCancelled {
-            let now = ContinuousClock.now
+            let now = PipelineClock.now
             let (expired, nextDeadline) = state.withLock { state -> ([any TimeLimitedCall], ContinuousClock.Instant?) in
                 var expired: [any TimeLimitedCall] = []
                 while state.head < state.calls.count {
@@ -61,7 +61,7 @@ package final class TimeLimit: Sendable {
             }
             for call in expired { call.timeLimitPassed() }
             if let nextDeadline {
-                try? await Task.sleep(until: nextDeadline)
+                try? await PipelineClock().sleep(until: nextDeadline)
             } else {
                 await waitForACall()
             }
@@ -88,7 +88,7 @@ package final class TimeLimit: Sendable {
 
     fileprivate func add(_ call: any TimeLimitedCall) {
         let sleeper = state.withLock { state in
-            state.calls.append((.now + duration, call))
+            state.calls.append((PipelineClock.now + duration, call))
             defer { state.sleeper = nil }
             return state.sleeper
         }

@@ -239,7 +239,7 @@ extension EventProcessor {
                     apnsStatus: outcome.apnsStatus,
                     reason: outcome.reason,
                     attempts: outcome.attempts,
-                    latencyMilliseconds: consumedAt.duration(to: .now).wholeMilliseconds,
+                    latencyMilliseconds: consumedAt.duration(to: PipelineClock.now).wholeMilliseconds,
                     completedAtMilliseconds: Self.epochMilliseconds(),
                     apnsUniqueID: outcome.apnsUniqueID,
                     unregisteredAtMilliseconds: mark?.at.millisecondsSince1970,

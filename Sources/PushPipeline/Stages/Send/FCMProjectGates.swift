@@ -13,7 +13,7 @@ import Synchronization
 /// A device's quota (a QuotaFailure naming a device) never engages the gate.
 final class FCMProjectGates: Sendable {
     private struct Gate {
-        let overload: LoadSheddingGate<ContinuousClock>
+        let overload: LoadSheddingGate<PipelineClock>
         var closedUntil: ContinuousClock.Instant?
     }
 
@@ -32,7 +32,7 @@ final class FCMProjectGates: Sendable {
     /// `project`'s quota is spent until `until`.
     func closeForQuota(_ project: String, until: ContinuousClock.Instant) {
         gates.withLock { gates in
-            var gate = gates[project] ?? Gate(overload: LoadSheddingGate(policy: policy, clock: ContinuousClock()))
+            var gate = gates[project] ?? Gate(overload: LoadSheddingGate(policy: policy, clock: PipelineClock()))
             gate.closedUntil = max(gate.closedUntil ?? until, until)
             gates[project] = gate
         }
@@ -43,7 +43,7 @@ final class FCMProjectGates: Sendable {
     func recordOverload(_ project: String) {
         let gate = gates.withLock { gates in
             if let gate = gates[project] { return gate.overload }
-            let gate = Gate(overload: LoadSheddingGate(policy: policy, clock: ContinuousClock()))
+            let gate = Gate(overload: LoadSheddingGate(policy: policy, clock: PipelineClock()))
             gates[project] = gate
             return gate.overload
         }
@@ -55,7 +55,7 @@ final class FCMProjectGates: Sendable {
     /// project is healthy.
     func pause(_ project: String, until deadline: ContinuousClock.Instant, using generator: inout some RandomNumberGenerator) -> Duration {
         guard let gate = gates.withLock({ $0[project] }) else { return .zero }
-        let now = ContinuousClock.now
+        let now = PipelineClock.now
         if let closedUntil = gate.closedUntil, closedUntil > now {
             let closed = now.duration(to: closedUntil)
             return max(.zero, min(closed + closed * Double.random(in: 0...0.5, using: &generator), now.duration(to: deadline)))

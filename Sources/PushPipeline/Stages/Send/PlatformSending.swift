@@ -90,7 +90,7 @@ extension RetryingSender {
         }
         if !first.isEmpty {
             let sentAtMilliseconds = epochMilliseconds()
-            let requestDeadline = min(ContinuousClock.now + policy.requestTimeout, deadline)
+            let requestDeadline = min(PipelineClock.now + policy.requestTimeout, deadline)
             await platform.sendAll(first.map { requests[$0] }, deadline: requestDeadline) { position, answer in
                 let index = first[position]
                 var history = Platform.History()
@@ -127,7 +127,7 @@ extension RetryingSender {
         while true {
             if history.attempts > 0 {
                 let wait = max(history.retries.delayAfterFailure(policy.backoff), history.notBefore ?? .zero)
-                guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else {
+                guard history.attempts < policy.maxAttempts, PipelineClock.now + wait < deadline else {
                     return history.outcome(.failed, reason: nil)
                 }
                 if hasExpired(platform.expiration(of: request), inAbout: wait) { return history.outcome(.expired, reason: nil) }
@@ -147,7 +147,7 @@ extension RetryingSender {
             let sentAtMilliseconds = epochMilliseconds()
             let answer: Result<Platform.Response, any Error>
             do {
-                answer = .success(try await platform.send(request, deadline: min(ContinuousClock.now + policy.requestTimeout, deadline)))
+                answer = .success(try await platform.send(request, deadline: min(PipelineClock.now + policy.requestTimeout, deadline)))
             } catch {
                 answer = .failure(error)
             }

@@ -6,7 +6,7 @@ import PushCore
 struct RetryAttempts {
     /// Failed attempts so far.
     private(set) var failures = 0
-    private var generator = SystemRandomNumberGenerator()
+    private var generator = PipelineRandom()
 
     /// Counts a failed attempt and returns the wait before the next one.
     mutating func delayAfterFailure(_ backoff: Backoff) -> Duration {
@@ -22,7 +22,7 @@ struct RetryAttempts {
     /// Sleeps `delay`; throws only when cancelled.
     static func wait(_ delay: Duration) async throws(CancellationError) {
         do {
-            try await Task.sleep(for: delay)
+            try await PipelineClock().sleep(for: delay)
         } catch {
             throw CancellationError()
         }

@@ -69,7 +69,7 @@ extension RetryingSender {
         report: @escaping @Sendable (Int, Result<DeliveryOutcome, DeliveryStopped>) -> Void
     ) async {
         let client = kind.isChannelRequest ? broadcastClient : client
-        let sentAt = ContinuousClock.now
+        let sentAt = PipelineClock.now
         let requestDeadline = min(sentAt + policy.requestTimeout, deadline)
         await client.sendAll(indexes.map { requests[$0].request }, environment: kind.environment, deadline: requestDeadline) { position, answer in
             let index = indexes[position]

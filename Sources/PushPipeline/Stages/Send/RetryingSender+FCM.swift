@@ -87,8 +87,9 @@ extension RetryingSender {
                 if let quota = retry.quota {
                     history.quotaAnswers += 1
                     let wait = max(retry.notBefore ?? .zero, policy.quotaExceededWait)
-                    history.notBefore = wait * Double(1 << min(history.quotaAnswers - 1, 10)) * Double.random(in: 1...1.5)
-                    if quota == .project { fcmProjects.closeForQuota(project(of: request), until: .now + wait) }
+                    var random = PipelineRandom()
+                    history.notBefore = wait * Double(1 << min(history.quotaAnswers - 1, 10)) * Double.random(in: 1...1.5, using: &random)
+                    if quota == .project { fcmProjects.closeForQuota(project(of: request), until: PipelineClock.now + wait) }
                 } else if retry.serverTrouble {
                     fcmProjects.recordOverload(project(of: request))
                 }
@@ -141,7 +142,7 @@ private struct FCMSending: PlatformSending {
     /// The pause of the request's project (after QUOTA_EXCEEDED, or while FCM struggles).
     func pause(_ request: FCMRequest, until deadline: ContinuousClock.Instant) -> Duration {
         guard sender.fcmProjects.isEngaged else { return .zero }
-        var generator = SystemRandomNumberGenerator()
+        var generator = PipelineRandom()
         return sender.fcmProjects.pause(sender.project(of: request), until: deadline, using: &generator)
     }
 

@@ -81,7 +81,7 @@ public struct RetryingSender: Sendable {
     let webPushClient: (any WebPushClientProtocol)?
     let policy: RetryPolicy
     let epochMilliseconds: @Sendable () -> Int64
-    private let loadShedding: LoadSheddingGate<ContinuousClock>
+    private let loadShedding: LoadSheddingGate<PipelineClock>
     /// Each Firebase project's pause after its quota ran out or FCM struggled.
     let fcmProjects: FCMProjectGates
     let metrics: SenderMetrics
@@ -104,7 +104,7 @@ public struct RetryingSender: Sendable {
         self.policy = policy
         self.metrics = metrics
         self.epochMilliseconds = epochMilliseconds
-        self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: ContinuousClock())
+        self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: PipelineClock())
         self.fcmProjects = FCMProjectGates(policy: policy.loadShedding)
     }
 
@@ -148,9 +148,9 @@ public struct RetryingSender: Sendable {
         history: inout AttemptHistory,
         fence: SendFence
     ) async throws(DeliveryStopped) -> DeliveryOutcome {
-        let clock = ContinuousClock()
+        let clock = PipelineClock()
         let deadline = consumedAt + policy.deliveryDeadline
-        var generator = SystemRandomNumberGenerator()
+        var generator = PipelineRandom()
         if history.attempts > 0, let stop = try await pauseBeforeRetry(request, history: &history, deadline: deadline, fence: fence) {
             return stop
         }
@@ -198,7 +198,7 @@ public struct RetryingSender: Sendable {
         fence: SendFence
     ) throws(DeliveryStopped) -> DeviceResult.Status? {
         if expired { return .expired }
-        guard ContinuousClock.now < deadline else { return .failed }
+        guard PipelineClock.now < deadline else { return .failed }
         if fence.isClosed() { throw .fenced }
         return nil
     }
@@ -212,7 +212,7 @@ public struct RetryingSender: Sendable {
         history: inout AttemptHistory,
         isCancelled: Bool
     ) throws(DeliveryStopped) -> DeliveryOutcome? {
-        let duration = sentAt.duration(to: .now)
+        let duration = sentAt.duration(to: PipelineClock.now)
         switch answer {
         case .success(let response):
             history.lastStatus = response.status
@@ -264,7 +264,7 @@ public struct RetryingSender: Sendable {
         fence: SendFence
     ) async throws(DeliveryStopped) -> DeliveryOutcome? {
         let wait = history.retries.delayAfterFailure(policy.backoff)
-        guard history.attempts < policy.maxAttempts, ContinuousClock.now + wait < deadline else { return history.giveUp(.failed) }
+        guard history.attempts < policy.maxAttempts, PipelineClock.now + wait < deadline else { return history.giveUp(.failed) }
         if hasExpired(request, inAbout: wait) { return history.giveUp(.expired) }
         metrics.recordRetry(status: history.lastStatus, transportCause: history.lastReason)
         guard !fence.isClosed() else { return nil }

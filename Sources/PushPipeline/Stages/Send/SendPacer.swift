@@ -34,7 +34,7 @@ final class SendPacer: Sendable {
 
     /// Reserves the caller's slot: how long it waits for it (zero when that is too short to sleep).
     func reserveSlot() -> Duration {
-        let wait = schedule.withLock { $0.reserve(at: .now) }
+        let wait = schedule.withLock { $0.reserve(at: PipelineClock.now) }
         return wait >= Self.shortestSleep ? wait : .zero
     }
 }
