@@ -49,7 +49,7 @@ start_services
 # The crash tests run the real `herald` executable as a child process.
 export HERALD_BIN="$BIN/herald"
 # Dictionaries ordered alike in every process: a simulation seed that fails here replays exactly
-# (docs/testing.md, "The simulation").
+# (ShippedPipelineSimulationTests; docs/testing.md).
 export SWIFT_DETERMINISTIC_HASHING=1
 # The tests' files (keys, certificates, each Herald's log) go to .local/test-tmp, kept for a look
 # after a failure and removed when the next run starts.

@@ -226,7 +226,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 let messages = try await poll(lane, maxMessages: max(1, min(room, configuration.pollBatchSize)))
                 let consumedAt = clock.now
                 // Read once per poll: a record without a timestamp keeps this one for its ledger day.
-                let polledAtMilliseconds = WallClock.millisecondsSince1970()
+                let polledAtMilliseconds = PipelineClock.wallMilliseconds
                 var requests: [StartedMessage] = []
                 for message in messages {
                     // A partition revoked (or being drained) during the poll is the new owner's: not started here.

@@ -32,7 +32,8 @@ import WebPushCore
 ///   callback decides (``RebalanceStep``), and callbacks and commits run one at a time on the
 ///   member's queue, as librdkafka's do;
 /// - the records' timestamps straddle a UTC midnight, and a quarter carry none (their ledger day
-///   is the day they are polled).
+///   is the day they are polled); the wall clock starts half a second before that midnight and
+///   is stepped back across it once, as an NTP correction does.
 /// The seed also decides the world's moves, taken while events are being delivered: a partition
 /// of either lane moved to the other member with a drain (during a retry storm on it: FCM and the
 /// web push service ask its sends to wait longer than the drain may take), or lost (the group
@@ -74,17 +75,21 @@ struct ShippedPipelineSimulationTests {
     static let (defaultSeeds, worldsAtOnce) = (500, 2)
     #endif
 
-    /// What one seed's run broke, and the scheduler's account of it.
-    static func simulate(seed: UInt64) async throws -> (violations: [String], run: SimulationScheduler.Summary) {
-        let scheduler = SimulationScheduler(seed: seed)
-        let violations = try await scheduler.run { try await SimulatedWorld(seed: seed, executor: scheduler).run() }
-        return (violations, scheduler.summaryOfRun)
+    /// What one seed's run broke, every record it published (in order), and the scheduler's
+    /// account of it.
+    static func simulate(seed: UInt64) async throws -> (violations: [String], published: [[UInt8]], run: SimulationScheduler.Summary) {
+        let scheduler = SimulationScheduler(seed: seed, wallClockStart: SimulatedWorld.midnightMilliseconds - 500)
+        let (violations, published) = try await scheduler.run {
+            let world = try await SimulatedWorld(seed: seed, scheduler: scheduler)
+            return (try await world.run(), world.publisher.published.map { Array($0.topic.utf8) + ($0.key ?? []) + ($0.value ?? []) })
+        }
+        return (violations, published, scheduler.summaryOfRun)
     }
 
     @Test func everyDeviceGetsItsResultAndNoneIsPushedTwiceUnderMovesLossesAndCrashes() async throws {
         let environment = ProcessInfo.processInfo.environment
         if let seed = environment["HERALD_PIPELINE_SIMULATION_SEED"].flatMap(UInt64.init) {
-            let (violations, run) = try await Self.simulate(seed: seed)
+            let (violations, _, run) = try await Self.simulate(seed: seed)
             print("seed \(seed): \(run)")
             #expect(violations.isEmpty, "seed \(seed): \(violations)")
             return
@@ -112,14 +117,17 @@ struct ShippedPipelineSimulationTests {
         }
     }
 
-    /// Two runs of one seed take the same steps in the same order and break the same rules: the
-    /// world has no source of order but the seed (no thread beside the scheduler's, no clock but
-    /// its, no random draw but its).
+    /// Two runs of one seed take the same steps in the same order, publish the same records byte
+    /// for byte (their timestamps and latencies too) and break the same rules: the world has no
+    /// source of order but the seed (no thread beside the scheduler's, no clock but its, no random
+    /// draw but its).
     @Test func aSeedReplaysExactly() async throws {
         let first = try await Self.simulate(seed: 7)
         let second = try await Self.simulate(seed: 7)
         #expect(first.run.steps > 1_000)
+        #expect(first.published.count > 200)
         #expect(first.run == second.run)
+        #expect(first.published == second.published)
         #expect(first.violations == second.violations)
     }
 }
@@ -153,8 +161,8 @@ final class SimulatedWorld: Sendable {
 
     let seed: UInt64
     /// Where every task of the world runs (the pipelines' too, as `herald run` gives its
-    /// pipeline an event loop).
-    let executor: any TaskExecutor
+    /// pipeline an event loop), and its clocks.
+    let scheduler: SimulationScheduler
     /// The registry, and the ledger keyed as PostgreSQL keys its rows: by the primary key the
     /// shipped ledger writes (``LedgerRowIdentity``), so outcomes whose keys it lets collide are one.
     let registry = InMemoryTokenRegistry { event, target in LedgerRowIdentity(event: event, target: target) }
@@ -179,9 +187,9 @@ final class SimulatedWorld: Sendable {
     /// ``stormRetryAfter`` (set just before the partition is revoked).
     private let storm = Mutex<(topic: String, partition: Int32)?>(nil)
 
-    init(seed: UInt64, executor: any TaskExecutor) async throws {
+    init(seed: UInt64, scheduler: SimulationScheduler) async throws {
         self.seed = seed
-        self.executor = executor
+        self.scheduler = scheduler
         var generator = SplitMix(seed: seed)
         var devicesOfUser: [String: [String]] = [:]
         for user in 0..<12 {
@@ -244,7 +252,7 @@ final class SimulatedWorld: Sendable {
                 event.devices.filter { $0.hasPrefix("apns ") }.map { (NotificationID.derive(eventID: event.id, token: String($0.dropFirst(5))), event.id) }
             }
         ) { first, _ in first }
-        postgres = SimulatedPostgres(registry: registry, seed: seed, untimedEvents: Set(events.filter(\.isUntimed).map(\.id)))
+        postgres = SimulatedPostgres(registry: registry, seed: seed)
         apns = SimulatedAPNs(seed: seed)
         fcm = SimulatedFCM(seed: seed)
         webPush = SimulatedWebPush(seed: seed)
@@ -282,7 +290,7 @@ final class SimulatedWorld: Sendable {
         let services = MemberPushServices(world: self, members: [urgent, bulk])
         return NotificationPipeline(
             configuration: configuration, source: urgent, bulkSource: bulk, publisher: publisher, store: postgres, ledger: postgres,
-            apns: services, fcm: services, webPush: services, taskExecutor: executor, logger: logger)
+            apns: services, fcm: services, webPush: services, taskExecutor: scheduler, logger: logger)
     }
 
     /// Runs the seed's moves while the events are delivered, then waits until every partition is
@@ -307,7 +315,8 @@ final class SimulatedWorld: Sendable {
             }
             for group in groups { group.release(messagesPerPartition: 10) }
             for move in 0..<12 {
-                if move == 6 { postgres.passMidnight() }
+                // An NTP correction steps the wall clock back across the midnight it passed.
+                if move == 6 { scheduler.stepWallClock(by: .milliseconds(-800)) }
                 try await PipelineClock().sleep(for: .milliseconds(Int.random(in: 20...120, using: &generator)))
                 for group in groups { group.release(messagesPerPartition: 10) }
                 // The move lands while what was just released is being delivered.
@@ -653,9 +662,6 @@ final class SimulatedWebPush: WebPushClientProtocol {
 /// the connection is lost before the answer (6), or runs past the pipeline's time limit, as on a
 /// dead connection, and lands when it ends unless it was cancelled first (6).
 ///
-/// Until ``passMidnight()``, the outcomes of events whose record has no timestamp land under the
-/// day before the one the pipeline names: the pipeline reads the wall clock for their day, so
-/// this is their first delivery before a UTC midnight, seen from a redelivery after it.
 final class SimulatedPostgres: DeviceTokenStore, DeliveryLedger {
     /// The pipeline's time limit on one call (its `storeOperationTimeout`).
     static let timeLimit: Duration = .milliseconds(100)
@@ -664,18 +670,11 @@ final class SimulatedPostgres: DeviceTokenStore, DeliveryLedger {
 
     private let registry: InMemoryTokenRegistry
     private let answers: SeededAnswers
-    /// The events whose records carry no timestamp.
-    private let untimedEvents: Set<String>
-    private let isBeforeMidnight = Atomic(true)
 
-    init(registry: InMemoryTokenRegistry, seed: UInt64, untimedEvents: Set<String>) {
+    init(registry: InMemoryTokenRegistry, seed: UInt64) {
         self.registry = registry
-        self.untimedEvents = untimedEvents
         answers = SeededAnswers(seed: seed &+ 0x5BD1_E995)
     }
-
-    /// From now on, outcomes land under the day the pipeline names.
-    func passMidnight() { isBeforeMidnight.store(false, ordering: .relaxed) }
 
     private func call<Answer>(_ key: String, _ body: () async throws -> Answer) async throws -> Answer {
         switch try await answers.nextAttempt(key).choice {
@@ -711,13 +710,7 @@ final class SimulatedPostgres: DeviceTokenStore, DeliveryLedger {
     }
 
     func record(_ batch: [(delivery: RecordedDelivery, mark: UnregisterMark?)]) async throws -> [RecordedDelivery] {
-        let beforeMidnight = isBeforeMidnight.load(ordering: .relaxed)
-        let batch = batch.map { entry in
-            var delivery = entry.delivery
-            if beforeMidnight, untimedEvents.contains(delivery.event.eventID) { delivery.event.day -= 1 }
-            return (delivery: delivery, mark: entry.mark)
-        }
-        return try await call("record|\(batch.map { "\($0.delivery.event.eventID) \($0.delivery.token)" }.sorted())") { try await registry.record(batch) }
+        try await call("record|\(batch.map { "\($0.delivery.event.eventID) \($0.delivery.token)" }.sorted())") { try await registry.record(batch) }
     }
 }
 

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PushCore
 import PushPipeline
 import Synchronization
 
@@ -28,6 +29,8 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
         var timers: [Timer] = []
         /// The virtual time since ``origin``.
         var elapsed: Duration = .zero
+        /// The wall clock's steps so far (``stepWallClock(by:)``).
+        var wallClockSteps: Duration = .zero
         var random: SplitMix
         var nextTimerID: UInt64 = 0
         /// Every choice taken so far, folded: two runs of one seed that took the same steps in
@@ -48,8 +51,18 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
     private let state: Mutex<State>
     private let outsideJob = DispatchSemaphore(value: 0)
 
-    init(seed: UInt64) {
+    /// The wall clock at virtual time zero, in milliseconds since 1970.
+    let wallClockStart: Int64
+
+    init(seed: UInt64, wallClockStart: Int64) {
+        self.wallClockStart = wallClockStart
         state = Mutex(State(random: SplitMix(seed: seed ^ 0x2545_F491_4F6C_DD1D)))
+    }
+
+    /// Steps the wall clock by `offset` (negative: back), as an NTP correction does; the
+    /// continuous clock goes on.
+    func stepWallClock(by offset: Duration) {
+        state.withLock { $0.wallClockSteps += offset }
     }
 
     /// A run's steps, its virtual time and the fingerprint of its choices.
@@ -103,6 +116,10 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
     // MARK: PipelineSimulation
 
     var now: ContinuousClock.Instant { origin + state.withLock { $0.elapsed } }
+
+    var wallMilliseconds: Int64 {
+        wallClockStart + state.withLock { ($0.elapsed + $0.wallClockSteps).wholeMilliseconds }
+    }
 
     func sleep(until deadline: ContinuousClock.Instant) async throws {
         let at = origin.duration(to: deadline)

@@ -12,7 +12,7 @@ struct StartedMessage: Sendable {
     /// when it was polled: the ledger lookup and the ledger write of the message use the same day.
     var recordTimestampMilliseconds: Int64
     /// False for a record without a timestamp: its ledger day is the poll's, so an earlier
-    /// delivery of it may have recorded its outcomes under the day before (``ledgerDays``).
+    /// delivery of it may have recorded its outcomes under the day before or after (``ledgerDays``).
     var hasRecordTimestamp: Bool
 
     init(_ message: KafkaMessage, lane: InputLane.Priority, generation: UInt64, polledAtMilliseconds: Int64) {
@@ -23,11 +23,13 @@ struct StartedMessage: Sendable {
     }
 
     /// The ledger days its outcomes may be under: its record's day, and for a record without a
-    /// timestamp also the day before the poll's, where a delivery of it polled before a UTC
-    /// midnight recorded them. (One polled two or more midnights earlier is not found.)
+    /// timestamp also the days either side of the poll's: the day before, where a delivery of it
+    /// polled before a UTC midnight recorded them; the day after, where one polled after a
+    /// midnight did, seen from a member whose wall clock was stepped back across it (an NTP
+    /// correction). (One polled two or more midnights away is not found.)
     var ledgerDays: [Int32] {
         let day = LedgerEvent.day(ofMilliseconds: recordTimestampMilliseconds)
-        return hasRecordTimestamp ? [day] : [day, day - 1]
+        return hasRecordTimestamp ? [day] : [day, day - 1, day + 1]
     }
 
     /// The outcomes of the event `eventID` of app `topic` that `found` holds under any of

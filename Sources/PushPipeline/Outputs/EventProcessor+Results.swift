@@ -116,6 +116,6 @@ extension EventProcessor {
     }
 
     static func epochMilliseconds() -> Int64 {
-        WallClock.millisecondsSince1970()
+        PipelineClock.wallMilliseconds
     }
 }

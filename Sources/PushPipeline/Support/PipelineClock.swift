@@ -15,11 +15,14 @@ package protocol PipelineSimulation: Sendable {
     func block(until deadline: ContinuousClock.Instant, isSignalled: () -> Bool) -> Bool
     /// The next random 64 bits, in the simulation's order.
     func nextRandom() -> UInt64
+    /// The simulated wall clock, in milliseconds since 1970 (it may jump, as a stepped clock does).
+    var wallMilliseconds: Int64 { get }
 }
 
 /// The clock every timing decision of the pipeline reads and sleeps by (deadlines, backoffs,
 /// pauses, pacing, time limits, commit intervals, the drain's bound): ``ContinuousClock``, unless
-/// a simulation is bound to the task (``simulation``).
+/// a simulation is bound to the task (``simulation``); and the wall clock it reads
+/// (``wallMilliseconds``).
 ///
 /// A task-local rather than an initialiser argument: it reaches every child task and every value
 /// that reads the time or draws a jitter (retry loops, gates, the pacer) without one more argument
@@ -36,6 +39,10 @@ package struct PipelineClock: Clock {
     package static var now: Instant { simulation?.now ?? ContinuousClock.now }
 
     package var now: Instant { Self.now }
+
+    /// The wall clock the pipeline stamps results with and takes an untimed record's ledger day
+    /// from, in milliseconds since 1970: ``WallClock``, or the bound simulation's.
+    package static var wallMilliseconds: Int64 { simulation?.wallMilliseconds ?? WallClock.millisecondsSince1970() }
 
     package var minimumResolution: Duration { ContinuousClock().minimumResolution }
 

@@ -75,7 +75,7 @@ struct ChannelCommandProcessor: Sendable {
                 command: command,
                 status: .rejected,
                 reason: "ChannelManagementUnavailable",
-                completedAtMilliseconds: WallClock.millisecondsSince1970()
+                completedAtMilliseconds: PipelineClock.wallMilliseconds
             )
         }
         return try await manager.perform(command)

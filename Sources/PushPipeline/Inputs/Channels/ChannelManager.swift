@@ -36,7 +36,7 @@ public struct ChannelManager: Sendable {
             status: outcome.status == .failed || outcome.status == .expired ? .failed : .rejected,
             apnsStatus: outcome.apnsStatus,
             reason: outcome.reason,
-            completedAtMilliseconds: WallClock.millisecondsSince1970()
+            completedAtMilliseconds: PipelineClock.wallMilliseconds
         )
     }
 
@@ -48,7 +48,7 @@ public struct ChannelManager: Sendable {
             status: .ok,
             apnsStatus: outcome.apnsStatus,
             channelID: outcome.channelID ?? command.channelID,
-            completedAtMilliseconds: WallClock.millisecondsSince1970()
+            completedAtMilliseconds: PipelineClock.wallMilliseconds
         )
         let body = outcome.body.flatMap { try? JSONObjectDecoder.decode($0) }
         switch command.action {

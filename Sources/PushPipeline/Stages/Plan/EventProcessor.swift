@@ -89,7 +89,7 @@ final class EventProcessor: Sendable {
             var events: [(StartedMessage, NotificationEvent)] = []
             for message in messages {
                 do throws(InputRejection) {
-                    var event = try NotificationEvent(json: message.message.value)
+                    var event = try NotificationEvent(json: message.message.value, nowMilliseconds: PipelineClock.wallMilliseconds)
                     if configuration.derivesCollapseID, event.collapseID == nil {
                         // Once per event, not per device: every device and every copy gets the same.
                         event.collapseID = NotificationID.collapseID(eventID: event.id)
@@ -271,7 +271,7 @@ final class EventProcessor: Sendable {
     /// then each other app's devices.
     private func resolve(_ messages: [(StartedMessage, NotificationEvent)]) async throws(CancellationError) -> PollLookups {
         let ledgerEvents = Array(Set(messages.flatMap { $0.0.ledgerEvents(eventID: $0.1.id, topic: $0.1.topic) }))
-        let oldestKept = LedgerEvent.day(ofMilliseconds: WallClock.millisecondsSince1970() - configuration.ledgerRetention.wholeMilliseconds)
+        let oldestKept = LedgerEvent.day(ofMilliseconds: PipelineClock.wallMilliseconds - configuration.ledgerRetention.wholeMilliseconds)
         metrics.recordLedgerLookupsBeyondRetention(ledgerEvents.count { $0.day < oldestKept })
         // Events only to broadcast channels have no users to look up.
         var usersByApps = Dictionary(grouping: messages.map(\.1), by: Apps.init).compactMap { apps, events -> (Apps, [String])? in

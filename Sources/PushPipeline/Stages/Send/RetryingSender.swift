@@ -1,5 +1,5 @@
 public import WebPushCore
-public import PushCore
+import PushCore
 public import PushStores
 public import APNSCore
 public import FCMCore
@@ -95,7 +95,7 @@ public struct RetryingSender: Sendable {
         webPushClient: (any WebPushClientProtocol)? = nil,
         policy: RetryPolicy,
         metrics: SenderMetrics = SenderMetrics(),
-        epochMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.millisecondsSince1970() }
+        epochMilliseconds: (@Sendable () -> Int64)? = nil
     ) {
         self.client = client
         self.broadcastClient = broadcastClient ?? client
@@ -103,7 +103,7 @@ public struct RetryingSender: Sendable {
         self.webPushClient = webPushClient
         self.policy = policy
         self.metrics = metrics
-        self.epochMilliseconds = epochMilliseconds
+        self.epochMilliseconds = epochMilliseconds ?? { PipelineClock.wallMilliseconds }
         self.loadShedding = LoadSheddingGate(policy: policy.loadShedding, clock: PipelineClock())
         self.fcmProjects = FCMProjectGates(policy: policy.loadShedding)
     }
