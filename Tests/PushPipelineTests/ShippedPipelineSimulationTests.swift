@@ -11,6 +11,7 @@ import PushPipelineTesting
 import PostgresStores
 import KafkaTransport
 import Synchronization
+import ServiceLifecycleTestKit
 import Testing
 import WebPushCore
 
@@ -37,8 +38,10 @@ import WebPushCore
 /// The seed also decides the world's moves, taken while events are being delivered: a partition
 /// of either lane moved to the other member with a drain (during a retry storm on it: FCM and the
 /// web push service ask its sends to wait longer than the drain may take), or lost (the group
-/// gave it away after a session time-out), and a member crashed (its task cancelled, both lanes'
-/// partitions given to the other member from the committed offsets) and started again.
+/// gave it away after a session time-out), a member crashed (its task cancelled, both lanes'
+/// partitions given to the other member from the committed offsets) and started again, or a
+/// member replaced as a rollout does (a graceful stop: its lanes finish, commit and leave the
+/// group through their revocation callbacks; checked to end within 30 s, and to repeat nothing).
 ///
 /// Checked at every revocation: its drain ends before its bound (the sends waiting to retry are
 /// given up at once, not waited for).
@@ -179,6 +182,8 @@ final class SimulatedWorld: Sendable {
     let eventsByID: [String: SimulatedEvent]
     let eventIDOfAPNSID: [String: String]
     private let violations = Mutex<[String]>([])
+    /// Each running member's graceful stop (its SIGTERM), by slot, set when its task starts.
+    private let stops = Mutex<[Int: GracefulShutdownTestTrigger]>([:])
     /// The results read so far (``publishedResults()``): how many, and by event and device.
     private let resultsRead = Mutex<(count: Int, results: [String: [String: [[UInt8]]]])>((0, [:]))
     /// The sends that started after their member was told it gave their partition up.
@@ -307,7 +312,13 @@ final class SimulatedWorld: Sendable {
                 urgent.listener = pipeline
                 bulk.listener = pipeline
                 running[slot] = pipeline
-                tasks.addTask { try? await pipeline.runUntilCrashed(urgent) }
+                stops.withLock { $0[slot] = nil }
+                tasks.addTask {
+                    try? await testGracefulShutdown { stop in
+                        self.stops.withLock { $0[slot] = stop }
+                        try await pipeline.runUntilCrashed(urgent)
+                    }
+                }
             }
             for slot in 0..<2 { start(slot: slot) }
             for group in groups {
@@ -339,7 +350,21 @@ final class SimulatedWorld: Sendable {
                     for group in groups { group.crash(slot: slot) }
                     start(slot: slot)
                 default:
-                    break
+                    // A rollout replaces a member: SIGTERM (a graceful stop: its lanes finish
+                    // what is in flight, commit and leave, the group handing their partitions
+                    // to the other member), then a new member in its place. Repeats nothing.
+                    let slot = Int.random(in: 0..<2, using: &generator)
+                    guard let stop = stops.withLock({ $0[slot] }) else { break }
+                    stop.triggerGracefulShutdown()
+                    let members = groups.map { $0.member(slot: slot) }
+                    let bound = PipelineClock.now + .seconds(30)
+                    while !members.allSatisfy(\.hasEnded), PipelineClock.now < bound { try await PipelineClock().sleep(for: .milliseconds(5)) }
+                    if !members.allSatisfy(\.hasEnded) {
+                        record("member \(slot)'s graceful stop did not end within 30 s")
+                        crashes += 1
+                        for group in groups { group.crash(slot: slot) }
+                    }
+                    start(slot: slot)
                 }
             }
             for group in groups { group.release(messagesPerPartition: 1_000) }
@@ -472,7 +497,7 @@ extension NotificationPipeline {
     fileprivate func runUntilCrashed(_ member: SimulatedMember) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await self.run() }
-            group.addTask { await member.waitUntilEnded() }
+            group.addTask { await member.waitUntilCrashed() }
             try await group.next()
             group.cancelAll()
         }
@@ -762,6 +787,23 @@ final class SimulatedGroup: @unchecked Sendable {
         return member
     }
 
+    /// The member in `slot`.
+    func member(slot: Int) -> SimulatedMember {
+        state.withLock { $0.members[slot]! }
+    }
+
+    /// `member` leaves the group, as `rd_kafka_consumer_close` does at a graceful stop: each of
+    /// its partitions revoked through its callback (drained and committed) on its queue, and
+    /// then given to the other slot's member; the member ends.
+    func leave(_ member: SimulatedMember) async {
+        let partitions = state.withLock { state in state.owner.filter { $0.value === member }.keys.sorted() }
+        for partition in partitions {
+            await member.turns.take { member.revoke(partition, lost: false) }
+            assign(partition, toSlot: 1 - member.slot)
+        }
+        member.leftGroup()
+    }
+
     /// Makes up to `count` more records of each partition readable.
     func release(messagesPerPartition count: Int) {
         state.withLock { state in
@@ -869,7 +911,10 @@ final class SimulatedMember: MessageSource {
         var lost: Set<Int32> = []
         var listener: (any KafkaRebalanceListener)?
         var ended = false
-        var endWaiters: [CheckedContinuation<Void, Never>] = []
+        var crashed = false
+        /// The waits for a crash (``waitUntilCrashed()``), by ID.
+        var crashWaiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiterID = 0
     }
 
     let slot: Int
@@ -940,24 +985,45 @@ final class SimulatedMember: MessageSource {
     /// Whether `partition` was lost by this member (and not given back since).
     func hasLost(_ partition: Int32) -> Bool { state.withLock { $0.lost.contains(partition) } }
 
-    /// Ends this member at once, as a SIGKILL ends a process: it polls and commits nothing more.
+    /// This member left the group (a graceful stop): it polls and commits nothing more, and its
+    /// pipeline ends on its own.
+    func leftGroup() {
+        state.withLock { state in
+            state.ended = true
+            state.positions = [:]
+        }
+    }
+
+    /// Ends this member at once, as a SIGKILL ends a process: it polls and commits nothing more,
+    /// and its pipeline is cancelled (``waitUntilCrashed()``).
     func end() {
         let waiters = state.withLock { state in
             state.ended = true
+            state.crashed = true
             state.positions = [:]
-            defer { state.endWaiters = [] }
-            return state.endWaiters
+            defer { state.crashWaiters = [:] }
+            return state.crashWaiters.sorted { $0.key < $1.key }.map(\.value)
         }
         for waiter in waiters { waiter.resume() }
     }
 
-    func waitUntilEnded() async {
-        await withCheckedContinuation { continuation in
-            let ended = state.withLock { state in
-                if !state.ended { state.endWaiters.append(continuation) }
-                return state.ended
+    /// Returns once ``end()`` was called, or when cancelled.
+    func waitUntilCrashed() async {
+        let id = state.withLock { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let isOver = state.withLock { state in
+                    if state.crashed || Task.isCancelled { return true }
+                    state.crashWaiters[id] = continuation
+                    return false
+                }
+                if isOver { continuation.resume() }
             }
-            if ended { continuation.resume() }
+        } onCancel: {
+            state.withLock { $0.crashWaiters.removeValue(forKey: id) }?.resume()
         }
     }
 
@@ -995,7 +1061,7 @@ final class SimulatedMember: MessageSource {
 
     func pauseAll() async throws {}
     func resumeAll() async throws {}
-    func leaveGroup() async {}
+    func leaveGroup() async { await group.leave(self) }
 }
 
 /// One at a time, first come first served: what librdkafka's consumer queue gives the rebalance

@@ -54,7 +54,11 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
     /// The wall clock at virtual time zero, in milliseconds since 1970.
     let wallClockStart: Int64
 
+    /// The seed the scheduler draws by.
+    let seed: UInt64
+
     init(seed: UInt64, wallClockStart: Int64) {
+        self.seed = seed
         self.wallClockStart = wallClockStart
         state = Mutex(State(random: SplitMix(seed: seed ^ 0x2545_F491_4F6C_DD1D)))
     }
@@ -211,7 +215,13 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
                 return false
             }
             if !stopping {
-                outsideJob.wait()
+                // Only the world's first job and the runner's stop come from outside: a long
+                // wait otherwise means every task of the world waits for another and no timer
+                // is set, which no seed can ever end.
+                if outsideJob.wait(timeout: .now() + .seconds(60)) == .timedOut {
+                    let elapsed = state.withLock { $0.elapsed }
+                    fatalError("seed \(seed) stalled at \(elapsed) of virtual time: every task waits, and no timer is set")
+                }
             } else if stopLimit == nil {
                 stopLimit = state.withLock { $0.elapsed } + .seconds(60)
             } else {
