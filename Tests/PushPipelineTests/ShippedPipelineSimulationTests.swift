@@ -51,12 +51,14 @@ import WebPushCore
 /// (but one that passed its fence as it closed: at most the send permits per move).
 /// Checked at every commit: an offset is committed only once every result of every message below
 /// it is published, and never for a partition its member was told it lost. Checked at the end,
-/// once every partition is committed to its end: no member still holds anything that only work
-/// in flight holds (send permits, poll batches, claims, waiters, unrecorded outcomes); every
-/// device of every event has a result, every copy of a result is the first one byte for byte
-/// (but for an untimed record polled on both sides of the midnight), and no device got an event
-/// twice, except a send in flight when its member crashed or its partition was lost (never more
-/// than the send permits each time).
+/// once every partition is committed to its end and a lost partition's requests still in flight
+/// have ended: no member still holds anything that only work in flight holds (send permits, poll
+/// batches, claims, waiters, unrecorded outcomes); every device of every event has a result,
+/// every copy of a result is the first one byte for byte (but for an untimed record polled on
+/// both sides of the midnight), and no device got an event twice, except a send in flight when
+/// its member crashed or its partition was lost (never more than the send permits each time):
+/// a device of an event no crash or loss exposed to a second member (its record at or above the
+/// committed offset then) is pushed once, whatever rebalances and graceful stops it went through.
 ///
 /// On a seeded serial executor with a virtual clock (``SimulationScheduler``): the seed decides
 /// what happens, in which order and when, and a seed replays exactly. A world takes the CPU its
@@ -468,6 +470,12 @@ final class SimulatedWorld: Sendable {
                     default: webPush.delivered(event: event.id, endpoint: token)
                     }
                 repeated += max(0, pushes - 1)
+                // A rebalance with a drain and a graceful stop push nothing twice: a second push
+                // is a crash's or a loss's only. (Either may publish a result again, byte for
+                // byte: the new owner republishes what a message given up at its fence recorded.)
+                if pushes > 1, !groups.first(where: { $0.topic == event.topic })!.wasExposed(event.partition, offset: event.offset) {
+                    record("\(event.id): pushed \(pushes) times to \(device.prefix(12))…, which no crash or loss exposed")
+                }
                 deliveredByPlatform[platform, default: 0] += pushes
             }
         }
@@ -762,6 +770,9 @@ final class SimulatedGroup: @unchecked Sendable {
         var members: [Int: SimulatedMember] = [:]
         var lost = 0
         var moves = 0
+        /// Where a crash or a loss let a new owner read records the old one may have delivered:
+        /// each partition's committed offset then.
+        var exposures: [(partition: Int32, from: Int64)] = []
     }
 
     private let state: Mutex<State>
@@ -815,6 +826,12 @@ final class SimulatedGroup: @unchecked Sendable {
 
     var lostCount: Int { state.withLock { $0.lost } }
 
+    /// Whether a crash or a loss let a second member read the record at `offset` of `partition`
+    /// before the first one's delivery of it was committed.
+    func wasExposed(_ partition: Int32, offset: Int64) -> Bool {
+        state.withLock { $0.exposures.contains { $0.partition == partition && $0.from <= offset } }
+    }
+
     /// Partitions revoked or lost so far.
     var moveCount: Int { state.withLock { $0.moves } }
 
@@ -845,7 +862,10 @@ final class SimulatedGroup: @unchecked Sendable {
         guard let from = state.withLock({ $0.owner[partition] }) else { return }
         state.withLock { $0.moves += 1 }
         if lost {
-            state.withLock { $0.lost += 1 }
+            state.withLock { state in
+                state.lost += 1
+                state.exposures.append((partition, state.committed[partition, default: 0]))
+            }
             assign(partition, toSlot: 1 - from.slot)
             try? await PipelineClock().sleep(for: .milliseconds(5))
         }
@@ -863,7 +883,9 @@ final class SimulatedGroup: @unchecked Sendable {
     func crash(slot: Int) {
         let (member, partitions) = state.withLock { state in
             let member = state.members[slot]!
-            return (member, state.owner.filter { $0.value === member }.keys.sorted())
+            let partitions = state.owner.filter { $0.value === member }.keys.sorted()
+            for partition in partitions { state.exposures.append((partition, state.committed[partition, default: 0])) }
+            return (member, partitions)
         }
         member.end()
         for partition in partitions { assign(partition, toSlot: 1 - slot) }
