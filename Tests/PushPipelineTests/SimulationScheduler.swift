@@ -43,6 +43,11 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
         var summaryOfRun = Summary(steps: 0, elapsed: .zero, fingerprint: 0)
         /// Resumed when the driving thread ended.
         var stopped: CheckedContinuation<Void, Never>?
+
+        /// Folds a choice into ``fingerprint`` (FNV-1a's step).
+        mutating func fold(_ choice: UInt64) {
+            fingerprint = (fingerprint ^ choice) &* 0x0100_0000_01B3
+        }
     }
 
     /// Virtual time zero, as an instant of the continuous clock (the type the pipeline's
@@ -79,10 +84,7 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
     }
 
     /// The summary of ``run(_:)``'s body, once it returned.
-    private(set) var summaryOfRun: Summary {
-        get { state.withLock { $0.summaryOfRun } }
-        set { state.withLock { $0.summaryOfRun = newValue } }
-    }
+    var summaryOfRun: Summary { state.withLock { $0.summaryOfRun } }
 
     /// Runs `body` on this executor with its clock bound, driven by a thread of its own; returns
     /// once `body` returned and every timer it left behind has fired (within a minute of virtual
@@ -100,7 +102,7 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
         } catch {
             outcome = .failure(error)
         }
-        summaryOfRun = state.withLock { Summary(steps: $0.steps, elapsed: $0.elapsed, fingerprint: $0.fingerprint) }
+        state.withLock { $0.summaryOfRun = Summary(steps: $0.steps, elapsed: $0.elapsed, fingerprint: $0.fingerprint) }
         await withCheckedContinuation { stopped in stop(then: stopped) }
         return try outcome.get()
     }
@@ -176,14 +178,14 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
             state.steps += 1
             if !state.ready.isEmpty {
                 let index = Int(state.random.next() % UInt64(state.ready.count))
-                state.fingerprint = (state.fingerprint ^ UInt64(state.ready.count << 32 | index)) &* 0x0100_0000_01B3
+                state.fold(UInt64(state.ready.count << 32 | index))
                 state.ready.swapAt(index, state.ready.count - 1)
                 return .job(state.ready.removeLast())
             }
             if let first = state.timers.first, limit.map({ first.deadline <= $0 }) ?? true {
                 state.timers.removeFirst()
                 state.elapsed = max(state.elapsed, first.deadline)
-                state.fingerprint = (state.fingerprint ^ UInt64(truncatingIfNeeded: state.elapsed.wholeNanosecondsValue)) &* 0x0100_0000_01B3
+                state.fold(UInt64(truncatingIfNeeded: state.elapsed.wholeNanoseconds))
                 return .timer(first.sleeper)
             }
             state.steps -= 1
@@ -246,12 +248,5 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
             return state.driverIsWaiting
         }
         if wake { outsideJob.signal() }
-    }
-}
-
-extension Duration {
-    /// The whole nanoseconds (for a fingerprint).
-    fileprivate var wholeNanosecondsValue: Int64 {
-        components.seconds &* 1_000_000_000 &+ components.attoseconds / 1_000_000_000
     }
 }
