@@ -31,21 +31,16 @@ swift build --product FuzzConnectionHandler --scratch-path .build-fuzz \
 # the pipeline-only executable links neither librdkafka nor postgres-nio. It builds into the
 # release build's folder with the same flags, so only the examples' own targets compile (seconds,
 # where a build apart compiled every dependency again: 220 s from a fresh clone).
-# SwiftPM plans the path dependency's sources again when the examples' manifest changes, not
-# when a file of Herald's moves: a stale plan fails ("missing inputs"), or answers "complete"
-# without building (seen: no APNSClientExample), so the manifest is touched first and the plan is
-# always made again (seconds: Herald's modules are the release build's).
-# The examples are removed first, and a build that left either unlinked runs once more (seen
-# again on 2026-11-29: "Build complete!" and no APNSClientExample in a folder where Herald's
-# tests had just been built).
+# SwiftPM reuses the build folder's plan (.build/release.yaml) when it finds it current, and after
+# Herald's own release build it found Herald's plan current for the examples too: "Build
+# complete!" and no APNSClientExample (seen in warm folders, twice on 2026-11-29, even with the
+# examples' manifest touched). The plan is removed, so the examples' build plans its own graph
+# (seconds: Herald's modules are the release build's), and the examples are removed first, so a
+# build that did not link them fails below.
 EXAMPLES_BUILD=(--package-path Examples/Embedding --scratch-path "$ROOT/.build" -c release -Xswiftc -enable-testing)
 EXAMPLES="$(swift build "${EXAMPLES_BUILD[@]}" --show-bin-path)"
-rm -f "$EXAMPLES/APNSClientExample" "$EXAMPLES/PipelineExample"
-touch Examples/Embedding/Package.swift
-if ! swift build "${EXAMPLES_BUILD[@]}" || [[ ! -x "$EXAMPLES/APNSClientExample" || ! -x "$EXAMPLES/PipelineExample" ]]; then
-    touch Examples/Embedding/Package.swift
-    swift build "${EXAMPLES_BUILD[@]}"
-fi
+rm -f "$EXAMPLES/APNSClientExample" "$EXAMPLES/PipelineExample" "$ROOT/.build/release.yaml"
+swift build "${EXAMPLES_BUILD[@]}"
 
 # Every build is done: only now the services start and their variables are exported.
 start_services
