@@ -776,6 +776,9 @@ final class SimulatedGroup: @unchecked Sendable {
         /// Where a crash or a loss let a new owner read records the old one may have delivered:
         /// each partition's committed offset then.
         var exposures: [(partition: Int32, from: Int64)] = []
+        /// Polls that found nothing, waiting for records to be released or partitions assigned, by ID.
+        var pollWaiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextPollWaiterID = 0
     }
 
     private let state: Mutex<State>
@@ -825,6 +828,44 @@ final class SimulatedGroup: @unchecked Sendable {
                 state.released[partition] = min(messages.count, state.released[partition, default: 0] + count)
             }
         }
+        wakePolls()
+    }
+
+    /// Returns once records are released or a partition is assigned, or after `timeout`, or when
+    /// cancelled: a poll that found nothing blocks as librdkafka's does, not in a loop.
+    func waitForRecords(timeout: Duration) async {
+        let id = state.withLock { state in
+            state.nextPollWaiterID += 1
+            return state.nextPollWaiterID
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await PipelineClock().sleep(for: timeout) }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let isCancelled = self.state.withLock { state in
+                            if Task.isCancelled { return true }
+                            state.pollWaiters[id] = continuation
+                            return false
+                        }
+                        if isCancelled { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.state.withLock { $0.pollWaiters.removeValue(forKey: id) }?.resume()
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Wakes every poll waiting for records, oldest first.
+    private func wakePolls() {
+        let waiters = state.withLock { state in
+            defer { state.pollWaiters = [:] }
+            return state.pollWaiters.sorted { $0.key < $1.key }.map(\.value)
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     var lostCount: Int { state.withLock { $0.lost } }
@@ -855,6 +896,7 @@ final class SimulatedGroup: @unchecked Sendable {
             return (member, state.committed[partition, default: 0])
         }
         member.assigned(partition, from: from)
+        wakePolls()
     }
 
     /// Moves `partition` to the other slot's member: revoked with a drain (on a thread of its own,
@@ -1052,7 +1094,18 @@ final class SimulatedMember: MessageSource {
         }
     }
 
+    /// Waits up to `timeout` for the first record, then takes what else is readable, as the
+    /// shipped consumer's poll does.
     func poll(maxMessages: Int, timeout: Duration) async throws -> [KafkaMessage] {
+        let batch = take(maxMessages)
+        guard batch.isEmpty else { return batch }
+        await group.waitForRecords(timeout: timeout)
+        try Task.checkCancellation()
+        return take(maxMessages)
+    }
+
+    /// Up to `maxMessages` readable records of this member's partitions, from its positions on.
+    private func take(_ maxMessages: Int) -> [KafkaMessage] {
         let positions = state.withLock { $0.positions }
         var batch: [KafkaMessage] = []
         for (partition, position) in positions.sorted(by: { $0.key < $1.key }) where batch.count < maxMessages {
@@ -1064,7 +1117,6 @@ final class SimulatedMember: MessageSource {
                 }
             }
         }
-        if batch.isEmpty { try await PipelineClock().sleep(for: .milliseconds(5)) }
         return batch
     }
 
