@@ -63,11 +63,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// What only work in flight holds (send permits, open poll batches, claimed sends, waiters of
     /// every kind, outcomes not yet recorded), by name, zeros left out: empty once every message
     /// this member started is finished, a leak otherwise.
-    package var heldInFlight: [String: Int] {
-        var held = coordinator.read { $0.heldInFlight }
-        if requests.unrecordedOutcomes > 0 { held["unrecorded outcomes"] = requests.unrecordedOutcomes }
-        return held
-    }
+    package var heldInFlight: [String: Int] { coordinator.read { $0.heldInFlight } }
 
     /// The permanent PostgreSQL errors (SQLSTATE) holding registry or ledger calls right now:
     /// while any does, the messages waiting on them cannot finish.
@@ -117,7 +113,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             backoff: configuration.storeRetry, permanentBackoff: configuration.storePermanentRetry, classify: { store.failure(of: $0) },
             taskExecutor: taskExecutor, metrics: metrics, logger: logger)
         self.storeOperations = storeOperations
-        let coordinator = DeliveryCoordinator(permitLimit: configuration.maxConcurrentSends, bulkShare: configuration.bulkSendShare)
+        let coordinator = DeliveryCoordinator(
+            permitLimit: configuration.maxConcurrentSends, bulkShare: configuration.bulkSendShare, outcomesPerWrite: configuration.maxOutcomesPerLedgerWrite)
         self.coordinator = coordinator
         let deadLetters = DeadLetters(topic: configuration.topics.deadLetters, publisher: reliablePublisher, metrics: metrics, logger: logger)
         self.tokenUpdates = TokenUpdates(

@@ -8,11 +8,11 @@ import Testing
 /// when two lock sections decide what one should, then the coordinator with real tasks.
 @Suite(.timeLimit(.minutes(1)))
 struct DeliveryCoordinatorTests {
-    typealias Machine = DeliveryCoordinator.StateMachine<Int>
+    typealias Machine = DeliveryCoordinator.StateMachine<Int, Int>
     typealias Published = Machine.PublishedResult
 
     @Test func aBatchFinishesWithItsLastResultAndItsPermitsGoToTheNextSendersInTheSameStep() {
-        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10)
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let batch = machine.openBatch(start(3, in: &machine), results: [2, 1, 0]).batch
         let answer1 = machine.claim(1)
         #expect(answer1 == .claimed)
@@ -49,7 +49,7 @@ struct DeliveryCoordinatorTests {
     }
 
     @Test func aBatchWithNothingToPublishIsFinishedAtOnce() {
-        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 1)
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 1, outcomesPerWrite: 2)
         let batch = machine.openBatch(start(2, in: &machine), results: [0, 0]).batch
         let answer7 = machine.waitForBatch(batch, 1)
         #expect(!answer7)
@@ -60,7 +60,7 @@ struct DeliveryCoordinatorTests {
     /// finished) once its other results are settled too, so a delivery of it still in flight is
     /// recorded and published first.
     @Test func aFencedSendGivesBackItsClaimAndPermitAndItsMessageIsGivenUpWhenNothingIsLeft() {
-        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let batch = machine.openBatch(start(2, in: &machine), results: [2, 1]).batch
         let answer8 = machine.claim(7)
         #expect(answer8 == .claimed)
@@ -101,7 +101,7 @@ struct DeliveryCoordinatorTests {
     /// drain, in the same step as it gives the permit back; a fenced send's message is given up
     /// in the step that fences it, holding the commit point but not the drain.
     @Test func aMessagesLastResultSettlesItsOffsetWakesTheWindowAndEndsTheDrainInOneStep() throws {
-        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10)
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let partition = KafkaTopicPartition(topic: "t", partition: 0)
         machine.assign([partition], lane: .bulk)
         let messages = (0..<2).map { KafkaMessage(topic: "t", partition: 0, offset: Int64($0), key: nil, value: nil) }
@@ -139,7 +139,7 @@ struct DeliveryCoordinatorTests {
     /// sends (here, urgent ones) hold. Found by the shipped-pipeline simulation: a bulk
     /// revocation drained for its whole bound while urgent sends held every permit.
     @Test func aSendWaitingForAPermitIsHandedOneWhenItsPartitionIsDrainedAndTheDrainEndsWhenItGivesItBack() throws {
-        var machine = Machine(permitLimit: 2, bulkShare: 0.5, recentCapacity: 10)
+        var machine = Machine(permitLimit: 2, bulkShare: 0.5, recentCapacity: 10, outcomesPerWrite: 2)
         let partition = KafkaTopicPartition(topic: "t", partition: 0)
         machine.assign([partition], lane: .bulk)
         let message = KafkaMessage(topic: "t", partition: 0, offset: 0, key: nil, value: nil)
@@ -181,7 +181,7 @@ struct DeliveryCoordinatorTests {
     /// The lost wake-ups: each time, what the waiter waits for happens between its "not yet"
     /// and its registration; the registration sees it and the caller goes on at once.
     @Test func whatHappensBetweenNotYetAndWaitingIsNeverLost() {
-        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10)
+        var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let batch = machine.openBatch(start(1, in: &machine), results: [1]).batch
         let answer15 = machine.claim(3)
         #expect(answer15 == .claimed)
@@ -226,7 +226,7 @@ struct DeliveryCoordinatorTests {
     @Test(arguments: 1...20) func randomInterleavingsFinishEveryMessageOnceAndReturnEveryPermit(seed: UInt64) {
         var random = SplitMix(seed: seed)
         let limit = Int(random.next() % 4) + 1
-        var machine = Machine(permitLimit: limit, bulkShare: seed.isMultiple(of: 2) ? 0.5 : 1, recentCapacity: 100)
+        var machine = Machine(permitLimit: limit, bulkShare: seed.isMultiple(of: 2) ? 0.5 : 1, recentCapacity: 100, outcomesPerWrite: 2)
 
         struct Send {
             var batch: UInt64
@@ -377,7 +377,7 @@ private let nextOffset = Atomic<Int64>(0)
 
 /// Starts `count` messages of `lane` in `machine` (partition 0 of topic `t`, fresh offsets);
 /// returns their positions.
-private func start(_ count: Int, in machine: inout DeliveryCoordinator.StateMachine<Int>, lane: InputLane.Priority = .urgent) -> [MessagePosition] {
+private func start(_ count: Int, in machine: inout DeliveryCoordinator.StateMachine<Int, Int>, lane: InputLane.Priority = .urgent) -> [MessagePosition] {
     (0..<count).map { _ in
         let message = KafkaMessage(topic: "t", partition: 0, offset: nextOffset.add(1, ordering: .relaxed).newValue, key: nil, value: nil)
         let generation = machine.start(message, lane: lane)!

@@ -1,4 +1,5 @@
 import PushStores
+import PushPipelineTesting
 import Foundation
 @testable import PushPipeline
 import Synchronization
@@ -42,7 +43,7 @@ final class HeldLedgerWrites: Sendable {
 }
 
 /// What the writer handed on: each written batch as (event ID of the standing outcome, its
-/// result text, ticket).
+/// result text, ticket: the ticket's message index).
 final class HandedOn: Sendable {
     private let batches = Mutex<[[(event: String, result: String, ticket: Int)]]>([])
     /// How long each hand-over takes (it holds the batch like a slow publish).
@@ -56,14 +57,20 @@ final class HandedOn: Sendable {
         batches.withLock { $0 }.sorted { ($0.first?.ticket ?? 0) < ($1.first?.ticket ?? 0) }
     }
 
-    func receive(_ batch: [(standing: RecordedDelivery, ticket: Int)]) async {
+    func receive(_ batch: [(standing: RecordedDelivery, outcome: PendingOutcome)]) async {
         try? await Task.sleep(for: hold)
-        batches.withLock { $0.append(batch.map { ($0.standing.event.eventID, LedgerWriterTests.text(of: $0.standing), $0.ticket) }) }
+        batches.withLock {
+            $0.append(batch.map { ($0.standing.event.eventID, LedgerWriterTests.text(of: $0.standing), $0.outcome.ticket.message) })
+        }
     }
 }
 
+/// The ledger writer: the state machine's queue of answered outcomes (``OutcomeQueue``, one
+/// decision per step) and the coordinator's loop that writes its batches.
 @Suite(.timeLimit(.minutes(1)))
 struct LedgerWriterTests {
+    typealias Machine = DeliveryCoordinator.StateMachine<Int, String>
+
     /// An outcome whose result text is `status`, so the test can tell outcomes apart.
     static func outcome(_ event: String, _ token: String = "t1", status: String = "delivered") -> RecordedDelivery {
         RecordedDelivery(
@@ -79,81 +86,98 @@ struct LedgerWriterTests {
         if case .message(let result, _) = delivery.outcome { String(decoding: result, as: UTF8.self) } else { "" }
     }
 
+    /// An answered outcome of `event` whose ticket is message `ticket` of one batch.
+    static func pending(_ event: String, ticket: Int) throws -> PendingOutcome {
+        let batch = PollBatch(id: 1, messages: [], lane: InputLane(priority: .urgent, source: InMemoryMessageSource()), consumedAt: .now, traces: nil)
+        let notification = try NotificationEvent(json: Array(#"{"id":"\#(event)","user_ids":["u"],"webpush":{"app":"a","message":"m"}}"#.utf8))
+        return PendingOutcome(delivery: outcome(event), mark: nil, ticket: EventProcessor.DeliveryTicket(batch, ticket, notification))
+    }
+
     /// Polls until `condition` holds (the test's time limit bounds it).
     static func waitUntil(_ condition: () -> Bool) async throws {
         while !condition() { try await Task.sleep(for: .milliseconds(1)) }
     }
 
-    @Test func outcomesSubmittedDuringAWriteGoTogetherInTheNextAndEachTicketGetsTheOutcomeThatStands() async throws {
+    // MARK: The queue, one step at a time
+
+    @Test func outcomesAnsweredDuringAWriteGoTogetherInTheNextAndTheWriteEndsTheirClaims() {
+        var machine = Machine(permitLimit: 4, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 100)
+        #expect(machine.claim(7) == .claimed)
+        let waits = machine.outcomes.waitForOutcomes(1)
+        #expect(waits, "an idle writer waits")
+        let first = machine.answered("e1", urgent: true)
+        #expect(first.accepted && first.resume == 1, "the first answer wakes the writer")
+        #expect(machine.outcomes.nextBatch() == ["e1"])
+        for event in ["e2", "e3", "e4"] {
+            #expect(machine.answered(event, urgent: true) == (true, nil), "the writer is busy: nobody to wake")
+        }
+        #expect(machine.outcomes.unrecordedCount == 4)
+        let copyWaits = machine.waitForClaim(7, id: 1, 2)
+        #expect(copyWaits)
+        let written = machine.written(claims: [7])
+        #expect(written.resume == [2], "the copy waiting for the claim is woken")
+        #expect(written.next == ["e2", "e3", "e4"])
+        #expect(machine.outcomes.unrecordedCount == 3)
+        #expect(machine.written(claims: []).next.isEmpty)
+        #expect(machine.outcomes.unrecordedCount == 0)
+        #expect(machine.heldInFlight.isEmpty)
+    }
+
+    @Test func urgentOutcomesGoIntoTheNextWriteAheadOfAQueuedCampaignAtMostTheBatchSizeOldestFirst() {
+        var machine = Machine(permitLimit: 4, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
+        _ = machine.answered("b0", urgent: false)
+        #expect(machine.outcomes.nextBatch() == ["b0"])
+        for index in 1..<5 { _ = machine.answered("b\(index)", urgent: false) }
+        _ = machine.answered("u5", urgent: true)
+        var writes: [[String]] = []
+        var next = machine.written(claims: []).next
+        while !next.isEmpty {
+            writes.append(next)
+            next = machine.written(claims: []).next
+        }
+        #expect(writes == [["u5", "b1"], ["b2", "b3"], ["b4"]])
+    }
+
+    @Test func aStoppedWriterRefusesOutcomesAndHoldsNothing() {
+        var machine = Machine(permitLimit: 4, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
+        _ = machine.answered("e1", urgent: true)
+        _ = machine.answered("e2", urgent: false)
+        #expect(machine.heldInFlight == ["unrecorded outcomes": 2])
+        machine.outcomes.stop()
+        #expect(machine.answered("e3", urgent: true) == (false, nil))
+        #expect(machine.outcomes.nextBatch().isEmpty)
+        let waits = machine.outcomes.waitForOutcomes(1)
+        #expect(!waits, "a stopped writer does not wait")
+        #expect(machine.heldInFlight.isEmpty)
+    }
+
+    // MARK: The coordinator's writer loop
+
+    @Test func eachOutcomeIsHandedOnWithTheOneThatStandsAndTheNextWriteStartsWhileTheLastIsHandedOn() async throws {
         let ledger = HeldLedgerWrites(recordedBefore: [Self.outcome("e3", status: "recorded by another copy")])
-        let handedOn = HandedOn()
-        let writer = LedgerWriter<Int>(maxBatchSize: 100)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
-            #expect(writer.submit(Self.outcome("e1"), marking: nil, ticket: 1))
-            try await Self.waitUntil { ledger.written.count == 1 }
-            for (index, event) in ["e2", "e3", "e4"].enumerated() {
-                #expect(writer.submit(Self.outcome(event), marking: nil, ticket: index + 2))
-            }
-            #expect(writer.unrecordedCount == 4)
-            try await Task.sleep(for: .milliseconds(20))
-            #expect(ledger.written.count == 1, "no second write while the first is in flight")
-
-            ledger.release(2)
-            try await Self.waitUntil { handedOn.received.count == 2 }
-            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e1"], ["e2", "e3", "e4"]])
-            #expect(writer.unrecordedCount == 0)
-            let received = handedOn.received.map { $0.map { "\($0.ticket):\($0.event):\($0.result)" } }
-            #expect(received == [["1:e1:delivered"], ["2:e2:delivered", "3:e3:recorded by another copy", "4:e4:delivered"]])
-            group.cancelAll()
+        let handedOn = HandedOn(hold: .milliseconds(200))
+        let coordinator = DeliveryCoordinator(permitLimit: 4, outcomesPerWrite: 100)
+        let running = Task {
+            await coordinator.recordOutcomes { batch throws(CancellationError) in
+                try await ledger.write(batch.map { ($0.delivery, $0.mark) })
+            } then: { await handedOn.receive($0) }
         }
-    }
-
-    @Test func urgentOutcomesGoIntoTheNextWriteAheadOfAQueuedCampaign() async throws {
-        let ledger = HeldLedgerWrites()
-        let handedOn = HandedOn()
-        let writer = LedgerWriter<Int>(maxBatchSize: 2)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
-            writer.submit(Self.outcome("b0"), marking: nil, ticket: 0, urgent: false)
-            try await Self.waitUntil { ledger.written.count == 1 }
-            for index in 1..<5 { writer.submit(Self.outcome("b\(index)"), marking: nil, ticket: index, urgent: false) }
-            writer.submit(Self.outcome("u5"), marking: nil, ticket: 5)
-            ledger.release(4)
-            try await Self.waitUntil { handedOn.received.count == 4 }
-            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["b0"], ["u5", "b1"], ["b2", "b3"], ["b4"]])
-            group.cancelAll()
+        #expect(coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true))
+        try await Self.waitUntil { ledger.written.count == 1 }
+        for (index, event) in ["e2", "e3", "e4"].enumerated() {
+            #expect(coordinator.answered(try Self.pending(event, ticket: index + 2), urgent: true))
         }
-    }
+        #expect(coordinator.unrecordedOutcomes == 4)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(ledger.written.count == 1, "no second write while the first is in flight")
 
-    @Test func aWriteTakesAtMostTheBatchSizeOldestFirst() async throws {
-        let ledger = HeldLedgerWrites()
-        let handedOn = HandedOn()
-        let writer = LedgerWriter<Int>(maxBatchSize: 2)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await writer.run(writing: ledger.write, then: handedOn.receive) }
-            writer.submit(Self.outcome("e0"), marking: nil, ticket: 0)
-            try await Self.waitUntil { ledger.written.count == 1 }
-            for index in 1..<5 { writer.submit(Self.outcome("e\(index)"), marking: nil, ticket: index) }
-            ledger.release(3)
-            try await Self.waitUntil { handedOn.received.count == 3 }
-            #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e0"], ["e1", "e2"], ["e3", "e4"]])
-            #expect(handedOn.received.map { $0.map(\.ticket) } == [[0], [1, 2], [3, 4]])
-            group.cancelAll()
-        }
-    }
-
-    @Test func theNextWriteStartsWhileTheLastBatchIsStillHandedOn() async throws {
-        let ledger = HeldLedgerWrites()
-        let handedOn = HandedOn(hold: .seconds(30))
-        let writer = LedgerWriter<Int>(maxBatchSize: 100)
-        let running = Task { await writer.run(writing: ledger.write, then: handedOn.receive) }
-        ledger.release(100)
-        writer.submit(Self.outcome("e1"), marking: nil, ticket: 1)
-        try await Self.waitUntil { ledger.written.count == 1 && writer.unrecordedCount == 0 }
-        writer.submit(Self.outcome("e2"), marking: nil, ticket: 2)
-        try await Self.waitUntil { ledger.written.count == 2 }
-        #expect(handedOn.received.isEmpty, "the first batch is still being handed on")
+        ledger.release(2)
+        try await Self.waitUntil { ledger.written.count == 2 && coordinator.unrecordedOutcomes == 0 }
+        #expect(handedOn.received.isEmpty, "the first batch is still being handed on while the second is written")
+        try await Self.waitUntil { handedOn.received.count == 2 }
+        #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e1"], ["e2", "e3", "e4"]])
+        let received = handedOn.received.map { $0.map { "\($0.ticket):\($0.event):\($0.result)" } }
+        #expect(received == [["1:e1:delivered"], ["2:e2:delivered", "3:e3:recorded by another copy", "4:e4:delivered"]])
         running.cancel()
         await running.value
     }
@@ -161,26 +185,34 @@ struct LedgerWriterTests {
     @Test func cancellingTheWriterStopsTheWriteInFlightAndRefusesNewOutcomes() async throws {
         let ledger = HeldLedgerWrites()
         let handedOn = HandedOn()
-        let writer = LedgerWriter<Int>(maxBatchSize: 100)
-        let running = Task { await writer.run(writing: ledger.write, then: handedOn.receive) }
-        writer.submit(Self.outcome("e1"), marking: nil, ticket: 1)
+        let coordinator = DeliveryCoordinator(permitLimit: 4)
+        let running = Task {
+            await coordinator.recordOutcomes { batch throws(CancellationError) in
+                try await ledger.write(batch.map { ($0.delivery, $0.mark) })
+            } then: { await handedOn.receive($0) }
+        }
+        coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true)
         try await Self.waitUntil { ledger.written.count == 1 }
-        writer.submit(Self.outcome("e2"), marking: nil, ticket: 2)
+        coordinator.answered(try Self.pending("e2", ticket: 2), urgent: true)
 
         running.cancel()
         await running.value
-        #expect(!writer.submit(Self.outcome("e3"), marking: nil, ticket: 3))
+        #expect(!coordinator.answered(try Self.pending("e3", ticket: 3), urgent: true))
         #expect(ledger.written.count == 1, "the write in flight was cancelled, nothing else written")
         #expect(handedOn.received.isEmpty)
-        #expect(writer.unrecordedCount == 0)
+        #expect(coordinator.unrecordedOutcomes == 0)
     }
 
     @Test func aWriterWaitingForWorkStopsWhenCancelled() async throws {
-        let writer = LedgerWriter<Int>(maxBatchSize: 100)
-        let running = Task { await writer.run(writing: HeldLedgerWrites().write, then: HandedOn().receive) }
+        let coordinator = DeliveryCoordinator(permitLimit: 4)
+        let running = Task {
+            await coordinator.recordOutcomes { batch throws(CancellationError) in
+                try await HeldLedgerWrites().write(batch.map { ($0.delivery, $0.mark) })
+            } then: { await HandedOn().receive($0) }
+        }
         try await Task.sleep(for: .milliseconds(20))
         running.cancel()
         await running.value
-        #expect(!writer.submit(Self.outcome("e1"), marking: nil, ticket: 1))
+        #expect(!coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true))
     }
 }

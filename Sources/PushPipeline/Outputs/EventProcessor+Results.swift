@@ -8,12 +8,14 @@ import FCMCore
 /// Results: publishing what the ledger recorded (or what needs no send), rebuilding a recorded
 /// outcome's records from its event, and the ledger's key of an event.
 extension EventProcessor {
-    /// Publishes a batch the ledger writer recorded: settles the claims, publishes the outcomes
-    /// that stand together, then gives the permits back and finishes the messages.
-    func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
-        coordinator.recorded(batch.compactMap(\.ticket.claim))
+    /// Publishes a batch the ledger writer recorded (its claims ended): the outcomes that stand
+    /// together, then gives the permits back and finishes the messages.
+    func publishRecorded(_ batch: [(standing: RecordedDelivery, outcome: PendingOutcome)]) async {
         await publish(
-            batch.map { (resultRecords($0.standing, of: $0.ticket.event, headers: $0.ticket.batch.resultHeaders($0.ticket.message)), $0.ticket) }
+            batch.map { recorded in
+                let ticket = recorded.outcome.ticket
+                return (resultRecords(recorded.standing, of: ticket.event, headers: ticket.batch.resultHeaders(ticket.message)), ticket)
+            }
         )
     }
 

@@ -15,7 +15,7 @@ extension DeliveryCoordinator {
     /// One value for both lanes: the permits are shared (urgent senders first, bulk ones at most
     /// their share). Every method is one decision in one lock section of ``DeliveryCoordinator``,
     /// which performs the actions outside the lock: one owner, so nothing falls between two.
-    struct StateMachine<Waiter> {
+    struct StateMachine<Waiter, Outcome> {
         typealias Claim = DeliveryClaimTable<Waiter>.Claim
 
         /// What the caller does next, outside the lock.
@@ -40,7 +40,7 @@ extension DeliveryCoordinator {
         }
 
         /// The batches with messages still to finish, by ID.
-        private var batches: [UInt64: BatchProgress] = [:]
+        private var batches: [UInt64: BatchProgress<Waiter>] = [:]
         private var nextBatchID: UInt64 = 0
         private var claims: DeliveryClaimTable<Waiter>
         private var permits: SendPermitQueue<PermitWaiter>
@@ -50,6 +50,8 @@ extension DeliveryCoordinator {
         private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
         /// Sends waiting before their next attempt, by wait ID, woken once their message is fenced.
         private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
+        /// The outcomes answered and not yet recorded, and the ledger writer.
+        var outcomes: OutcomeQueue<Outcome, Waiter>
 
         /// A sender waiting for a permit, and where the message its send is for stands (nil: a
         /// wait no fence ends).
@@ -59,10 +61,12 @@ extension DeliveryCoordinator {
         }
 
         /// `permitLimit` sends at once, `bulkShare` of them for bulk senders at most; the last
-        /// `recentCapacity` recorded deliveries are remembered for copies of their events.
-        init(permitLimit: Int, bulkShare: Double, recentCapacity: Int) {
+        /// `recentCapacity` recorded deliveries are remembered for copies of their events; at most
+        /// `outcomesPerWrite` outcomes in one ledger write.
+        init(permitLimit: Int, bulkShare: Double, recentCapacity: Int, outcomesPerWrite: Int) {
             claims = DeliveryClaimTable(recentCapacity: recentCapacity)
             permits = SendPermitQueue(limit: permitLimit, bulkShare: bulkShare)
+            outcomes = OutcomeQueue(maxBatchSize: outcomesPerWrite)
         }
 
         /// Permits held now.
@@ -79,7 +83,7 @@ extension DeliveryCoordinator {
             let counts = [
                 "send permits": permits.inUse, "open poll batches": batches.count, "claimed sends": claims.sendingCount,
                 "claim waiters": claims.waitingCount, "permit waiters": permits.waiting(.urgent) + permits.waiting(.bulk),
-                "room waiters": roomWaiters.count, "fence waiters": fenceWaiters.count,
+                "room waiters": roomWaiters.count, "fence waiters": fenceWaiters.count, "unrecorded outcomes": outcomes.unrecordedCount,
             ]
             return counts.filter { $0.value != 0 }
         }
@@ -228,7 +232,7 @@ extension DeliveryCoordinator {
         mutating func openBatch(_ positions: [MessagePosition], results: [Int]) -> (batch: UInt64, actions: Actions) {
             nextBatchID += 1
             var actions = Actions()
-            let progress = BatchProgress(positions: positions, pending: results)
+            let progress = BatchProgress<Waiter>(positions: positions, pending: results)
             if progress.unfinished > 0 { batches[nextBatchID] = progress }
             for (position, count) in zip(positions, results) where count == 0 {
                 settle(position, givenUp: false, into: &actions)
@@ -269,9 +273,24 @@ extension DeliveryCoordinator {
             claims.cancelWait(for: key, id: id)
         }
 
+        // MARK: Ledger
+
+        /// A send was answered: its outcome is queued for the ledger writer; false (not queued)
+        /// once the writer has stopped. Returns the writer to wake.
+        mutating func answered(_ outcome: Outcome, urgent: Bool) -> (accepted: Bool, resume: Waiter?) {
+            let answered = outcomes.answered(outcome, urgent: urgent)
+            return (answered.accepted, answered.wake)
+        }
+
         /// The ledger recorded the outcomes of these claims: ends them; returns who waited for them.
         mutating func recorded(_ keys: [Int]) -> [Waiter] {
             keys.flatMap { claims.settle($0) }
+        }
+
+        /// The ledger writer wrote its last batch, whose sends held the claims `keys`: ends them
+        /// (``recorded(_:)``) and takes the writer's next batch (empty: none is queued).
+        mutating func written(claims keys: [Int]) -> (resume: [Waiter], next: [Outcome]) {
+            (recorded(keys), outcomes.nextBatch())
         }
 
         // MARK: Permits
@@ -358,43 +377,6 @@ extension DeliveryCoordinator {
             guard let progress = batches[batch], progress.unfinished == 0 else { return nil }
             batches[batch] = nil
             return progress.waiter
-        }
-
-        /// The results still to publish for each message of one batch.
-        private struct BatchProgress {
-            /// How a message with no result left to publish ended.
-            enum Settled { case finished, givenUp }
-
-            /// Where each message stands in its lane's offsets.
-            let positions: [MessagePosition]
-            var pending: [Int]
-            /// Messages with a fenced send: they are given up, not finished, once nothing is pending.
-            var fencedMessages: Set<Int> = []
-            /// Messages with results still to publish.
-            var unfinished: Int
-            /// The batch's task, waiting until `unfinished` is 0.
-            var waiter: Waiter?
-
-            init(positions: [MessagePosition], pending: [Int]) {
-                self.positions = positions
-                self.pending = pending
-                unfinished = pending.count { $0 > 0 }
-            }
-
-            /// Counts a published result of `message`; how the message ended when it was its last.
-            mutating func publish(_ message: Int) -> Settled? {
-                guard pending[message] > 0 else { return nil }
-                pending[message] -= 1
-                guard pending[message] == 0 else { return nil }
-                unfinished -= 1
-                return fencedMessages.contains(message) ? .givenUp : .finished
-            }
-
-            /// Counts a result of `message` that will never be published (its send was fenced).
-            mutating func fence(_ message: Int) -> Settled? {
-                fencedMessages.insert(message)
-                return publish(message)
-            }
         }
     }
 }

@@ -10,7 +10,7 @@ import Synchronization
 /// fence, claims, send permits and batch progress.
 final class DeliveryCoordinator: Sendable {
     typealias Lane = InputLane.Priority
-    typealias Machine = StateMachine<CheckedContinuation<Void, any Error>>
+    typealias Machine = StateMachine<CheckedContinuation<Void, any Error>, PendingOutcome>
 
     private let state: Mutex<Machine>
     /// Identifies each wait for a permit or a claim, so a cancelled wait finds its own.
@@ -20,9 +20,9 @@ final class DeliveryCoordinator: Sendable {
     /// cooperative pool).
     private let drained: [Lane: DispatchSemaphore] = [.urgent: DispatchSemaphore(value: 0), .bulk: DispatchSemaphore(value: 0)]
 
-    /// See ``StateMachine/init(permitLimit:bulkShare:recentCapacity:)``.
-    init(permitLimit: Int, bulkShare: Double = 1, recentCapacity: Int = 100_000) {
-        state = Mutex(Machine(permitLimit: permitLimit, bulkShare: bulkShare, recentCapacity: recentCapacity))
+    /// See ``StateMachine/init(permitLimit:bulkShare:recentCapacity:outcomesPerWrite:)``.
+    init(permitLimit: Int, bulkShare: Double = 1, recentCapacity: Int = 100_000, outcomesPerWrite: Int = 500) {
+        state = Mutex(Machine(permitLimit: permitLimit, bulkShare: bulkShare, recentCapacity: recentCapacity, outcomesPerWrite: outcomesPerWrite))
     }
 
     /// The claim key of (event, target): a 64-bit hash (``DeliveryClaimTable``).
@@ -239,10 +239,70 @@ final class DeliveryCoordinator: Sendable {
 
     // MARK: Outcomes
 
-    /// The ledger recorded the outcomes of these claims: ends them and wakes their waiters.
+    /// The ledger recorded the outcomes of these claims outside the ledger writer (a channel
+    /// command's answer): ends them and wakes their waiters.
     func recorded(_ keys: [Int]) {
-        guard !keys.isEmpty else { return }
         resume(state.withLock { $0.recorded(keys) })
+    }
+
+    /// Outcomes answered and not yet recorded.
+    var unrecordedOutcomes: Int { read(\.outcomes.unrecordedCount) }
+
+    /// Hands an answered send's outcome to the ledger writer (``recordOutcomes(writing:then:)``)
+    /// without waiting, ahead of every bulk one when `urgent`; false once the writer has
+    /// stopped (the outcome is then not recorded, and its message must not be acknowledged).
+    @discardableResult
+    func answered(_ outcome: PendingOutcome, urgent: Bool) -> Bool {
+        let answered = state.withLock { $0.answered(outcome, urgent: urgent) }
+        answered.resume?.resume()
+        return answered.accepted
+    }
+
+    /// Writes a batch of outcomes, retrying until it is written; returns, for each in order, the
+    /// outcome that stands (one recorded earlier stands over a new one). Throws only when cancelled.
+    typealias WriteOutcomes = ([PendingOutcome]) async throws(CancellationError) -> [RecordedDelivery]
+
+    /// The ledger writer (group commit): writes the answered outcomes with `write`, a batch at a
+    /// time, each as soon as the previous one is written, and hands each written batch to
+    /// `recorded` (with the outcome that stands for each) concurrently with the next write. One
+    /// step ends the written batch's claims and takes the next batch. Runs until cancelled, then
+    /// returns once every handed-on batch is done, and refuses outcomes from then on.
+    func recordOutcomes(
+        writing write: WriteOutcomes,
+        then recorded: @escaping @Sendable ([(standing: RecordedDelivery, outcome: PendingOutcome)]) async -> Void
+    ) async {
+        await withDiscardingTaskGroup { group in
+            var batch = state.withLock { $0.outcomes.nextBatch() }
+            while !Task.isCancelled {
+                guard !batch.isEmpty else {
+                    guard await waitForOutcomes() else { break }
+                    batch = state.withLock { $0.outcomes.nextBatch() }
+                    continue
+                }
+                guard let standing = try? await write(batch) else { break }
+                let written = Array(zip(standing, batch))
+                group.addTask { await recorded(written) }
+                let next = state.withLock { $0.written(claims: batch.compactMap(\.ticket.claim)) }
+                resume(next.resume)
+                batch = next.next
+            }
+            state.withLock { $0.outcomes.stop() }
+        }
+    }
+
+    /// Returns once an outcome is answered (at once when one is queued); false when cancelled.
+    private func waitForOutcomes() async -> Bool {
+        await withTaskCancellationHandler {
+            (try? await withCheckedThrowingContinuation { continuation in
+                let registered = state.withLock { state in
+                    // Checked under the lock: a cancellation handler that already ran found nothing.
+                    !Task.isCancelled && state.outcomes.waitForOutcomes(continuation)
+                }
+                if !registered { continuation.resume() }
+            }) != nil && !Task.isCancelled
+        } onCancel: {
+            state.withLock { $0.outcomes.cancelWait() }?.resume(throwing: CancellationError())
+        }
     }
 
     /// See ``StateMachine/published(_:)``; returns the indexes of the results that were their

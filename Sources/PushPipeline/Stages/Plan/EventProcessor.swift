@@ -24,8 +24,6 @@ final class EventProcessor: Sendable {
     let sender: RetryingSender
     /// The claims, send permits and batch progress of every notification in flight.
     let coordinator: DeliveryCoordinator
-    /// Records outcomes in batches (group commit), run by ``recordOutcomes()``.
-    let ledgerWriter: LedgerWriter<DeliveryTicket>
     /// Traces events and sends when set (HERALD_OTEL_TRACES); nil costs nothing.
     let tracer: (any Tracer)?
     let metrics: PipelineMetrics
@@ -35,15 +33,15 @@ final class EventProcessor: Sendable {
     var sendPermitsHeld: Int { coordinator.permitsHeld }
 
     /// Outcomes APNs answered that the ledger has not recorded yet.
-    var unrecordedOutcomes: Int { ledgerWriter.unrecordedCount }
+    var unrecordedOutcomes: Int { coordinator.unrecordedOutcomes }
 
     /// Writes the outcomes sends hand over, a batch at a time, and publishes each written batch
     /// (``publishRecorded(_:)``); runs until cancelled.
     func recordOutcomes() async {
-        await ledgerWriter.run { batch throws(CancellationError) in
+        await coordinator.recordOutcomes { batch throws(CancellationError) in
             let started = PipelineClock.now
             defer { self.metrics.recordStage(.ledgerWrite, since: started) }
-            return try await self.storeOperations.run { try await self.ledger.record(batch) }
+            return try await self.storeOperations.run { try await self.ledger.record(batch.map { ($0.delivery, $0.mark) }) }
         } then: { recorded in
             await self.publishRecorded(recorded)
         }
@@ -70,7 +68,6 @@ final class EventProcessor: Sendable {
         self.deadLetters = deadLetters
         self.sender = sender
         self.coordinator = coordinator
-        self.ledgerWriter = LedgerWriter<DeliveryTicket>(maxBatchSize: configuration.maxOutcomesPerLedgerWrite)
         self.tracer = tracer
         self.metrics = metrics
         self.logger = logger

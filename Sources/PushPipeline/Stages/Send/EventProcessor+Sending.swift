@@ -254,7 +254,7 @@ extension EventProcessor {
         var counted = ticket
         counted.status = outcome.status
         counted.platform = outcome.platform
-        ledgerWriter.submit(recorded, marking: mark, ticket: counted, urgent: ticket.batch.lane.priority == .urgent)
+        coordinator.answered(PendingOutcome(delivery: recorded, mark: mark, ticket: counted), urgent: ticket.batch.lane.priority == .urgent)
     }
 
     /// Gives up a send whose partition was revoked (or is being drained) before its next
