@@ -153,15 +153,22 @@ struct LedgerWriterTests {
 
     // MARK: The coordinator's writer loop
 
-    @Test func eachOutcomeIsHandedOnWithTheOneThatStandsAndTheNextWriteStartsWhileTheLastIsHandedOn() async throws {
-        let ledger = HeldLedgerWrites(recordedBefore: [Self.outcome("e3", status: "recorded by another copy")])
-        let handedOn = HandedOn(hold: .milliseconds(200))
-        let coordinator = DeliveryCoordinator(permitLimit: 4, outcomesPerWrite: 100)
-        let running = Task {
+    /// Runs `coordinator`'s writer over `ledger`, handing written batches to `handedOn`.
+    static func runWriter(_ coordinator: DeliveryCoordinator, _ ledger: HeldLedgerWrites, _ handedOn: HandedOn) -> Task<Void, Never> {
+        Task {
             await coordinator.recordOutcomes { batch throws(CancellationError) in
                 try await ledger.write(batch.map { ($0.delivery, $0.mark) })
-            } then: { await handedOn.receive($0) }
+            } then: {
+                await handedOn.receive($0)
+            }
         }
+    }
+
+    @Test func outcomesAnsweredDuringAWriteAreWrittenNextAndEachIsHandedOnWithTheOneThatStands() async throws {
+        let ledger = HeldLedgerWrites(recordedBefore: [Self.outcome("e3", status: "recorded by another copy")])
+        let handedOn = HandedOn()
+        let coordinator = DeliveryCoordinator(permitLimit: 4, outcomesPerWrite: 100)
+        let running = Self.runWriter(coordinator, ledger, handedOn)
         #expect(coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true))
         try await Self.waitUntil { ledger.written.count == 1 }
         for (index, event) in ["e2", "e3", "e4"].enumerated() {
@@ -172,12 +179,26 @@ struct LedgerWriterTests {
         #expect(ledger.written.count == 1, "no second write while the first is in flight")
 
         ledger.release(2)
-        try await Self.waitUntil { ledger.written.count == 2 && coordinator.unrecordedOutcomes == 0 }
-        #expect(handedOn.received.isEmpty, "the first batch is still being handed on while the second is written")
         try await Self.waitUntil { handedOn.received.count == 2 }
         #expect(ledger.written.map { $0.map(\.event.eventID) } == [["e1"], ["e2", "e3", "e4"]])
+        #expect(coordinator.unrecordedOutcomes == 0)
         let received = handedOn.received.map { $0.map { "\($0.ticket):\($0.event):\($0.result)" } }
         #expect(received == [["1:e1:delivered"], ["2:e2:delivered", "3:e3:recorded by another copy", "4:e4:delivered"]])
+        running.cancel()
+        await running.value
+    }
+
+    @Test func theNextWriteStartsWhileTheLastBatchIsStillHandedOn() async throws {
+        let ledger = HeldLedgerWrites()
+        let handedOn = HandedOn(hold: .seconds(30))
+        let coordinator = DeliveryCoordinator(permitLimit: 4)
+        let running = Self.runWriter(coordinator, ledger, handedOn)
+        ledger.release(100)
+        coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true)
+        try await Self.waitUntil { ledger.written.count == 1 && coordinator.unrecordedOutcomes == 0 }
+        coordinator.answered(try Self.pending("e2", ticket: 2), urgent: true)
+        try await Self.waitUntil { ledger.written.count == 2 }
+        #expect(handedOn.received.isEmpty, "the first batch is still being handed on")
         running.cancel()
         await running.value
     }
@@ -186,11 +207,7 @@ struct LedgerWriterTests {
         let ledger = HeldLedgerWrites()
         let handedOn = HandedOn()
         let coordinator = DeliveryCoordinator(permitLimit: 4)
-        let running = Task {
-            await coordinator.recordOutcomes { batch throws(CancellationError) in
-                try await ledger.write(batch.map { ($0.delivery, $0.mark) })
-            } then: { await handedOn.receive($0) }
-        }
+        let running = Self.runWriter(coordinator, ledger, handedOn)
         coordinator.answered(try Self.pending("e1", ticket: 1), urgent: true)
         try await Self.waitUntil { ledger.written.count == 1 }
         coordinator.answered(try Self.pending("e2", ticket: 2), urgent: true)
@@ -205,11 +222,7 @@ struct LedgerWriterTests {
 
     @Test func aWriterWaitingForWorkStopsWhenCancelled() async throws {
         let coordinator = DeliveryCoordinator(permitLimit: 4)
-        let running = Task {
-            await coordinator.recordOutcomes { batch throws(CancellationError) in
-                try await HeldLedgerWrites().write(batch.map { ($0.delivery, $0.mark) })
-            } then: { await HandedOn().receive($0) }
-        }
+        let running = Self.runWriter(coordinator, HeldLedgerWrites(), HandedOn())
         try await Task.sleep(for: .milliseconds(20))
         running.cancel()
         await running.value
