@@ -247,6 +247,8 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 }
             }
         }
+        // The last results of the messages started are still being recorded and published.
+        await coordinator.waitForRoom(lane.priority, inFlightAtMost: 0, patience: nil)
     }
 
     /// The room in the window worth a poll: a full poll batch, or half the window if smaller.

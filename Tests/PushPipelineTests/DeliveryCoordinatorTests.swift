@@ -26,9 +26,6 @@ struct DeliveryCoordinatorTests {
             Issue.record("a third sender got one of two permits")
             return
         }
-        let answer4 = machine.waitForBatch(batch, 99)
-        #expect(answer4)
-
         let first = machine.published([Published(batch: batch, message: 0, permit: .urgent)])
         #expect(first.finished.isEmpty, "message 0 has a second result")
         #expect(first.resume == [50], "its permit goes to the waiting sender at once")
@@ -41,7 +38,7 @@ struct DeliveryCoordinatorTests {
         ])
         #expect(last.finished.map(\.index) == [0, 1], "both messages finished, in the order given")
         #expect(last.finished.allSatisfy { !$0.givenUp })
-        #expect(last.resume == [99], "the batch's task wakes once, with nothing left")
+        #expect(last.resume.isEmpty, "no task waits for a batch: the state machine closes it")
         #expect(machine.permitsHeld == 1, "the waiter holds the third permit")
         #expect(machine.openBatches == 0)
         let answer6 = machine.claim(1)
@@ -50,9 +47,8 @@ struct DeliveryCoordinatorTests {
 
     @Test func aBatchWithNothingToPublishIsFinishedAtOnce() {
         var machine = Machine(permitLimit: 1, bulkShare: 1, recentCapacity: 1, outcomesPerWrite: 2)
-        let batch = machine.openBatch(start(2, in: &machine), results: [0, 0]).batch
-        let answer7 = machine.waitForBatch(batch, 1)
-        #expect(!answer7)
+        let opened = machine.openBatch(start(2, in: &machine), results: [0, 0])
+        #expect(opened.actions.resume.isEmpty)
         #expect(machine.openBatches == 0)
     }
 
@@ -74,9 +70,6 @@ struct DeliveryCoordinatorTests {
             Issue.record("granted while full")
             return
         }
-        let answer12 = machine.waitForBatch(batch, 90)
-        #expect(answer12)
-
         let (actions, givenUp) = machine.fenced(batch: batch, message: 0, claim: 7, permit: .bulk)
         #expect(!givenUp, "its other device's result is still to come")
         #expect(actions.resume == [70, 80], "the copy claims again, the permit goes on")
@@ -92,7 +85,7 @@ struct DeliveryCoordinatorTests {
         let last = machine.published([Published(batch: batch, message: 1, permit: nil)])
         #expect(last.finished.map(\.index) == [0])
         #expect(last.finished.first?.givenUp == false)
-        #expect(last.resume == [90])
+        #expect(machine.openBatches == 0)
         #expect(machine.permitsHeld == 1, "the urgent waiter holds the permit the fenced send gave back")
     }
 
@@ -202,9 +195,7 @@ struct DeliveryCoordinatorTests {
         #expect(sender == 5)
         #expect(machine.permitsHeld == 1)
 
-        // The batch's task registers after its last result: it does not wait.
-        let answer18 = machine.waitForBatch(batch, 6)
-        #expect(!answer18)
+        #expect(machine.openBatches == 0, "its last result closed the batch")
 
         // A copy finds the claim busy, the outcome is recorded, then the copy registers: refused.
         let answer19 = machine.claim(4)
@@ -240,7 +231,6 @@ struct DeliveryCoordinatorTests {
         var finished: Set<[UInt64]> = []
         var givenUp: Set<[UInt64]> = []
         var fencedMessages: Set<[UInt64]> = []
-        var batchWaiters: [Int: UInt64] = [:]
         var nextWaiter = 0
 
         for _ in 0..<6 {
@@ -251,8 +241,6 @@ struct DeliveryCoordinatorTests {
             for (message, count) in results.enumerated() {
                 toAdmit += Array(repeating: Send(batch: batch, message: message, lane: lane), count: count)
             }
-            nextWaiter += 1
-            if machine.waitForBatch(batch, nextWaiter) { batchWaiters[nextWaiter] = batch }
         }
         toAdmit.shuffle(using: &random)
 
@@ -267,11 +255,9 @@ struct DeliveryCoordinatorTests {
         }
         func grant(_ waiters: [Int]) {
             for waiter in waiters {
-                if let send = waitingForPermit.removeValue(forKey: waiter) {
-                    sending.append(send)
-                } else {
-                    #expect(batchWaiters.removeValue(forKey: waiter) != nil, "resumed twice, or never registered")
-                }
+                let send = waitingForPermit.removeValue(forKey: waiter)
+                #expect(send != nil, "resumed twice, or never registered")
+                if let send { sending.append(send) }
             }
         }
 
@@ -311,7 +297,6 @@ struct DeliveryCoordinatorTests {
         }
         #expect(machine.permitsHeld == 0)
         #expect(machine.openBatches == 0)
-        #expect(batchWaiters.isEmpty, "every batch's task was woken")
         let everyMessage = Set(messageResults.flatMap { batch, results in results.indices.map { [batch, UInt64($0)] } })
         #expect(finished.union(givenUp) == everyMessage)
         #expect(finished.isDisjoint(with: givenUp))
@@ -353,15 +338,11 @@ struct DeliveryCoordinatorTests {
         #expect(coordinator.permitsHeld == 0)
     }
 
-    @Test func aBatchTaskWakesWhenAnotherTaskPublishesItsLastResult() async {
+    @Test func theLastResultPublishedFromAnyTaskClosesTheBatchOnce() async {
         let coordinator = DeliveryCoordinator(permitLimit: 4)
         let (batch, claims) = coordinator.openBatch(started(2, in: coordinator), results: [1, 2], claiming: [11, 12, 13])
         #expect(claims == [.claimed, .claimed, .claimed])
         await withTaskGroup(of: [(index: Int, givenUp: Bool)].self) { group in
-            group.addTask {
-                await coordinator.waitUntilFinished(batch)
-                return []
-            }
             group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }
             group.addTask { coordinator.published([.init(batch: batch, message: 0, permit: nil)]) }
             group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }

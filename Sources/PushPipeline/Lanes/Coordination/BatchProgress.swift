@@ -1,6 +1,6 @@
 extension DeliveryCoordinator {
     /// The results still to publish for each message of one batch.
-    struct BatchProgress<Waiter> {
+    struct BatchProgress {
         /// How a message with no result left to publish ended.
         enum Settled { case finished, givenUp }
 
@@ -11,8 +11,6 @@ extension DeliveryCoordinator {
         var fencedMessages: Set<Int> = []
         /// Messages with results still to publish.
         var unfinished: Int
-        /// The batch's task, waiting until `unfinished` is 0.
-        var waiter: Waiter?
 
         init(positions: [MessagePosition], pending: [Int]) {
             self.positions = positions

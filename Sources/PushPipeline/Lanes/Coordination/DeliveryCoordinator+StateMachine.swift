@@ -20,8 +20,8 @@ extension DeliveryCoordinator {
 
         /// What the caller does next, outside the lock.
         struct Actions {
-            /// Waiters to resume: permits handed to them, claims settled, batches finished, room
-            /// made in a lane's window.
+            /// Waiters to resume: permits handed to them, claims settled, room made in a lane's
+            /// window.
             var resume: [Waiter] = []
             /// Indexes, into the results given to ``published(_:)``, of those that were the last
             /// result of their message, and whether that message was given up (a send of it was
@@ -40,7 +40,7 @@ extension DeliveryCoordinator {
         }
 
         /// The batches with messages still to finish, by ID.
-        private var batches: [UInt64: BatchProgress<Waiter>] = [:]
+        private var batches: [UInt64: BatchProgress] = [:]
         private var nextBatchID: UInt64 = 0
         private var claims: DeliveryClaimTable<Waiter>
         private var permits: SendPermitQueue<PermitWaiter>
@@ -232,26 +232,12 @@ extension DeliveryCoordinator {
         mutating func openBatch(_ positions: [MessagePosition], results: [Int]) -> (batch: UInt64, actions: Actions) {
             nextBatchID += 1
             var actions = Actions()
-            let progress = BatchProgress<Waiter>(positions: positions, pending: results)
+            let progress = BatchProgress(positions: positions, pending: results)
             if progress.unfinished > 0 { batches[nextBatchID] = progress }
             for (position, count) in zip(positions, results) where count == 0 {
                 settle(position, givenUp: false, into: &actions)
             }
             return (nextBatchID, actions)
-        }
-
-        /// Registers `waiter` until every message of `batch` is finished; false (nothing
-        /// registered) when they already are: resume it now.
-        mutating func waitForBatch(_ batch: UInt64, _ waiter: Waiter) -> Bool {
-            guard batches[batch] != nil else { return false }
-            batches[batch]?.waiter = waiter
-            return true
-        }
-
-        /// Stops waiting for `batch` (its task was cancelled): returns the registered waiter.
-        mutating func cancelBatchWait(_ batch: UInt64) -> Waiter? {
-            defer { batches[batch]?.waiter = nil }
-            return batches[batch]?.waiter
         }
 
         // MARK: Claims
@@ -335,7 +321,7 @@ extension DeliveryCoordinator {
 
         /// Results were published: gives back the permits their sends held (to the waiters first in
         /// line), counts each against its message, finishes (or gives up) the messages whose last
-        /// result it was, and resumes the batches that have nothing left. A result of a message
+        /// result it was, and closes the batches that have nothing left. A result of a message
         /// that was abandoned (or of a batch already finished) finishes nothing.
         mutating func published(_ results: [PublishedResult]) -> Actions {
             var actions = Actions()
@@ -349,7 +335,7 @@ extension DeliveryCoordinator {
                 else { continue }
                 actions.finished.append((index, settled == .givenUp))
                 settle(position, givenUp: settled == .givenUp, into: &actions)
-                if let waiter = closeIfFinished(result.batch) { actions.resume.append(waiter) }
+                closeIfFinished(result.batch)
             }
             // Urgent first: its waiters are served before bulk ones either way.
             for lane in Lane.allCases {
@@ -368,15 +354,13 @@ extension DeliveryCoordinator {
             if let permit { actions.resume += permits.release(1, from: permit).map(\.waiter) }
             guard let position = batches[batch]?.positions[message], batches[batch]?.fence(message) == .givenUp else { return (actions, false) }
             settle(position, givenUp: true, into: &actions)
-            if let waiter = closeIfFinished(batch) { actions.resume.append(waiter) }
+            closeIfFinished(batch)
             return (actions, true)
         }
 
-        /// Forgets `batch` once none of its messages is left to finish; returns its waiting task.
-        private mutating func closeIfFinished(_ batch: UInt64) -> Waiter? {
-            guard let progress = batches[batch], progress.unfinished == 0 else { return nil }
-            batches[batch] = nil
-            return progress.waiter
+        /// Forgets `batch` once none of its messages is left to finish.
+        private mutating func closeIfFinished(_ batch: UInt64) {
+            if batches[batch]?.unfinished == 0 { batches[batch] = nil }
         }
     }
 }

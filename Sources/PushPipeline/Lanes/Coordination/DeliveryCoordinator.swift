@@ -80,9 +80,10 @@ final class DeliveryCoordinator: Sendable {
         perform(state.withLock { $0.finish(message.position) })
     }
 
-    /// Waits until at most `inFlight` messages of `lane` are in flight, or `patience` passed, or
-    /// the task is cancelled; woken by the settlement that makes the room, not by polling.
-    func waitForRoom(_ lane: Lane, inFlightAtMost inFlight: Int, patience: Duration) async {
+    /// Waits until at most `inFlight` messages of `lane` are in flight, or `patience` passed (nil:
+    /// no bound), or the task is cancelled; woken by the settlement that makes the room, not by
+    /// polling.
+    func waitForRoom(_ lane: Lane, inFlightAtMost inFlight: Int, patience: Duration?) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 await withTaskCancellationHandler {
@@ -96,7 +97,7 @@ final class DeliveryCoordinator: Sendable {
                     self.state.withLock { $0.cancelRoomWait(lane) }?.resume()
                 }
             }
-            group.addTask { try? await PipelineClock().sleep(for: patience) }
+            if let patience { group.addTask { try? await PipelineClock().sleep(for: patience) } }
             await group.next()
             group.cancelAll()
         }
@@ -145,21 +146,6 @@ final class DeliveryCoordinator: Sendable {
 
     /// See ``StateMachine/claimSending(_:)``.
     func claimSending(_ key: Int) -> Machine.Claim { state.withLock { $0.claimSending(key) } }
-
-    /// Returns once every message of `batch` is finished (or at once when they are), or when cancelled.
-    func waitUntilFinished(_ batch: UInt64) async {
-        await withTaskCancellationHandler {
-            try? await withCheckedThrowingContinuation { continuation in
-                let registered = state.withLock { state in
-                    // Checked under the lock: a cancellation handler that already ran found nothing.
-                    !Task.isCancelled && state.waitForBatch(batch, continuation)
-                }
-                if !registered { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0.cancelBatchWait(batch) }?.resume(throwing: CancellationError())
-        }
-    }
 
     /// Returns once the claim on `key` is settled (or at once when it is), or when cancelled.
     func waitUntilSettled(_ key: Int) async {

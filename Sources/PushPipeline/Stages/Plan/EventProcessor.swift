@@ -74,13 +74,15 @@ final class EventProcessor: Sendable {
     }
 
     /// Validates a poll batch of events, resolves all their users' tokens and recorded outcomes
-    /// with one statement (one more per further app), then delivers every result of the batch;
-    /// returns once each message is finished (or when cancelled).
+    /// with one statement (one more per further app), then starts every result of the batch on
+    /// its way; returns once each send has handed its outcome to the ledger writer (or when
+    /// cancelled).
     ///
     /// Work is per batch where it can be: one claim pass, one publish of the results known
-    /// without sending, and a task per device only for its APNs request, which hands the outcome
-    /// to the ledger writer without waiting; the writer's batch is published as a whole
-    /// (``publishRecorded(_:)``), and the batch's task wakes once, at the end.
+    /// without sending, and the sends started together, each handing its outcome to the ledger
+    /// writer without waiting; the writer's batch is published as a whole
+    /// (``publishRecorded(_:)``), and its publication finishes the messages in the state machine:
+    /// no task waits for the batch to finish.
     func process(_ messages: [StartedMessage], from lane: InputLane, consumedAt: ContinuousClock.Instant) async {
         await withDiscardingTaskGroup { group in
             var events: [(StartedMessage, NotificationEvent)] = []
@@ -159,7 +161,6 @@ final class EventProcessor: Sendable {
                 group.addTask { await self.admitAndSend(partitionSends, lane: lane, consumedAt: consumedAt) }
             }
             if let first = byPartition.first { await admitAndSend(first, lane: lane, consumedAt: consumedAt) }
-            await coordinator.waitUntilFinished(batchID)
         }
     }
 
