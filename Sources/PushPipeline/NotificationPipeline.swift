@@ -225,9 +225,9 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 // Read once per poll: a record without a timestamp keeps this one for its ledger day.
                 let polledAtMilliseconds = PipelineClock.wallMilliseconds
                 var requests: [StartedMessage] = []
-                for message in messages {
-                    // A partition revoked (or being drained) during the poll is the new owner's: not started here.
-                    guard let started = coordinator.start(message, lane: lane.priority, polledAtMilliseconds: polledAtMilliseconds) else { continue }
+                // A partition revoked (or being drained) during the poll is the new owner's: not started here.
+                for started in coordinator.start(messages, lane: lane.priority, polledAtMilliseconds: polledAtMilliseconds) {
+                    let message = started.message
                     switch inputsByTopic[message.topic]?.input ?? .notificationEvents {
                     case .tokenUpdates:
                         group.addTask { if await self.tokenUpdates.process(message) { self.coordinator.finish(started) } }

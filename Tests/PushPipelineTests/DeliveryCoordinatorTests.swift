@@ -370,7 +370,7 @@ private func start(_ count: Int, in machine: inout DeliveryCoordinator.StateMach
 private func started(_ count: Int, in coordinator: DeliveryCoordinator) -> [StartedMessage] {
     (0..<count).map { _ in
         let message = KafkaMessage(topic: "t", partition: 0, offset: nextOffset.add(1, ordering: .relaxed).newValue, key: nil, value: nil)
-        return coordinator.start(message, lane: .urgent, polledAtMilliseconds: 0)!
+        return coordinator.start([message], lane: .urgent, polledAtMilliseconds: 0)[0]
     }
 }
 

@@ -96,7 +96,7 @@ import Testing
         let coordinator = DeliveryCoordinator(permitLimit: 1)
         coordinator.assign([partition], lane: .bulk)
         let message = KafkaMessage(topic: "t", partition: 0, offset: 3, key: nil, value: nil)
-        let started = try #require(coordinator.start(message, lane: .bulk, polledAtMilliseconds: 0))
+        let started = try #require(coordinator.start([message], lane: .bulk, polledAtMilliseconds: 0).first)
         let drainStarted = ContinuousClock.now
         let (left, switches) = await withCheckedContinuation { continuation in
             Thread {

@@ -46,11 +46,13 @@ final class DeliveryCoordinator: Sendable {
 
     // MARK: Offsets
 
-    /// Starts a polled message of `lane` (``StateMachine/start(_:lane:)``); nil when its
-    /// partition is not this member's or is being drained: it must not start.
-    func start(_ message: KafkaMessage, lane: Lane, polledAtMilliseconds: Int64) -> StartedMessage? {
-        state.withLock { $0.start(message, lane: lane) }.map {
-            StartedMessage(message, lane: lane, generation: $0, polledAtMilliseconds: polledAtMilliseconds)
+    /// Starts the messages of a poll of `lane` in one step (``StateMachine/start(_:lane:)``);
+    /// leaves out those whose partition is not this member's or is being drained: they must not
+    /// start.
+    func start(_ messages: [KafkaMessage], lane: Lane, polledAtMilliseconds: Int64) -> [StartedMessage] {
+        let generations = state.withLock { state in messages.map { state.start($0, lane: lane) } }
+        return zip(messages, generations).compactMap { message, generation in
+            generation.map { StartedMessage(message, lane: lane, generation: $0, polledAtMilliseconds: polledAtMilliseconds) }
         }
     }
 

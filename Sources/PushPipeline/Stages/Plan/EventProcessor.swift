@@ -152,11 +152,11 @@ final class EventProcessor: Sendable {
             // partition's drain gives up its unstarted sends at once, never behind another
             // partition's send that waits for a permit or its pace.
             var next = sends.startIndex
-            if lane.pacer == nil {
-                let free = startFree(sends, from: &next, lane: lane)
-                if !free.isEmpty { group.addTask { await self.send(Array(free), consumedAt: consumedAt) } }
-            }
+            let free = lane.pacer == nil ? startFree(sends, from: &next, lane: lane) : []
             let byPartition = Dictionary(grouping: sends[next...]) { batch.message($0.ticket.message).message.topicPartition }.values
+            // The usual batch's sends all start at once, in this task: no task of their own.
+            if !free.isEmpty, byPartition.isEmpty { return await send(Array(free), consumedAt: consumedAt) }
+            if !free.isEmpty { group.addTask { await self.send(Array(free), consumedAt: consumedAt) } }
             for partitionSends in byPartition.dropFirst() {
                 group.addTask { await self.admitAndSend(partitionSends, lane: lane, consumedAt: consumedAt) }
             }
