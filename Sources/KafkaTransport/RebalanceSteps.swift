@@ -55,3 +55,17 @@ package func offsetsOfAssignedPartitions(
 ) -> [KafkaTopicPartition: Int64] {
     offsets.filter { assigned.contains($0.key) }
 }
+
+/// Where the partitions of an assignment that its group never committed start after an upgrade
+/// gave the group's topics a group of their own (``RebalanceStep/seedUncommittedOffsets``): at
+/// the offset the earlier group committed, so the upgrade neither reads a retained topic again
+/// nor skips it. `committed` holds the group's own committed offsets, a negative one (librdkafka's
+/// `RD_KAFKA_OFFSET_INVALID`) standing for none; returns the partitions that start at the earlier
+/// group's offset, and where. The others start at their own committed offset, or by
+/// `auto.offset.reset` when neither group committed one.
+package func seededStartOffsets(
+    committed: [KafkaTopicPartition: Int64],
+    committedByEarlierGroup earlier: [KafkaTopicPartition: Int64]
+) -> [KafkaTopicPartition: Int64] {
+    earlier.filter { partition, offset in offset >= 0 && (committed[partition] ?? -1) < 0 }
+}

@@ -38,7 +38,6 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
     /// Everything of every message in flight: offsets, fences, claims, permits, batches.
     private let coordinator: DeliveryCoordinator
     private let logger: Logger
-    private let isStopping = Atomic(false)
     private let taskExecutor: (any TaskExecutor)?
     /// What the pipeline did so far.
     public let metrics: PipelineMetrics
@@ -188,10 +187,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
                 }
             }
         } onGracefulShutdown: {
-            self.isStopping.store(true, ordering: .relaxed)
+            self.coordinator.beginStop(.urgent, givingUpUnstarted: false)
             // A paced campaign is not finished at a stop: its sends not started yet are given
             // up (the next owner sends them), so the stop waits only for requests in flight.
-            if self.bulk != nil { self.coordinator.beginStop(.bulk) }
+            if self.bulk != nil { self.coordinator.beginStop(.bulk, givingUpUnstarted: true) }
         }
     }
 
@@ -201,6 +200,7 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
         await commitFinished(lane)
         lane.consuming.store(false, ordering: .relaxed)
         await lane.source.leaveGroup()
+        coordinator.left(lane.priority)
     }
 
     /// Polls and processes `lane`'s messages until graceful shutdown; returns once every message
@@ -211,8 +211,10 @@ public final class NotificationPipeline: Service, KafkaRebalanceListener, Sendab
             let clock = PipelineClock()
             var lastCommit = clock.now
             var paused = false
-            while !isStopping.load(ordering: .relaxed) {
-                var room = configuration.maxInFlightMessages - coordinator.read { $0.inFlightCount(lane.priority) }
+            while true {
+                let (lifecycle, inFlight) = coordinator.read { ($0.lifecycle(lane.priority), $0.inFlightCount(lane.priority)) }
+                guard lifecycle == .running else { break }
+                var room = configuration.maxInFlightMessages - inFlight
                 if room < refill, !paused {
                     room = await waitForRoom(lane)
                 }

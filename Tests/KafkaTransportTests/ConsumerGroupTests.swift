@@ -158,6 +158,16 @@ struct ConsumerGroupTests {
 
     /// A commit decided before a rebalance and run after it commits only the partitions the
     /// member still holds: the ones it gave up are the new owner's to commit.
+    /// The seed's decision, which the pipeline's simulation takes too: only a partition its own
+    /// group never committed starts where the earlier group committed, and only when it did.
+    @Test func onlyAPartitionTheGroupNeverCommittedStartsWhereTheEarlierGroupCommitted() {
+        let (p0, p1, p2) = (
+            KafkaTopicPartition(topic: "t", partition: 0), KafkaTopicPartition(topic: "t", partition: 1), KafkaTopicPartition(topic: "t", partition: 2)
+        )
+        let starts = seededStartOffsets(committed: [p0: 7, p1: -1001, p2: -1001], committedByEarlierGroup: [p0: 3, p1: 5, p2: -1001])
+        #expect(starts == [p1: 5])
+    }
+
     @Test func aCommitAfterARebalanceCommitsNothingOfThePartitionsGivenUp() async throws {
         try await Self.withCluster(topic: "alerts", partitions: 4) { producer, servers in
             #expect(await producer.send(Self.records(0..<40, topic: "alerts")).allSatisfy { $0 == nil })

@@ -302,6 +302,33 @@ struct DeliveryCoordinatorTests {
         #expect(finished.isDisjoint(with: givenUp))
     }
 
+    /// A graceful stop: nothing polled from then on starts, and the consume loop waiting for room
+    /// is woken to see it; the bulk lane's sends not yet started are fenced (given up for the
+    /// next owner), the urgent lane's started messages finish.
+    @Test func aStopStartsNothingMoreWakesTheConsumeLoopAndGivesUpOnlyTheCampaignsUnstartedSends() {
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
+        let partition = KafkaTopicPartition(topic: "t", partition: 0)
+        machine.assign([partition], lane: .urgent)
+        machine.assign([partition], lane: .bulk)
+        let urgent = start(2, in: &machine, lane: .urgent)
+        let bulk = start(1, in: &machine, lane: .bulk)
+        let waits = machine.waitForRoom(.urgent, atMost: 1, 40)
+        #expect(waits)
+
+        let stopping = machine.beginStop(.urgent, givingUpUnstarted: false)
+        #expect(stopping.resume == [40], "the consume loop wakes to see the stop")
+        #expect(machine.lifecycle(.urgent) == .stopping)
+        #expect(!machine.isFenced(urgent[0]), "what the urgent lane started finishes")
+        let polledLate = KafkaMessage(topic: "t", partition: 0, offset: nextOffset.add(1, ordering: .relaxed).newValue, key: nil, value: nil)
+        #expect(machine.start(polledLate, lane: .urgent) == nil, "a message polled after the stop began is the next owner's")
+        #expect(machine.lifecycle(.bulk) == .running)
+
+        _ = machine.beginStop(.bulk, givingUpUnstarted: true)
+        #expect(machine.isFenced(bulk[0]), "the campaign's unstarted sends are given up")
+        machine.left(.urgent)
+        #expect(machine.lifecycle(.urgent) == .stopped)
+    }
+
     @Test func everyTaskGetsAPermitAndAllAreReturned() async throws {
         let coordinator = DeliveryCoordinator(permitLimit: 3, bulkShare: 0.5)
         let maximum = Concurrent()

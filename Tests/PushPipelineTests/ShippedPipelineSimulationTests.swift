@@ -29,9 +29,13 @@ import WebPushCore
 ///   past the pipeline's time limit (a dead connection);
 ///   the ledger keys each outcome by the primary key the shipped PostgreSQL ledger writes
 ///   (``LedgerRowIdentity``), so targets whose keys collide share one outcome, as rows do;
-/// - Kafka (``SimulatedGroup``): a revocation or a loss performs the steps the shipped rebalance
-///   callback decides (``RebalanceStep``), and callbacks and commits run one at a time on the
-///   member's queue, as librdkafka's do;
+/// - Kafka (``SimulatedGroup``): an assignment, a revocation or a loss performs the steps the
+///   shipped rebalance callback decides (``RebalanceStep``), and callbacks and commits run one at
+///   a time on the member's queue, as librdkafka's do; the bulk lane's group starts as after an
+///   upgrade from the shared group: with no offsets of its own, and a few records of each
+///   partition committed by the previous release's group, which the shipped seed
+///   (``seededStartOffsets(committed:committedByEarlierGroup:)``) must keep from being read,
+///   pushed or published again;
 /// - the records' timestamps straddle a UTC midnight, and a quarter carry none (their ledger day
 ///   is the day they are polled); the wall clock starts half a second before that midnight and
 ///   is stepped back across it once, as an NTP correction does.
@@ -150,6 +154,10 @@ struct SimulatedEvent: Sendable {
     var devices: [String]
     /// Whether its record carries no timestamp.
     var isUntimed: Bool
+    /// Whether the previous release delivered it: its record is below the offset the previous
+    /// release's shared group committed on push.requests.bulk, where the bulk lane's new group
+    /// starts (an upgrade); nothing of it may be pushed or published again.
+    var wasDeliveredBeforeTheUpgrade = false
 }
 
 /// The events, the registry, the groups, the push services and the members of one seed's run.
@@ -255,6 +263,13 @@ final class SimulatedWorld: Sendable {
                     id: id, topic: topic, partition: partition, offset: offset, devices: users.flatMap { devicesOfUser[$0] ?? [] },
                     isUntimed: index % 4 == 3))
         }
+        // The previous release read push.requests.bulk in the shared group and committed a few of
+        // each partition's records: the bulk lane's new group has no offsets of its own yet.
+        let committedBeforeTheUpgrade = Dictionary(
+            uniqueKeysWithValues: partitions[Self.topics.bulkRequests]!.map { ($0, Int64.random(in: 0...4, using: &generator)) })
+        for index in events.indices where events[index].topic == Self.topics.bulkRequests {
+            events[index].wasDeliveredBeforeTheUpgrade = events[index].offset < committedBeforeTheUpgrade[events[index].partition]!
+        }
         self.events = events
         eventsByID = Dictionary(uniqueKeysWithValues: events.map { ($0.id, $0) })
         eventIDOfAPNSID = Dictionary(
@@ -266,7 +281,12 @@ final class SimulatedWorld: Sendable {
         apns = SimulatedAPNs(seed: seed)
         fcm = SimulatedFCM(seed: seed)
         webPush = SimulatedWebPush(seed: seed)
-        groups = [Self.topics.requests, Self.topics.bulkRequests].map { SimulatedGroup(topic: $0, messages: messages[$0] ?? [:]) }
+        groups = [
+            SimulatedGroup(topic: Self.topics.requests, messages: messages[Self.topics.requests] ?? [:]),
+            SimulatedGroup(
+                topic: Self.topics.bulkRequests, messages: messages[Self.topics.bulkRequests] ?? [:],
+                committedByEarlierGroup: committedBeforeTheUpgrade),
+        ]
         for group in groups {
             group.onCommit = { [weak self] topic, partition, offset in self?.checkCommit(topic: topic, partition: partition, below: offset) }
             group.onDrained = { [weak self] topic, partition, duration in self?.checkDrain(topic: topic, partition: partition, took: duration) }
@@ -426,7 +446,7 @@ final class SimulatedWorld: Sendable {
     /// Every result of every message below `offset` of `partition` of `topic` is published.
     private func checkCommit(topic: String, partition: Int32, below offset: Int64) {
         let published = publishedResults()
-        for event in events where event.topic == topic && event.partition == partition && event.offset < offset {
+        for event in events where event.topic == topic && event.partition == partition && event.offset < offset && !event.wasDeliveredBeforeTheUpgrade {
             let missing = Set(event.devices).subtracting(published[event.id, default: [:]].keys)
             if !missing.isEmpty { record("offset \(offset) of \(topic)/\(partition) committed before \(event.id)'s results for \(missing.count) devices") }
         }
@@ -448,11 +468,28 @@ final class SimulatedWorld: Sendable {
         }
     }
 
+    /// How many times `event` reached `device` (`<platform> <token>`).
+    private func pushCount(of event: SimulatedEvent, to device: String) -> Int {
+        let token = String(device.split(separator: " ")[1])
+        return switch device.split(separator: " ")[0] {
+        case "apns": apns.delivered(event: event.id, token: token)
+        case "fcm": fcm.delivered(event: event.id, token: token)
+        default: webPush.delivered(event: event.id, endpoint: token)
+        }
+    }
+
     private func checkResults(crashes: Int) {
         let published = publishedResults()
         var repeated = 0
         var deliveredByPlatform: [String: Int] = [:]
         for event in events {
+            if event.wasDeliveredBeforeTheUpgrade {
+                let pushes = event.devices.map { pushCount(of: event, to: $0) }.reduce(0, +)
+                if pushes > 0 || published[event.id] != nil {
+                    record("\(event.id): read again by the bulk lane's new group below the previous release's committed offset (\(pushes) pushes)")
+                }
+                continue
+            }
             for device in event.devices {
                 let copies = published[event.id]?[device] ?? []
                 if copies.isEmpty {
@@ -465,13 +502,7 @@ final class SimulatedWorld: Sendable {
                 // (message format v0) has no timestamp.
                 if Set(copies).count > 1, !event.isUntimed { record("\(event.id): results that differ for one device") }
                 let platform = String(device.split(separator: " ")[0])
-                let token = String(device.split(separator: " ")[1])
-                let pushes =
-                    switch platform {
-                    case "apns": apns.delivered(event: event.id, token: token)
-                    case "fcm": fcm.delivered(event: event.id, token: token)
-                    default: webPush.delivered(event: event.id, endpoint: token)
-                    }
+                let pushes = pushCount(of: event, to: device)
                 repeated += max(0, pushes - 1)
                 // A rebalance with a drain and a graceful stop push nothing twice: a second push
                 // is a crash's or a loss's only. (Either may publish a result again, byte for
@@ -785,14 +816,18 @@ final class SimulatedGroup: @unchecked Sendable {
     /// The topic the group's members read.
     let topic: String
     let partitions: [Int32]
+    /// What the group that read the topic before this one committed (an upgrade gave the topic a
+    /// group of its own), by partition.
+    let committedByEarlierGroup: [Int32: Int64]
     var onCommit: @Sendable (String, Int32, Int64) -> Void = { _, _, _ in }
     /// Told how long each revocation's drain took.
     var onDrained: @Sendable (String, Int32, Duration) -> Void = { _, _, _ in }
     /// Told what broke the group's rules.
     var onViolation: @Sendable (String) -> Void = { _ in }
 
-    init(topic: String, messages: [Int32: [KafkaMessage]]) {
+    init(topic: String, messages: [Int32: [KafkaMessage]], committedByEarlierGroup: [Int32: Int64] = [:]) {
         self.topic = topic
+        self.committedByEarlierGroup = committedByEarlierGroup
         partitions = messages.keys.sorted()
         state = Mutex(State(messages: messages))
     }
@@ -888,12 +923,31 @@ final class SimulatedGroup: @unchecked Sendable {
             .joined(separator: ", ")
     }
 
-    /// Gives `partition` to the member in `slot`, which reads it from its committed offset.
+    /// Gives `partition` to the member in `slot` with the steps the shipped callback takes for
+    /// an assignment (``RebalanceStep/steps(for:assignmentLost:)``): it reads the partition from
+    /// its committed offset, or, when the group never committed one, from where the shipped seed
+    /// starts it (``seededStartOffsets(committed:committedByEarlierGroup:)``), or from its start.
     func assign(_ partition: Int32, toSlot slot: Int) {
-        let (member, from) = state.withLock { state in
+        let (member, committed) = state.withLock { state in
             let member = state.members[slot]!
             state.owner[partition] = member
-            return (member, state.committed[partition, default: 0])
+            return (member, state.committed[partition])
+        }
+        var from = committed ?? 0
+        for step in RebalanceStep.steps(for: .assign, assignmentLost: false) {
+            switch step {
+            case .seedUncommittedOffsets:
+                let topicPartition = KafkaTopicPartition(topic: topic, partition: partition)
+                let seeded = seededStartOffsets(
+                    committed: [topicPartition: committed ?? -1001],
+                    committedByEarlierGroup: committedByEarlierGroup[partition].map { [topicPartition: $0] } ?? [:])
+                from = seeded[topicPartition] ?? from
+            case .assign, .reportAssigned:
+                // Both in one: the listener hears of the partition before any record of it is polled.
+                continue
+            case .reportLost, .drainAndCommit, .unassign, .forgetAssignment:
+                reportStep("\(step) for an assignment of \(topic)/\(partition)")
+            }
         }
         member.assigned(partition, from: from)
         wakePolls()

@@ -1,4 +1,5 @@
 import CRdKafka
+import KafkaMessages
 import Logging
 
 /// The group that read a consumer's topics before its own group did (an upgrade gave them a
@@ -41,11 +42,11 @@ final class OffsetSeed: Sendable {
             ),
             (try? earlier.immediate { fetchCommitted(uncommitted, $0, of: group) }) == true
         else { return }
+        let starts = seededStartOffsets(committed: Self.offsets(in: own), committedByEarlierGroup: Self.offsets(in: uncommitted))
         var seeded: [String] = []
-        for index in 0..<Int(uncommitted.pointee.cnt) where uncommitted.pointee.elems[index].offset >= 0 {
-            let element = uncommitted.pointee.elems[index]
-            rd_kafka_topic_partition_list_find(list, element.topic, element.partition)?.pointee.offset = element.offset
-            seeded.append("\(String(cString: element.topic))[\(element.partition)]@\(element.offset)")
+        for (partition, offset) in starts.sorted(by: { ($0.key.topic, $0.key.partition) < ($1.key.topic, $1.key.partition) }) {
+            rd_kafka_topic_partition_list_find(list, partition.topic, partition.partition)?.pointee.offset = offset
+            seeded.append("\(partition.topic)[\(partition.partition)]@\(offset)")
         }
         if !seeded.isEmpty {
             logger.notice(
@@ -53,6 +54,16 @@ final class OffsetSeed: Sendable {
                 metadata: ["kafka.seed_group": "\(group)", "kafka.partitions": "\(seeded)"]
             )
         }
+    }
+
+    /// The offset of each partition in `list`.
+    private static func offsets(in list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [KafkaTopicPartition: Int64] {
+        var offsets: [KafkaTopicPartition: Int64] = [:]
+        for index in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[index]
+            offsets[KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)] = element.offset
+        }
+        return offsets
     }
 
     /// Fills `list`'s offsets with `handle`'s group's committed ones; false (logged) when the

@@ -46,6 +46,8 @@ extension DeliveryCoordinator {
         private var permits: SendPermitQueue<PermitWaiter>
         /// Each lane's offsets; a lane's member only ever sees its own lane's partitions.
         private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
+        /// Where each lane's member stands.
+        private var lifecycles: [Lane: Lifecycle] = [.urgent: .running, .bulk: .running]
         /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
         private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
         /// Sends waiting before their next attempt, by wait ID, woken once their message is fenced.
@@ -91,9 +93,11 @@ extension DeliveryCoordinator {
         // MARK: Offsets
 
         /// Starts a polled message of `lane`: the assignment generation it starts under, or nil
-        /// (nothing recorded) when its partition is not this member's or is being drained.
+        /// (nothing recorded) when its partition is not this member's or is being drained, or the
+        /// lane is stopping.
         mutating func start(_ message: KafkaMessage, lane: Lane) -> UInt64? {
-            offsets[lane, default: OffsetTracker()].start(message.topicPartition, offset: message.offset)
+            guard lifecycles[lane] == .running else { return nil }
+            return offsets[lane, default: OffsetTracker()].start(message.topicPartition, offset: message.offset)
         }
 
         /// Whether a message at `position` may no longer start a push attempt here.
@@ -122,12 +126,23 @@ extension DeliveryCoordinator {
             return (inFlight, actions)
         }
 
-        /// A graceful stop of `lane`'s member begins: every partition it holds is drained as if
-        /// revoked (nothing starts, sends not yet started are fenced and woken), so the stop
-        /// waits only for requests in flight; returns the wake-ups.
-        mutating func beginStop(_ lane: Lane) -> Actions {
-            beginDrain(offsets[lane]?.assignedPartitions ?? [], lane: lane).actions
+        /// A graceful stop of `lane`'s member begins: no message starts from now on, and the
+        /// consume loop waiting for room is woken to see it. With `givingUpUnstarted` (a paced
+        /// campaign) every partition it holds is also drained as if revoked (sends not yet
+        /// started are fenced and woken), so the stop waits only for requests in flight; without
+        /// it, what was started finishes. Returns the wake-ups.
+        mutating func beginStop(_ lane: Lane, givingUpUnstarted: Bool) -> Actions {
+            lifecycles[lane] = .stopping
+            var actions = givingUpUnstarted ? beginDrain(offsets[lane]?.assignedPartitions ?? [], lane: lane).actions : Actions()
+            if let room = roomWaiters.removeValue(forKey: lane) { actions.resume.append(room.waiter) }
+            return actions
         }
+
+        /// `lane`'s member left its group: its stop is over.
+        mutating func left(_ lane: Lane) { lifecycles[lane] = .stopped }
+
+        /// Where `lane`'s member stands.
+        func lifecycle(_ lane: Lane) -> Lifecycle { lifecycles[lane] ?? .stopped }
 
         /// Registers a send of message `message` of `batch` waiting before its next attempt
         /// under wait `id`, until its message is fenced; false (nothing registered) when it is

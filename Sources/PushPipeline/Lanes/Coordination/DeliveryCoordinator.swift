@@ -12,6 +12,17 @@ final class DeliveryCoordinator: Sendable {
     typealias Lane = InputLane.Priority
     typealias Machine = StateMachine<CheckedContinuation<Void, any Error>, PendingOutcome>
 
+    /// Where a lane's member stands in its life. (A revocation drains partitions one by one
+    /// while the member runs: ``OffsetTracker``.)
+    enum Lifecycle: Sendable {
+        /// Polling and starting messages.
+        case running
+        /// A graceful stop began: no message starts; what was started finishes.
+        case stopping
+        /// It committed what it finished and left its group.
+        case stopped
+    }
+
     private let state: Mutex<Machine>
     /// Identifies each wait for a permit or a claim, so a cancelled wait finds its own.
     private let waitIDs = Atomic<UInt64>(0)
@@ -124,10 +135,13 @@ final class DeliveryCoordinator: Sendable {
         return read { $0.inFlightCount(in: partitions, lane: lane) }
     }
 
-    /// See ``StateMachine/beginStop(_:)``.
-    func beginStop(_ lane: Lane) {
-        perform(state.withLock { $0.beginStop(lane) })
+    /// See ``StateMachine/beginStop(_:givingUpUnstarted:)``.
+    func beginStop(_ lane: Lane, givingUpUnstarted: Bool) {
+        perform(state.withLock { $0.beginStop(lane, givingUpUnstarted: givingUpUnstarted) })
     }
+
+    /// `lane`'s member left its group.
+    func left(_ lane: Lane) { state.withLock { $0.left(lane) } }
 
     // MARK: Batches and claims
 
