@@ -453,12 +453,13 @@ final class SimulatedWorld: Sendable {
         }
     }
 
-    /// Each event's results by device (`<platform> <token>`): every copy's bytes. Each result is
+    /// Each event's results by device (`<platform> <token>`): every copy's bytes. Each record is
     /// read once: the commits' checks ask after each commit.
     private func publishedResults() -> [String: [String: [[UInt8]]]] {
-        let published = publisher.messages(on: "push.results")
+        // Every record (a copy of the array's reference), of which only the new ones are read.
+        let published = publisher.published
         return resultsRead.withLock { read in
-            for message in published.dropFirst(read.count) {
+            for message in published.dropFirst(read.count) where message.topic == Self.topics.results {
                 guard let value = message.value, let json = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
                     let event = json["event_id"] as? String, let token = json["token"] as? String, let platform = json["platform"] as? String
                 else { continue }
@@ -471,8 +472,9 @@ final class SimulatedWorld: Sendable {
 
     /// How many times `event` reached `device` (`<platform> <token>`).
     private func pushCount(of event: SimulatedEvent, to device: String) -> Int {
-        let token = String(device.split(separator: " ")[1])
-        return switch device.split(separator: " ")[0] {
+        let parts = device.split(separator: " ", maxSplits: 1)
+        let token = String(parts[1])
+        return switch parts[0] {
         case "apns": apns.delivered(event: event.id, token: token)
         case "fcm": fcm.delivered(event: event.id, token: token)
         default: webPush.delivered(event: event.id, endpoint: token)
