@@ -1,10 +1,12 @@
 import KafkaMessages
 
 extension DeliveryCoordinator {
-    /// A message's whole life in this member, for both lanes, as one value: the offsets of each
-    /// lane (which messages are in flight, the assignment generation each started under, the
-    /// fence, the revocation drain, the commit point), the (event, device) claims, the send
-    /// permits, and the progress of every poll batch towards its messages' last published result.
+    /// A message's whole life in this member, for both lanes, as one value: each lane's own part
+    /// (``LaneState``: which messages are in flight, the assignment generation each started
+    /// under, the fence, the revocation drain, the commit point, the lane's life), the (event,
+    /// device) claims, the send permits, the outcomes on their way to the ledger
+    /// (``OutcomeQueue``), and the progress of every poll batch towards its messages' last
+    /// published result.
     ///
     /// A message is started when polled; its batch is opened with each message's result count;
     /// its devices are claimed (no copy pushes one twice); a permit is taken before a send; the
@@ -13,8 +15,9 @@ extension DeliveryCoordinator {
     /// A fenced send gives up claim, permit and message in one event.
     ///
     /// One value for both lanes: the permits are shared (urgent senders first, bulk ones at most
-    /// their share). Every method is one decision in one lock section of ``DeliveryCoordinator``,
-    /// which performs the actions outside the lock: one owner, so nothing falls between two.
+    /// their share), and so are the claims and the ledger writer's queue. Every method is one
+    /// decision in one lock section of ``DeliveryCoordinator``, which performs the actions outside
+    /// the lock: one owner, so nothing falls between two.
     struct StateMachine<Waiter, Outcome> {
         typealias Claim = DeliveryClaimTable<Waiter>.Claim
 
@@ -44,12 +47,9 @@ extension DeliveryCoordinator {
         private var nextBatchID: UInt64 = 0
         private var claims: DeliveryClaimTable<Waiter>
         private var permits: SendPermitQueue<PermitWaiter>
-        /// Each lane's offsets; a lane's member only ever sees its own lane's partitions.
-        private var offsets: [Lane: OffsetTracker] = [.urgent: OffsetTracker(), .bulk: OffsetTracker()]
-        /// Where each lane's member stands.
-        private var lifecycles: [Lane: Lifecycle] = [.urgent: .running, .bulk: .running]
-        /// Per lane, the consume loop waiting for its in-flight count to fall to `atMost`.
-        private var roomWaiters: [Lane: (atMost: Int, waiter: Waiter)] = [:]
+        /// Each lane's own part: its offsets, its life, its consume loop; a lane's member only
+        /// ever sees its own lane's partitions.
+        private var lanes: [Lane: LaneState<Waiter>] = [.urgent: LaneState(), .bulk: LaneState()]
         /// Sends waiting before their next attempt, by wait ID, woken once their message is fenced.
         private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
         /// The outcomes answered and not yet recorded, and the ledger writer.
@@ -85,7 +85,8 @@ extension DeliveryCoordinator {
             let counts = [
                 "send permits": permits.inUse, "open poll batches": batches.count, "claimed sends": claims.sendingCount,
                 "claim waiters": claims.waitingCount, "permit waiters": permits.waiting(.urgent) + permits.waiting(.bulk),
-                "room waiters": roomWaiters.count, "fence waiters": fenceWaiters.count, "unrecorded outcomes": outcomes.unrecordedCount,
+                "room waiters": lanes.values.count(where: \.isWaitingForRoom), "fence waiters": fenceWaiters.count,
+                "unrecorded outcomes": outcomes.unrecordedCount,
             ]
             return counts.filter { $0.value != 0 }
         }
@@ -96,13 +97,12 @@ extension DeliveryCoordinator {
         /// (nothing recorded) when its partition is not this member's or is being drained, or the
         /// lane is stopping.
         mutating func start(_ message: KafkaMessage, lane: Lane) -> UInt64? {
-            guard lifecycles[lane] == .running else { return nil }
-            return offsets[lane, default: OffsetTracker()].start(message.topicPartition, offset: message.offset)
+            lanes[lane]?.start(message)
         }
 
         /// Whether a message at `position` may no longer start a push attempt here.
         func isFenced(_ position: MessagePosition) -> Bool {
-            offsets[position.lane]?.isFenced(position.partition, generation: position.generation) ?? true
+            lanes[position.lane]?.offsets.isFenced(position.partition, generation: position.generation) ?? true
         }
 
         /// Whether message `message` of `batch` may no longer start a push attempt here.
@@ -113,14 +113,14 @@ extension DeliveryCoordinator {
 
         /// `partitions` now belong to `lane`'s member, each under a new generation.
         mutating func assign(_ partitions: [KafkaTopicPartition], lane: Lane) {
-            offsets[lane, default: OffsetTracker()].assign(partitions)
+            lanes[lane]?.assign(partitions)
         }
 
         /// Starts the revocation drain of `partitions` (``OffsetTracker/beginDrain(_:)``);
         /// returns how many of their messages are in flight, and the sends waiting before an
         /// attempt that the fence now ends, to wake.
         mutating func beginDrain(_ partitions: [KafkaTopicPartition], lane: Lane) -> (inFlight: Int, actions: Actions) {
-            let inFlight = offsets[lane, default: OffsetTracker()].beginDrain(partitions)
+            let inFlight = lanes[lane]?.beginDrain(partitions) ?? 0
             var actions = Actions()
             wakeFencedWaiters(into: &actions)
             return (inFlight, actions)
@@ -132,17 +132,17 @@ extension DeliveryCoordinator {
         /// started are fenced and woken), so the stop waits only for requests in flight; without
         /// it, what was started finishes. Returns the wake-ups.
         mutating func beginStop(_ lane: Lane, givingUpUnstarted: Bool) -> Actions {
-            lifecycles[lane] = .stopping
-            var actions = givingUpUnstarted ? beginDrain(offsets[lane]?.assignedPartitions ?? [], lane: lane).actions : Actions()
-            if let room = roomWaiters.removeValue(forKey: lane) { actions.resume.append(room.waiter) }
+            var actions = Actions()
+            if let room = lanes[lane]?.beginStop(givingUpUnstarted: givingUpUnstarted) { actions.resume.append(room) }
+            wakeFencedWaiters(into: &actions)
             return actions
         }
 
         /// `lane`'s member left its group: its stop is over.
-        mutating func left(_ lane: Lane) { lifecycles[lane] = .stopped }
+        mutating func left(_ lane: Lane) { lanes[lane]?.left() }
 
         /// Where `lane`'s member stands.
-        func lifecycle(_ lane: Lane) -> Lifecycle { lifecycles[lane] ?? .stopped }
+        func lifecycle(_ lane: Lane) -> Lifecycle { lanes[lane]?.lifecycle ?? .stopped }
 
         /// Registers a send of message `message` of `batch` waiting before its next attempt
         /// under wait `id`, until its message is fenced; false (nothing registered) when it is
@@ -164,43 +164,43 @@ extension DeliveryCoordinator {
             for id in fenceWaiters.keys.sorted() where isFenced(fenceWaiters[id]!.position) {
                 actions.resume.append(fenceWaiters.removeValue(forKey: id)!.waiter)
             }
-            let offsets = offsets
+            let lanes = lanes
             let fenced = permits.grantFenced { waiter in
-                waiter.position.map { offsets[$0.lane]?.isFenced($0.partition, generation: $0.generation) ?? true } ?? false
+                waiter.position.map { lanes[$0.lane]?.offsets.isFenced($0.partition, generation: $0.generation) ?? true } ?? false
             }
             actions.resume += fenced.map(\.waiter)
         }
 
         /// Messages of `partitions` of `lane` in flight.
         func inFlightCount(in partitions: [KafkaTopicPartition], lane: Lane) -> Int {
-            offsets[lane]?.inFlightCount(in: partitions) ?? 0
+            lanes[lane]?.offsets.inFlightCount(in: partitions) ?? 0
         }
 
         /// Messages of `lane` in flight.
-        func inFlightCount(_ lane: Lane) -> Int { offsets[lane]?.inFlightCount ?? 0 }
+        func inFlightCount(_ lane: Lane) -> Int { lanes[lane]?.offsets.inFlightCount ?? 0 }
 
         /// Partitions assigned to `lane`'s member.
-        func assignedCount(_ lane: Lane) -> Int { offsets[lane]?.assignedCount ?? 0 }
+        func assignedCount(_ lane: Lane) -> Int { lanes[lane]?.offsets.assignedCount ?? 0 }
 
         /// Per partition of `lane`, the offset last committed.
-        func committedOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { offsets[lane]?.committedOffsets ?? [:] }
+        func committedOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { lanes[lane]?.offsets.committedOffsets ?? [:] }
 
         /// `lane`'s offsets to commit now (``OffsetTracker/committableOffsets()``).
-        func committableOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { offsets[lane]?.committableOffsets() ?? [:] }
+        func committableOffsets(_ lane: Lane) -> [KafkaTopicPartition: Int64] { lanes[lane]?.offsets.committableOffsets() ?? [:] }
 
         /// Records a successful commit of `lane`'s offsets.
         mutating func markCommitted(_ committed: [KafkaTopicPartition: Int64], lane: Lane) {
-            offsets[lane, default: OffsetTracker()].markCommitted(committed)
+            lanes[lane]?.markCommitted(committed)
         }
 
         /// Forgets revoked partitions of `lane`; returns the offsets to commit for them before
         /// they go, and the actions the room so made in the window calls for.
         mutating func revoke(_ partitions: [KafkaTopicPartition], lane: Lane) -> (offsets: [KafkaTopicPartition: Int64], actions: Actions) {
-            let commit = offsets[lane, default: OffsetTracker()].revoke(partitions)
+            let revoked = lanes[lane]?.revoke(partitions)
             var actions = Actions()
             wakeFencedWaiters(into: &actions)
-            wakeRoomWaiter(lane, into: &actions)
-            return (commit, actions)
+            if let room = revoked?.room { actions.resume.append(room) }
+            return (revoked?.offsets ?? [:], actions)
         }
 
         /// Every result of the message at `position` is published (a message with no batch:
@@ -214,30 +214,18 @@ extension DeliveryCoordinator {
         /// Registers the consume loop of `lane` until at most `atMost` of its messages are in
         /// flight; false (nothing registered) when that is so already.
         mutating func waitForRoom(_ lane: Lane, atMost: Int, _ waiter: Waiter) -> Bool {
-            guard inFlightCount(lane) > atMost else { return false }
-            roomWaiters[lane] = (atMost, waiter)
-            return true
+            lanes[lane]?.waitForRoom(atMost: atMost, waiter) ?? false
         }
 
         /// Stops the wait for room in `lane` (its patience ran out, or it was cancelled).
         mutating func cancelRoomWait(_ lane: Lane) -> Waiter? {
-            roomWaiters.removeValue(forKey: lane)?.waiter
+            lanes[lane]?.cancelRoomWait()
         }
 
         private mutating func settle(_ position: MessagePosition, givenUp: Bool, into actions: inout Actions) {
-            let (lane, partition, offset, generation) = (position.lane, position.partition, position.offset, position.generation)
-            let drainEnded =
-                givenUp
-                ? offsets[lane, default: OffsetTracker()].giveUp(partition, offset: offset, generation: generation)
-                : offsets[lane, default: OffsetTracker()].finish(partition, offset: offset, generation: generation)
-            if drainEnded, !actions.drained.contains(lane) { actions.drained.append(lane) }
-            wakeRoomWaiter(lane, into: &actions)
-        }
-
-        private mutating func wakeRoomWaiter(_ lane: Lane, into actions: inout Actions) {
-            guard let room = roomWaiters[lane], inFlightCount(lane) <= room.atMost else { return }
-            roomWaiters[lane] = nil
-            actions.resume.append(room.waiter)
+            guard let settled = lanes[position.lane]?.settle(position, givenUp: givenUp) else { return }
+            if settled.drainEnded, !actions.drained.contains(position.lane) { actions.drained.append(position.lane) }
+            if let room = settled.room { actions.resume.append(room) }
         }
 
         // MARK: Batches
