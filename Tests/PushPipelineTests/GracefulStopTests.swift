@@ -44,4 +44,32 @@ struct GracefulStopTests {
         #expect(bulk.committed[bulkPartition] == Int64(sent), "committed up to the first message not sent")
         #expect(urgent.hasLeftGroup && bulk.hasLeftGroup, "each lane left its group")
     }
+
+    /// A stop that begins while a result is still being published: the lane commits and leaves
+    /// only once that result is out (no task waits for a poll batch; the state machine wakes the
+    /// lane when nothing it started is in flight), so the next owner does not push it again.
+    @Test func aStopWaitsForAResultStillBeingPublishedThenCommitsItAndLeaves() async throws {
+        var configuration = PipelineConfiguration()
+        configuration.commitInterval = .milliseconds(10)
+        let partition = KafkaTopicPartition(topic: "push.requests", partition: 0)
+        let urgent = InMemoryMessageSource([RevocationFenceTests.request(0)])
+        let apns = ScriptedAPNSClient()
+        // The broker acknowledges the first record half a second late.
+        let publisher = FakePublisher(acknowledgeFirst: 1, after: .milliseconds(500))
+        let store = try await RevocationFenceTests.store()
+        let pipeline = NotificationPipeline(
+            configuration: configuration, source: urgent, publisher: publisher, store: store, ledger: store, apns: apns,
+            logger: Logger(label: "test"))
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await pipeline.run() }
+                try await RevocationFenceTests.waitUntil { apns.callCount(RevocationFenceTests.phone) == 1 }
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+            }
+        }
+        #expect(publisher.messages(on: "push.results").count == 1)
+        #expect(urgent.committed[partition] == 1, "the stop committed the message whose result it waited for")
+        #expect(urgent.hasLeftGroup)
+    }
 }
