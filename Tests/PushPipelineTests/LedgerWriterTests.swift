@@ -57,10 +57,10 @@ final class HandedOn: Sendable {
         batches.withLock { $0 }.sorted { ($0.first?.ticket ?? 0) < ($1.first?.ticket ?? 0) }
     }
 
-    func receive(_ batch: [(standing: RecordedDelivery, outcome: PendingOutcome)]) async {
+    func receive(_ batch: [(standing: RecordedDelivery, ticket: EventProcessor.DeliveryTicket)]) async {
         try? await Task.sleep(for: hold)
         batches.withLock {
-            $0.append(batch.map { ($0.standing.event.eventID, LedgerWriterTests.text(of: $0.standing), $0.outcome.ticket.message) })
+            $0.append(batch.map { ($0.standing.event.eventID, LedgerWriterTests.text(of: $0.standing), $0.ticket.message) })
         }
     }
 }

@@ -10,12 +10,9 @@ import FCMCore
 extension EventProcessor {
     /// Publishes a batch the ledger writer recorded (its claims ended): the outcomes that stand
     /// together, then gives the permits back and finishes the messages.
-    func publishRecorded(_ batch: [(standing: RecordedDelivery, outcome: PendingOutcome)]) async {
+    func publishRecorded(_ batch: [(standing: RecordedDelivery, ticket: DeliveryTicket)]) async {
         await publish(
-            batch.map { recorded in
-                let ticket = recorded.outcome.ticket
-                return (resultRecords(recorded.standing, of: ticket.event, headers: ticket.batch.resultHeaders(ticket.message)), ticket)
-            }
+            batch.map { (resultRecords($0.standing, of: $0.ticket.event, headers: $0.ticket.batch.resultHeaders($0.ticket.message)), $0.ticket) }
         )
     }
 

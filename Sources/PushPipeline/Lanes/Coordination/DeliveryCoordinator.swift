@@ -266,12 +266,13 @@ final class DeliveryCoordinator: Sendable {
 
     /// The ledger writer (group commit): writes the answered outcomes with `write`, a batch at a
     /// time, each as soon as the previous one is written, and hands each written batch to
-    /// `recorded` (with the outcome that stands for each) concurrently with the next write. One
+    /// `recorded` (the outcome that stands for each, with its ticket) concurrently with the next
+    /// write. One
     /// step ends the written batch's claims and takes the next batch. Runs until cancelled, then
     /// returns once every handed-on batch is done, and refuses outcomes from then on.
     func recordOutcomes(
         writing write: WriteOutcomes,
-        then recorded: @escaping @Sendable ([(standing: RecordedDelivery, outcome: PendingOutcome)]) async -> Void
+        then recorded: @escaping @Sendable ([(standing: RecordedDelivery, ticket: EventProcessor.DeliveryTicket)]) async -> Void
     ) async {
         await withDiscardingTaskGroup { group in
             var batch = state.withLock { $0.outcomes.nextBatch() }
@@ -282,7 +283,8 @@ final class DeliveryCoordinator: Sendable {
                     continue
                 }
                 guard let standing = try? await write(batch) else { break }
-                let written = Array(zip(standing, batch))
+                // The tickets alone go on: a copy of each outcome would retain every field again.
+                let written = zip(standing, batch).map { (standing: $0, ticket: $1.ticket) }
                 group.addTask { await recorded(written) }
                 let next = state.withLock { $0.written(claims: batch.compactMap(\.ticket.claim)) }
                 resume(next.resume)
