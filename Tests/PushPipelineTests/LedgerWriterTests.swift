@@ -105,11 +105,11 @@ struct LedgerWriterTests {
         #expect(machine.claim(7) == .claimed)
         let waits = machine.outcomes.waitForOutcomes(1)
         #expect(waits, "an idle writer waits")
-        let first = machine.answered("e1", urgent: true)
-        #expect(first.accepted && first.resume == 1, "the first answer wakes the writer")
+        let first = machine.outcomes.answered("e1", urgent: true)
+        #expect(first.accepted && first.wake == 1, "the first answer wakes the writer")
         #expect(machine.outcomes.nextBatch() == ["e1"])
         for event in ["e2", "e3", "e4"] {
-            #expect(machine.answered(event, urgent: true) == (true, nil), "the writer is busy: nobody to wake")
+            #expect(machine.outcomes.answered(event, urgent: true) == (true, nil), "the writer is busy: nobody to wake")
         }
         #expect(machine.outcomes.unrecordedCount == 4)
         let copyWaits = machine.waitForClaim(7, id: 1, 2)
@@ -125,10 +125,10 @@ struct LedgerWriterTests {
 
     @Test func urgentOutcomesGoIntoTheNextWriteAheadOfAQueuedCampaignAtMostTheBatchSizeOldestFirst() {
         var machine = Machine(permitLimit: 4, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
-        _ = machine.answered("b0", urgent: false)
+        _ = machine.outcomes.answered("b0", urgent: false)
         #expect(machine.outcomes.nextBatch() == ["b0"])
-        for index in 1..<5 { _ = machine.answered("b\(index)", urgent: false) }
-        _ = machine.answered("u5", urgent: true)
+        for index in 1..<5 { _ = machine.outcomes.answered("b\(index)", urgent: false) }
+        _ = machine.outcomes.answered("u5", urgent: true)
         var writes: [[String]] = []
         var next = machine.written(claims: []).next
         while !next.isEmpty {
@@ -140,11 +140,11 @@ struct LedgerWriterTests {
 
     @Test func aStoppedWriterRefusesOutcomesAndHoldsNothing() {
         var machine = Machine(permitLimit: 4, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
-        _ = machine.answered("e1", urgent: true)
-        _ = machine.answered("e2", urgent: false)
+        _ = machine.outcomes.answered("e1", urgent: true)
+        _ = machine.outcomes.answered("e2", urgent: false)
         #expect(machine.heldInFlight == ["unrecorded outcomes": 2])
         machine.outcomes.stop()
-        #expect(machine.answered("e3", urgent: true) == (false, nil))
+        #expect(machine.outcomes.answered("e3", urgent: true) == (false, nil))
         #expect(machine.outcomes.nextBatch().isEmpty)
         let waits = machine.outcomes.waitForOutcomes(1)
         #expect(!waits, "a stopped writer does not wait")

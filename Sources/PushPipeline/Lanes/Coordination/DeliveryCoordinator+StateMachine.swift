@@ -264,13 +264,6 @@ extension DeliveryCoordinator {
 
         // MARK: Ledger
 
-        /// A send was answered: its outcome is queued for the ledger writer; false (not queued)
-        /// once the writer has stopped. Returns the writer to wake.
-        mutating func answered(_ outcome: Outcome, urgent: Bool) -> (accepted: Bool, resume: Waiter?) {
-            let answered = outcomes.answered(outcome, urgent: urgent)
-            return (answered.accepted, answered.wake)
-        }
-
         /// The ledger recorded the outcomes of these claims: ends them; returns who waited for them.
         mutating func recorded(_ keys: [Int]) -> [Waiter] {
             keys.flatMap { claims.settle($0) }

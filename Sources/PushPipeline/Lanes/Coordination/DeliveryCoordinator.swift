@@ -255,8 +255,8 @@ final class DeliveryCoordinator: Sendable {
     /// stopped (the outcome is then not recorded, and its message must not be acknowledged).
     @discardableResult
     func answered(_ outcome: PendingOutcome, urgent: Bool) -> Bool {
-        let answered = state.withLock { $0.answered(outcome, urgent: urgent) }
-        answered.resume?.resume()
+        let answered = state.withLock { $0.outcomes.answered(outcome, urgent: urgent) }
+        answered.wake?.resume()
         return answered.accepted
     }
 
@@ -267,9 +267,8 @@ final class DeliveryCoordinator: Sendable {
     /// The ledger writer (group commit): writes the answered outcomes with `write`, a batch at a
     /// time, each as soon as the previous one is written, and hands each written batch to
     /// `recorded` (the outcome that stands for each, with its ticket) concurrently with the next
-    /// write. One
-    /// step ends the written batch's claims and takes the next batch. Runs until cancelled, then
-    /// returns once every handed-on batch is done, and refuses outcomes from then on.
+    /// write. One step ends the written batch's claims and takes the next batch. Runs until
+    /// cancelled, then returns once every handed-on batch is done, and refuses outcomes from then on.
     func recordOutcomes(
         writing write: WriteOutcomes,
         then recorded: @escaping @Sendable ([(standing: RecordedDelivery, ticket: EventProcessor.DeliveryTicket)]) async -> Void
