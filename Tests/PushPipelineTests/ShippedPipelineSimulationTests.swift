@@ -87,12 +87,18 @@ struct ShippedPipelineSimulationTests {
 
     /// What one seed's run broke, every record it published (in order), and the scheduler's
     /// account of it.
+    /// Once the run is over, every pipeline instance of it must be freed: one still held is held
+    /// by a task that never resumed (a wake-up lost) or by a reference cycle.
     static func simulate(seed: UInt64) async throws -> (violations: [String], published: [[UInt8]], run: SimulationScheduler.Summary) {
         let scheduler = SimulationScheduler(seed: seed, wallClockStart: SimulatedWorld.midnightMilliseconds - 500)
-        let (violations, published) = try await scheduler.run {
+        var (violations, published, pipelines) = try await scheduler.run {
             let world = try await SimulatedWorld(seed: seed, scheduler: scheduler)
-            return (try await world.run(), world.publisher.published.map { Array($0.topic.utf8) + ($0.key ?? []) + ($0.value ?? []) })
+            let violations = try await world.run()
+            return (violations, world.publisher.published.map { Array($0.topic.utf8) + ($0.key ?? []) + ($0.value ?? []) }, world.pipelinesMade)
         }
+        let kept = pipelines.indices.filter { pipelines[$0].pipeline != nil }
+        if !kept.isEmpty { violations.append("pipeline instances \(kept) of \(pipelines.count) outlived the run") }
+        pipelines.removeAll()
         return (violations, published, scheduler.summaryOfRun)
     }
 
@@ -143,6 +149,11 @@ struct ShippedPipelineSimulationTests {
         #expect(first.published == second.published)
         #expect(first.violations == second.violations)
     }
+}
+
+/// A pipeline instance, not kept alive by this reference.
+struct WeakPipeline: Sendable {
+    weak var pipeline: NotificationPipeline?
 }
 
 /// One event of a seed's run: where its record is, and its users' devices (`apns <token>`,
@@ -196,6 +207,9 @@ final class SimulatedWorld: Sendable {
     let eventsByID: [String: SimulatedEvent]
     let eventIDOfAPNSID: [String: String]
     private let violations = Mutex<[String]>([])
+    /// Every pipeline instance of the run, in the order they started; none may outlive it.
+    private let pipelines = Mutex<[WeakPipeline]>([])
+    var pipelinesMade: [WeakPipeline] { pipelines.withLock { $0 } }
     /// Each running member's graceful stop (its SIGTERM), by slot, set when its task starts.
     private let stops = Mutex<[Int: GracefulShutdownTestTrigger]>([:])
     /// The results read so far (``publishedResults()``): how many, and by event and device.
@@ -319,9 +333,11 @@ final class SimulatedWorld: Sendable {
         logger.logLevel = ProcessInfo.processInfo.environment["HERALD_PIPELINE_SIMULATION_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
         logger[metadataKey: "member"] = "s\(seed)/\(urgent.slot)"
         let services = MemberPushServices(world: self, members: [urgent, bulk])
-        return NotificationPipeline(
+        let pipeline = NotificationPipeline(
             configuration: configuration, source: urgent, bulkSource: bulk, publisher: publisher, store: postgres, ledger: postgres,
             apns: services, fcm: services, webPush: services, taskExecutor: scheduler, logger: logger)
+        pipelines.withLock { $0.append(WeakPipeline(pipeline: pipeline)) }
+        return pipeline
     }
 
     /// Runs the seed's moves while the events are delivered, then waits until every partition is
@@ -995,7 +1011,12 @@ final class SimulatedGroup: @unchecked Sendable {
 
     /// Ends every member (the end of the run).
     func stopEveryMember() {
-        for member in state.withLock({ Array($0.members.values) }) { member.end() }
+        // Each member holds its group: without letting go of them, neither is ever freed.
+        let members = state.withLock { state in
+            defer { (state.members, state.owner) = ([:], [:]) }
+            return Array(state.members.values)
+        }
+        for member in members { member.end() }
     }
 
     /// The records of `partition` from `offset`, up to `count`, that producers published.
@@ -1115,6 +1136,8 @@ final class SimulatedMember: MessageSource {
         state.withLock { state in
             state.ended = true
             state.positions = [:]
+            // Its pipeline holds it as its source: without this, neither is ever freed.
+            state.listener = nil
         }
     }
 
@@ -1125,6 +1148,7 @@ final class SimulatedMember: MessageSource {
             state.ended = true
             state.crashed = true
             state.positions = [:]
+            state.listener = nil
             defer { state.crashWaiters = [:] }
             return state.crashWaiters.sorted { $0.key < $1.key }.map(\.value)
         }
@@ -1189,8 +1213,12 @@ final class SimulatedMember: MessageSource {
         }
     }
 
+    /// A member that ended hears nothing more: its pipeline may set itself as the listener once
+    /// its member crashed, and would then never be freed.
     func setRebalanceListener(_ listener: any KafkaRebalanceListener) {
-        self.listener = listener
+        state.withLock { state in
+            if !state.ended { state.listener = listener }
+        }
     }
 
     func pauseAll() async throws {}
