@@ -11,6 +11,42 @@ struct DeliveryCoordinatorTests {
     typealias Machine = DeliveryCoordinator.StateMachine<Int, Int>
     typealias Published = Machine.PublishedResult
 
+    /// One step answers a poll batch's lookups: each send is claimed, sent with a free permit,
+    /// admitted (no permit free, or a paced lane), republished (recorded lately), left to wait
+    /// for a copy's claim, or given up (its message fenced meanwhile).
+    @Test func aResolvedBatchClaimsItsSendsTakesTheFreePermitsInOrderAndGivesUpAFencedMessagesSends() {
+        var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
+        let partitions = [KafkaTopicPartition(topic: "t", partition: 0), KafkaTopicPartition(topic: "t", partition: 1)]
+        machine.assign(partitions, lane: .urgent)
+        let positions = partitions.map { partition in
+            let message = KafkaMessage(topic: "t", partition: partition.partition, offset: 0, key: nil, value: nil)
+            return MessagePosition(lane: .urgent, partition: partition, offset: 0, generation: machine.start(message, lane: .urgent)!)
+        }
+        // Key 5 was recorded lately; key 6 is being sent by a copy of its event.
+        _ = machine.claim(5)
+        _ = machine.recorded([5])
+        _ = machine.claim(6)
+        let draining = machine.beginDrain([partitions[1]], lane: .urgent).inFlight
+        #expect(draining == 1)
+
+        let resolved = machine.resolved(
+            positions, results: [5, 1], sends: [(0, 1), (0, 5), (0, 2), (0, 6), (0, 3), (1, 4)], lane: .urgent, paced: false)
+        #expect(resolved.steps == [.send, .republish, .send, .waitForClaim, .admit, .fenced(messageGivenUp: true)])
+        #expect(machine.permitsHeld == 2)
+        #expect(resolved.actions.drained == [.urgent], "the fenced message was the drained partition's last")
+        #expect(machine.claim(4) == .claimed, "the fenced send's claim ended")
+        #expect(machine.isFenced(batch: resolved.batch, message: 1))
+
+        // A paced lane takes no permit here: each send waits for its pace first.
+        let bulkPartition = KafkaTopicPartition(topic: "b", partition: 0)
+        machine.assign([bulkPartition], lane: .bulk)
+        let bulkMessage = KafkaMessage(topic: "b", partition: 0, offset: 0, key: nil, value: nil)
+        let bulk = MessagePosition(lane: .bulk, partition: bulkPartition, offset: 0, generation: machine.start(bulkMessage, lane: .bulk)!)
+        let paced = machine.resolved([bulk], results: [1], sends: [(0, 7)], lane: .bulk, paced: true)
+        #expect(paced.steps == [.admit])
+        #expect(machine.permitsHeld == 2)
+    }
+
     @Test func aBatchFinishesWithItsLastResultAndItsPermitsGoToTheNextSendersInTheSameStep() {
         var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let batch = machine.openBatch(start(3, in: &machine), results: [2, 1, 0]).batch
@@ -367,16 +403,19 @@ struct DeliveryCoordinatorTests {
 
     @Test func theLastResultPublishedFromAnyTaskClosesTheBatchOnce() async {
         let coordinator = DeliveryCoordinator(permitLimit: 4)
-        let (batch, claims) = coordinator.openBatch(started(2, in: coordinator), results: [1, 2], claiming: [11, 12, 13])
-        #expect(claims == [.claimed, .claimed, .claimed])
+        let (batch, steps) = coordinator.resolved(
+            started(2, in: coordinator), results: [1, 2], sends: [(0, 11), (1, 12), (1, 13)], lane: .urgent, paced: false)
+        #expect(steps == [.send, .send, .send])
+        #expect(coordinator.permitsHeld == 3)
         await withTaskGroup(of: [(index: Int, givenUp: Bool)].self) { group in
-            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }
-            group.addTask { coordinator.published([.init(batch: batch, message: 0, permit: nil)]) }
-            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: nil)]) }
+            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: .urgent)]) }
+            group.addTask { coordinator.published([.init(batch: batch, message: 0, permit: .urgent)]) }
+            group.addTask { coordinator.published([.init(batch: batch, message: 1, permit: .urgent)]) }
             let finished = await group.reduce(0) { $0 + $1.count }
             #expect(finished == 2)
         }
         #expect(coordinator.openBatches == 0)
+        #expect(coordinator.permitsHeld == 0)
     }
 }
 

@@ -21,27 +21,6 @@ extension DeliveryCoordinator {
     struct StateMachine<Waiter, Outcome> {
         typealias Claim = DeliveryClaimTable<Waiter>.Claim
 
-        /// What the caller does next, outside the lock.
-        struct Actions {
-            /// Waiters to resume: permits handed to them, claims settled, room made in a lane's
-            /// window.
-            var resume: [Waiter] = []
-            /// Indexes, into the results given to ``published(_:)``, of those that were the last
-            /// result of their message, and whether that message was given up (a send of it was
-            /// fenced: its new owner delivers it) rather than finished. Its offset is settled already.
-            var finished: [(index: Int, givenUp: Bool)] = []
-            /// Lanes whose revocation drain has nothing left to wait for now.
-            var drained: [Lane] = []
-        }
-
-        /// One published result: of which message of which batch, and the lane of the permit its
-        /// send held (nil: it needed no send, or was republished).
-        struct PublishedResult {
-            var batch: UInt64
-            var message: Int
-            var permit: Lane?
-        }
-
         /// The batches with messages still to finish, by ID.
         private var batches: [UInt64: BatchProgress] = [:]
         private var nextBatchID: UInt64 = 0
@@ -54,13 +33,6 @@ extension DeliveryCoordinator {
         private var fenceWaiters: [UInt64: (position: MessagePosition, waiter: Waiter)] = [:]
         /// The outcomes answered and not yet recorded, and the ledger writer.
         var outcomes: OutcomeQueue<Outcome, Waiter>
-
-        /// A sender waiting for a permit, and where the message its send is for stands (nil: a
-        /// wait no fence ends).
-        struct PermitWaiter {
-            var waiter: Waiter
-            var position: MessagePosition?
-        }
 
         /// `permitLimit` sends at once, `bulkShare` of them for bulk senders at most; the last
         /// `recentCapacity` recorded deliveries are remembered for copies of their events; at most
@@ -241,6 +213,33 @@ extension DeliveryCoordinator {
                 settle(position, givenUp: false, into: &actions)
             }
             return (nextBatchID, actions)
+        }
+
+        /// A poll batch's lookups are in: opens the batch of the messages at `positions`
+        /// (``openBatch(_:results:)``), claims each send's (event, device) key, gives up the
+        /// sends of a message fenced meanwhile, and, unless `paced`, takes a permit for the
+        /// claimed sends in order while one is free for `lane` with nobody waiting ahead. Returns
+        /// the batch's ID, each send's step, in the order of `sends`, and the wake-ups.
+        mutating func resolved(
+            _ positions: [MessagePosition], results: [Int], sends: [(message: Int, claim: Int)], lane: Lane, paced: Bool
+        ) -> (batch: UInt64, steps: [SendStep], actions: Actions) {
+            var (batch, actions) = openBatch(positions, results: results)
+            var permitsFree = !paced
+            let steps = sends.map { send -> SendStep in
+                switch claims.claim(send.claim) {
+                case .recordedLately: return .republish
+                case .busy: return .waitForClaim
+                case .claimed:
+                    guard !isFenced(positions[send.message]) else {
+                        let given = fenced(batch: batch, message: send.message, claim: send.claim, permit: nil)
+                        actions.append(given.actions)
+                        return .fenced(messageGivenUp: given.givenUp)
+                    }
+                    permitsFree = permitsFree && permits.tryAcquire(lane)
+                    return permitsFree ? .send : .admit
+                }
+            }
+            return (batch, steps, actions)
         }
 
         // MARK: Claims

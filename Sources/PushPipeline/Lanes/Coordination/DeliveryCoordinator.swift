@@ -145,16 +145,16 @@ final class DeliveryCoordinator: Sendable {
 
     // MARK: Batches and claims
 
-    /// Opens a batch of `messages` whose message `i` publishes `results[i]` results
-    /// (``StateMachine/openBatch(_:results:)``) and claims `keys` for sending, in one lock
-    /// section; returns the batch's ID and each key's claim.
-    func openBatch(_ messages: [StartedMessage], results: [Int], claiming keys: [Int]) -> (batch: UInt64, claims: [Machine.Claim]) {
-        let opened = state.withLock { state in
-            let opened = state.openBatch(messages.map(\.position), results: results)
-            return (batch: opened.batch, claims: keys.map { state.claim($0) }, actions: opened.actions)
-        }
-        perform(opened.actions)
-        return (opened.batch, opened.claims)
+    /// A poll batch's lookups are in (``StateMachine/resolved(_:results:sends:lane:paced:)``):
+    /// opens the batch of `messages`, claims its sends and takes the permits free for them, in
+    /// one lock section; returns the batch's ID and each send's step.
+    func resolved(
+        _ messages: [StartedMessage], results: [Int], sends: [(message: Int, claim: Int)], lane: Lane, paced: Bool
+    ) -> (batch: UInt64, steps: [Machine.SendStep]) {
+        let positions = messages.map(\.position)
+        let resolved = state.withLock { $0.resolved(positions, results: results, sends: sends, lane: lane, paced: paced) }
+        perform(resolved.actions)
+        return (resolved.batch, resolved.steps)
     }
 
     /// See ``StateMachine/claim(_:)``.

@@ -106,19 +106,21 @@ final class EventProcessor: Sendable {
             }
             guard let resolved = try? await resolve(events) else { return }
             let plans = events.map { plan($0.1, of: $0.0, resolved: resolved, consumedAt: consumedAt) }
-            // One lock section opens the batch and claims every device, so the results known
-            // without sending go out at once.
-            let keys = plans.indices.flatMap { index in
-                plans[index].destinations.map { DeliveryCoordinator.claimKey(eventID: events[index].1.id, target: $0.ledgerTarget) }
+            // One step of the state machine opens the batch, claims every device and takes the
+            // permits free for the sends, so the results known without sending go out at once.
+            let sendKeys = plans.indices.flatMap { index in
+                plans[index].destinations.map { (message: index, claim: DeliveryCoordinator.claimKey(eventID: events[index].1.id, target: $0.ledgerTarget)) }
             }
-            let (batchID, claimed) = coordinator.openBatch(events.map(\.0), results: plans.map(\.results), claiming: keys)
+            let (batchID, steps) = coordinator.resolved(
+                events.map(\.0), results: plans.map(\.results), sends: sendKeys, lane: lane.priority, paced: lane.pacer != nil)
             let batch = PollBatch(id: batchID, messages: events.map(\.0), lane: lane, consumedAt: consumedAt, traces: traces)
 
             var ready: [(messages: [KafkaOutgoingMessage], ticket: DeliveryTicket)] = []
-            var sends: [Delivery] = []
+            var free: [Delivery] = []
+            var admitted: [Delivery] = []
             var busy: [Delivery] = []
             var recordedLately: [Delivery] = []
-            var claimIndex = 0
+            var sendIndex = 0
             for (index, plan) in plans.enumerated() {
                 let event = events[index].1
                 let headers = batch.resultHeaders(index)
@@ -129,13 +131,15 @@ final class EventProcessor: Sendable {
                     ready.append((resultRecords(outcome, of: event, headers: headers), DeliveryTicket(batch, index, event, status: nil)))
                 }
                 for destination in plan.destinations {
-                    let delivery = Delivery(destination: destination, ticket: DeliveryTicket(batch, index, event, claim: keys[claimIndex]))
-                    switch claimed[claimIndex] {
-                    case .claimed: sends.append(delivery)
-                    case .recordedLately: recordedLately.append(delivery)
-                    case .busy: busy.append(delivery)
+                    let delivery = Delivery(destination: destination, ticket: DeliveryTicket(batch, index, event, claim: sendKeys[sendIndex].claim))
+                    switch steps[sendIndex] {
+                    case .send: free.append(delivery)
+                    case .admit: admitted.append(delivery)
+                    case .republish: recordedLately.append(delivery)
+                    case .waitForClaim: busy.append(delivery)
+                    case .fenced(let messageGivenUp): endFenced(delivery.ticket, messageGivenUp: messageGivenUp)
                     }
-                    claimIndex += 1
+                    sendIndex += 1
                 }
             }
             if !ready.isEmpty {
@@ -147,16 +151,14 @@ final class EventProcessor: Sendable {
             for delivery in busy {
                 group.addTask { await self.deliverWhenUnclaimed(delivery, consumedAt: consumedAt) }
             }
-            // An unpaced lane starts at once every send the free permits cover (an idle Herald, the
+            // An unpaced lane started every send the free permits covered (an idle Herald, the
             // whole batch). What must wait does so in one admission loop per partition: a
             // partition's drain gives up its unstarted sends at once, never behind another
             // partition's send that waits for a permit or its pace.
-            var next = sends.startIndex
-            let free = lane.pacer == nil ? startFree(sends, from: &next, lane: lane) : []
-            let byPartition = Dictionary(grouping: sends[next...]) { batch.message($0.ticket.message).message.topicPartition }.values
+            let byPartition = Dictionary(grouping: admitted) { batch.message($0.ticket.message).message.topicPartition }.values
             // The usual batch's sends all start at once, in this task: no task of their own.
-            if !free.isEmpty, byPartition.isEmpty { return await send(Array(free), consumedAt: consumedAt) }
-            if !free.isEmpty { group.addTask { await self.send(Array(free), consumedAt: consumedAt) } }
+            if !free.isEmpty, byPartition.isEmpty { return await send(free, consumedAt: consumedAt) }
+            if !free.isEmpty { group.addTask { await self.send(free, consumedAt: consumedAt) } }
             for partitionSends in byPartition.dropFirst() {
                 group.addTask { await self.admitAndSend(partitionSends, lane: lane, consumedAt: consumedAt) }
             }

@@ -263,11 +263,16 @@ extension EventProcessor {
     /// copy here may send it if the partition comes back), its permit, if it holds one, is
     /// returned, and once nothing else of its message is outstanding the message is given up.
     func abandonFenced(_ ticket: DeliveryTicket, holdingPermit: Bool = true) {
-        metrics.recordFencedSend()
         let lane = ticket.batch.lane.priority
-        if coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: holdingPermit ? lane : nil) {
-            ticket.batch.trace(ticket.message)?.span.end()
-        }
+        let givenUp = coordinator.fenced(batch: ticket.batch.id, message: ticket.message, claim: ticket.claim, permit: holdingPermit ? lane : nil)
+        endFenced(ticket, messageGivenUp: givenUp)
+    }
+
+    /// Counts a send the state machine gave up on its fence, and ends its message's trace when
+    /// the message was given up with it.
+    func endFenced(_ ticket: DeliveryTicket, messageGivenUp: Bool) {
+        metrics.recordFencedSend()
+        if messageGivenUp { ticket.batch.trace(ticket.message)?.span.end() }
     }
 
     /// The fence of a ticket's send: closed once its message is fenced (``isFenced(_:)``); its
