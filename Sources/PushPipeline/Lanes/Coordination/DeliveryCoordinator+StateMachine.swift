@@ -224,13 +224,15 @@ extension DeliveryCoordinator {
             _ positions: [MessagePosition], results: [Int], sends: [(message: Int, claim: Int)], lane: Lane, paced: Bool
         ) -> (batch: UInt64, steps: [SendStep], actions: Actions) {
             var (batch, actions) = openBatch(positions, results: results)
+            // Once per message, not per send: a campaign's batch has hundreds of sends.
+            let fencedMessages = positions.map(isFenced)
             var permitsFree = !paced
             let steps = sends.map { send -> SendStep in
                 switch claims.claim(send.claim) {
                 case .recordedLately: return .republish
                 case .busy: return .waitForClaim
                 case .claimed:
-                    guard !isFenced(positions[send.message]) else {
+                    guard !fencedMessages[send.message] else {
                         let given = fenced(batch: batch, message: send.message, claim: send.claim, permit: nil)
                         actions.append(given.actions)
                         return .fenced(messageGivenUp: given.givenUp)
