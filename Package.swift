@@ -558,6 +558,22 @@ let package = Package(
             ],
             swiftSettings: testSwiftSettings
         ),
+        // The simulation of the shipped pipeline, optimised in the release build, unlike the
+        // other tests: its scheduler, simulated services and checks were half of each world's CPU
+        // unoptimised, and the test command runs thousands of worlds.
+        .testTarget(
+            name: "PipelineSimulationTests",
+            dependencies: [
+                "PushCore",
+                "JSONCore",
+                "PushPipeline", "PushPipelineTesting", "APNSCore", "PushStores", "PostgresStores", "FCMCore", "KafkaMessages", "KafkaTransport", "WebPushCore",
+                "HTTP2Transport", "MockServerSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "HeraldServiceTests",
             dependencies: [

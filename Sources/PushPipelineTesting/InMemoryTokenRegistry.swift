@@ -59,9 +59,11 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
     public func activeDevices(apnsTopic: String?, fcmPackage: String?, webPushApp: String?, userIDs: [String]) async throws
         -> [String: [DeviceToken]]
     {
-        rows.withLock { rows in
+        let users = Set(userIDs)
+        return rows.withLock { rows in
             var result: [String: [DeviceToken]] = [:]
-            for (key, row) in rows.sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
+            // Only the users' rows are put in order: the registry holds many more.
+            for (key, row) in rows.filter({ users.contains($0.value.userID) }).sorted(by: { $0.key < $1.key }) where row.unregisteredAt == nil {
                 let parts = key.split(separator: "|")
                 let topic = String(parts[0])
                 let app =
@@ -70,7 +72,7 @@ public final class InMemoryTokenRegistry: DeviceTokenStore, DeliveryLedger {
                     case .fcm: fcmPackage
                     case .webpush: webPushApp
                     }
-                guard userIDs.contains(row.userID), topic == app else { continue }
+                guard topic == app else { continue }
                 result[row.userID, default: []].append(
                     DeviceToken(
                         userID: row.userID, token: String(parts.dropFirst().joined(separator: "|")), environment: row.environment,

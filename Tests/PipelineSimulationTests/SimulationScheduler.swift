@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import MockServerSupport
 import PushCore
 import PushPipeline
 import Synchronization
@@ -31,7 +32,7 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
         var elapsed: Duration = .zero
         /// The wall clock's steps so far (``stepWallClock(by:)``).
         var wallClockSteps: Duration = .zero
-        var random: SplitMix
+        var random: SeededRandomNumberGenerator
         var nextTimerID: UInt64 = 0
         /// Every choice taken so far, folded: two runs of one seed that took the same steps in
         /// the same order have the same fingerprint.
@@ -65,7 +66,7 @@ final class SimulationScheduler: TaskExecutor, PipelineSimulation {
     init(seed: UInt64, wallClockStart: Int64) {
         self.seed = seed
         self.wallClockStart = wallClockStart
-        state = Mutex(State(random: SplitMix(seed: seed ^ 0x2545_F491_4F6C_DD1D)))
+        state = Mutex(State(random: SeededRandomNumberGenerator(seed: seed ^ 0x2545_F491_4F6C_DD1D)))
     }
 
     /// Steps the wall clock by `offset` (negative: back), as an NTP correction does; the
