@@ -227,18 +227,19 @@ extension DeliveryCoordinator {
             // Once per message, not per send: a campaign's batch has hundreds of sends.
             let fencedMessages = positions.map(isFenced)
             var permitsFree = !paced
-            let steps = sends.map { send -> SendStep in
+            var steps: [SendStep] = []
+            steps.reserveCapacity(sends.count)
+            for send in sends {
                 switch claims.claim(send.claim) {
-                case .recordedLately: return .republish
-                case .busy: return .waitForClaim
+                case .recordedLately: steps.append(.republish)
+                case .busy: steps.append(.waitForClaim)
+                case .claimed where fencedMessages[send.message]:
+                    let given = fenced(batch: batch, message: send.message, claim: send.claim, permit: nil)
+                    actions.append(given.actions)
+                    steps.append(.fenced(messageGivenUp: given.givenUp))
                 case .claimed:
-                    guard !fencedMessages[send.message] else {
-                        let given = fenced(batch: batch, message: send.message, claim: send.claim, permit: nil)
-                        actions.append(given.actions)
-                        return .fenced(messageGivenUp: given.givenUp)
-                    }
                     permitsFree = permitsFree && permits.tryAcquire(lane)
-                    return permitsFree ? .send : .admit
+                    steps.append(permitsFree ? .send : .admit)
                 }
             }
             return (batch, steps, actions)
