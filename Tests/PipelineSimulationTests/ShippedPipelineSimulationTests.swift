@@ -95,14 +95,14 @@ struct ShippedPipelineSimulationTests {
     /// by a task that never resumed (a wake-up lost) or by a reference cycle.
     static func simulate(seed: UInt64) async throws -> (violations: [String], published: [[UInt8]], run: SimulationScheduler.Summary) {
         let scheduler = SimulationScheduler(seed: seed, wallClockStart: SimulatedWorld.midnightMilliseconds - 500)
-        var (violations, published, pipelines) = try await scheduler.run {
+        let (found, published, pipelines) = try await scheduler.run {
             let world = try await SimulatedWorld(seed: seed, scheduler: scheduler)
             let violations = try await world.run()
             return (violations, world.publisher.published.map { Array($0.topic.utf8) + ($0.key ?? []) + ($0.value ?? []) }, world.pipelinesMade)
         }
+        var violations = found
         let kept = pipelines.indices.filter { pipelines[$0].pipeline != nil }
         if !kept.isEmpty { violations.append("pipeline instances \(kept) of \(pipelines.count) outlived the run") }
-        pipelines.removeAll()
         return (violations, published, scheduler.summaryOfRun)
     }
 
@@ -484,28 +484,14 @@ final class SimulatedWorld: Sendable {
         let published = publisher.published
         return resultsRead.withLock { read in
             for message in published.dropFirst(read.count) where message.topic == Self.topics.results {
-                guard let value = message.value, let event = Self.stringMember("event_id", of: value),
-                    let token = Self.stringMember("token", of: value), let platform = Self.stringMember("platform", of: value)
+                guard let value = message.value, let json = try? JSONParser.parse(value), let event = json["event_id"]?.stringValue,
+                    let token = json["token"]?.stringValue, let platform = json["platform"]?.stringValue
                 else { continue }
                 read.results[event, default: [:]]["\(platform) \(token)", default: []].append(value)
             }
             read.count = published.count
             return read.results
         }
-    }
-
-    /// The text of the string member `name` of a result's JSON (a flat object, written with no
-    /// space around its colons), read without parsing the rest; nil when it has none, or one
-    /// with an escape (no event ID, token or platform has one).
-    static func stringMember(_ name: String, of json: [UInt8]) -> String? {
-        let opening = Array("\"\(name)\":\"".utf8)
-        var start = 0
-        while start + opening.count <= json.count, !json[start..<start + opening.count].elementsEqual(opening) { start += 1 }
-        start += opening.count
-        guard let end = json[min(start, json.count)...].firstIndex(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }),
-            json[end] == UInt8(ascii: "\"")
-        else { return nil }
-        return String(decoding: json[start..<end], as: UTF8.self)
     }
 
     /// How many times `event` reached `device` (`<platform> <token>`).

@@ -13,7 +13,7 @@ struct DeliveryCoordinatorTests {
 
     /// One step answers a poll batch's lookups: each send is claimed, sent with a free permit,
     /// admitted (no permit free, or a paced lane), republished (recorded lately), left to wait
-    /// for a copy's claim, or given up (its message fenced meanwhile).
+    /// for a copy's claim, or given up unclaimed (its message fenced meanwhile).
     @Test func aResolvedBatchClaimsItsSendsTakesTheFreePermitsInOrderAndGivesUpAFencedMessagesSends() {
         var machine = Machine(permitLimit: 2, bulkShare: 1, recentCapacity: 10, outcomesPerWrite: 2)
         let partitions = [KafkaTopicPartition(topic: "t", partition: 0), KafkaTopicPartition(topic: "t", partition: 1)]
@@ -22,19 +22,21 @@ struct DeliveryCoordinatorTests {
             let message = KafkaMessage(topic: "t", partition: partition.partition, offset: 0, key: nil, value: nil)
             return MessagePosition(lane: .urgent, partition: partition, offset: 0, generation: machine.start(message, lane: .urgent)!)
         }
-        // Key 5 was recorded lately; key 6 is being sent by a copy of its event.
+        // Key 5 was recorded lately; keys 6 and 8 are being sent by a copy of their event.
         _ = machine.claim(5)
         _ = machine.recorded([5])
         _ = machine.claim(6)
+        _ = machine.claim(8)
         let draining = machine.beginDrain([partitions[1]], lane: .urgent).inFlight
         #expect(draining == 1)
 
         let resolved = machine.resolved(
-            positions, results: [5, 1], sends: [(0, 1), (0, 5), (0, 2), (0, 6), (0, 3), (1, 4)], lane: .urgent, paced: false)
-        #expect(resolved.steps == [.send, .republish, .send, .waitForClaim, .admit, .fenced(messageGivenUp: true)])
+            positions, results: [5, 2], sends: [(0, 1), (0, 5), (0, 2), (0, 6), (0, 3), (1, 4), (1, 8)], lane: .urgent, paced: false)
+        #expect(resolved.steps == [.send, .republish, .send, .waitForClaim, .admit, .fenced(messageGivenUp: false), .fenced(messageGivenUp: true)])
         #expect(machine.permitsHeld == 2)
         #expect(resolved.actions.drained == [.urgent], "the fenced message was the drained partition's last")
-        #expect(machine.claim(4) == .claimed, "the fenced send's claim ended")
+        #expect(machine.claim(4) == .claimed, "a fenced message's send is not claimed")
+        #expect(machine.claim(8) == .busy, "nor is the copy's claim on it ended")
         #expect(machine.isFenced(batch: resolved.batch, message: 1))
 
         // A paced lane takes no permit here: each send waits for its pace first.

@@ -216,10 +216,10 @@ extension DeliveryCoordinator {
         }
 
         /// A poll batch's lookups are in: opens the batch of the messages at `positions`
-        /// (``openBatch(_:results:)``), claims each send's (event, device) key, gives up the
-        /// sends of a message fenced meanwhile, and, unless `paced`, takes a permit for the
-        /// claimed sends in order while one is free for `lane` with nobody waiting ahead. Returns
-        /// the batch's ID, each send's step, in the order of `sends`, and the wake-ups.
+        /// (``openBatch(_:results:)``), gives up, unclaimed, the sends of a message fenced
+        /// meanwhile, claims every other send's (event, device) key, and, unless `paced`, takes a
+        /// permit for the claimed sends in order while one is free for `lane` with nobody waiting
+        /// ahead. Returns the batch's ID, each send's step, in the order of `sends`, and the wake-ups.
         mutating func resolved(
             _ positions: [MessagePosition], results: [Int], sends: [(message: Int, claim: Int)], lane: Lane, paced: Bool
         ) -> (batch: UInt64, steps: [SendStep], actions: Actions) {
@@ -230,13 +230,15 @@ extension DeliveryCoordinator {
             var steps: [SendStep] = []
             steps.reserveCapacity(sends.count)
             for send in sends {
+                guard !fencedMessages[send.message] else {
+                    let given = fenced(batch: batch, message: send.message, claim: nil, permit: nil)
+                    actions.append(given.actions)
+                    steps.append(.fenced(messageGivenUp: given.givenUp))
+                    continue
+                }
                 switch claims.claim(send.claim) {
                 case .recordedLately: steps.append(.republish)
                 case .busy: steps.append(.waitForClaim)
-                case .claimed where fencedMessages[send.message]:
-                    let given = fenced(batch: batch, message: send.message, claim: send.claim, permit: nil)
-                    actions.append(given.actions)
-                    steps.append(.fenced(messageGivenUp: given.givenUp))
                 case .claimed:
                     permitsFree = permitsFree && permits.tryAcquire(lane)
                     steps.append(permitsFree ? .send : .admit)

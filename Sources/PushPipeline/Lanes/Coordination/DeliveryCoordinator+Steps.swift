@@ -30,8 +30,8 @@ extension DeliveryCoordinator.StateMachine {
         /// A copy of its event is sending it: wait until that claim is settled.
         case waitForClaim
         /// Its message was fenced before it could start (its partition is being drained, or
-        /// went): not sent, its claim ended; its message was given up when this was its last
-        /// result outstanding. The partition's new owner delivers it.
+        /// went): not claimed, not sent; its message was given up when this was its last result
+        /// outstanding. The partition's new owner delivers it.
         case fenced(messageGivenUp: Bool)
     }
 

@@ -268,8 +268,8 @@ extension EventProcessor {
         endFenced(ticket, messageGivenUp: givenUp)
     }
 
-    /// Counts a send the state machine gave up on its fence, and ends its message's trace when
-    /// the message was given up with it.
+    /// Counts a send given up on its fence, and ends its message's trace when the message was
+    /// given up with it.
     func endFenced(_ ticket: DeliveryTicket, messageGivenUp: Bool) {
         metrics.recordFencedSend()
         if messageGivenUp { ticket.batch.trace(ticket.message)?.span.end() }
