@@ -70,7 +70,7 @@ import WebPushCore
 ///
 /// On a seeded serial executor with a virtual clock (``SimulationScheduler``): the seed decides
 /// what happens, in which order and when, and a seed replays exactly. A world takes the CPU its
-/// work takes (about 40 ms of CPU in the release build), not the time its waits last (about 2 s of virtual time), and
+/// work takes (about 45 ms of CPU in the release build), not the time its waits last (about 2 s of virtual time), and
 /// ``worldsAtOnce`` worlds run side by side, each with its own groups, registry, ledger, services
 /// and scheduler thread. A failure names its seed; `HERALD_PIPELINE_SIMULATION_SEED=<n>` runs
 /// that seed alone and prints its steps and fingerprint (with `SWIFT_DETERMINISTIC_HASHING=1`,
@@ -84,7 +84,7 @@ struct ShippedPipelineSimulationTests {
     /// so the suites beside it keep their cores.
     static let (defaultSeeds, worldsAtOnce) = (50, 1)
     #else
-    /// The test command's seeds (a release build), a world on each core: about 40 s on two cores,
+    /// The test command's seeds (a release build), a world on each core: about 45 s on two cores,
     /// in the shard beside the longer one.
     static let (defaultSeeds, worldsAtOnce) = (2_000, 2)
     #endif
