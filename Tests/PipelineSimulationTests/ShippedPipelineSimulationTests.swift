@@ -70,9 +70,9 @@ import WebPushCore
 ///
 /// On a seeded serial executor with a virtual clock (``SimulationScheduler``): the seed decides
 /// what happens, in which order and when, and a seed replays exactly. A world takes the CPU its
-/// work takes (about 45 ms of CPU in the release build), not the time its waits last (about 2 s of virtual time), and
-/// ``worldsAtOnce`` worlds run side by side, each with its own groups, registry, ledger, services
-/// and scheduler thread. A failure names its seed; `HERALD_PIPELINE_SIMULATION_SEED=<n>` runs
+/// work takes (about 45 ms of CPU in the release build), not the time its waits last (about 2 s
+/// of virtual time), and ``worldsAtOnce`` worlds run side by side, each with its own groups,
+/// registry, ledger, services and scheduler thread. A failure names its seed; `HERALD_PIPELINE_SIMULATION_SEED=<n>` runs
 /// that seed alone and prints its steps and fingerprint (with `SWIFT_DETERMINISTIC_HASHING=1`,
 /// which the test command sets, the same in every process), and
 /// `HERALD_PIPELINE_SIMULATION_SEEDS=<n>` runs n seeds (the test command runs
